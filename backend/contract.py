@@ -1,0 +1,394 @@
+"""The G-buffer contract: one multilayer OpenEXR file per frame.
+
+Every piece of G-Buffer Editor reads and writes exactly this (see
+``docs/gbuffer-contract.md`` for the prose version; both carry
+:data:`CONTRACT_VERSION`).
+
+Layout of a frame file (single-part, scanline, ZIP compression)::
+
+    GBuffer.Combined.{R,G,B,A}   half   scene-linear Rec.709 source frame
+    GBuffer.Depth.V              float  planar depth along the camera axis
+    GBuffer.Normal.{X,Y,Z}       float  camera space, OpenGL (+X right, +Y up, +Z to camera)
+    GBuffer.Albedo.{R,G,B}       half   linear base colour, 0..1
+    GBuffer.Metallic.V           half   0..1
+    GBuffer.Roughness.V          half   0..1
+    GBuffer.Confidence.V         half   0..1, 0 marks "no surface" (sky / background)
+
+The layer name ``GBuffer`` makes Blender treat the file as multilayer; each pass
+becomes its own socket of the Image node once that layer is selected.
+
+This module never imports ``bpy``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+CONTRACT_VERSION = "1.0"
+LAYER = "GBuffer"
+FILE_PREFIX = "gbuffer_"
+FRAME_DIGITS = 4
+
+#: pass name -> (channel suffixes, numpy dtype on disk, Blender socket type)
+PASSES: Dict[str, tuple] = {
+    "Combined": (("R", "G", "B", "A"), np.float16, "RGBA"),
+    "Depth": (("V",), np.float32, "VALUE"),
+    "Normal": (("X", "Y", "Z"), np.float32, "VECTOR"),
+    "Albedo": (("R", "G", "B"), np.float16, "RGBA"),
+    "Metallic": (("V",), np.float16, "VALUE"),
+    "Roughness": (("V",), np.float16, "VALUE"),
+    "Confidence": (("V",), np.float16, "VALUE"),
+}
+REQUIRED_PASSES = ("Combined", "Depth", "Normal", "Albedo", "Metallic", "Roughness")
+
+#: Header attribute names (all strings unless noted), prefixed to avoid clashes.
+HEADER_PREFIX = "gbuffer/"
+DEPTH_KINDS = ("metric", "relative")
+#: relative depth is mapped onto this near..far range (metres-like units)
+RELATIVE_NEAR = 1.0
+RELATIVE_FAR = 100.0
+#: depth written for pixels with no surface (sky / background): the far value
+#: of the frame's depth range. Their normal is (0, 0, 1) and Confidence is 0.
+SKY_NORMAL = (0.0, 0.0, 1.0)
+
+
+class ContractError(ValueError):
+    """A file or array does not follow the G-buffer contract."""
+
+
+@dataclass
+class GBufferFrame:
+    """One frame of G-buffers, in memory.
+
+    All arrays are ``float32``, ``H x W`` (values) or ``H x W x C`` (vectors and colours).
+
+    Attributes:
+        combined: ``H x W x 4`` source frame, scene-linear Rec.709 RGBA, >= 0.
+        depth: ``H x W`` planar depth along the camera axis, > 0. Metres when
+            ``meta['depth_kind'] == 'metric'``; otherwise relative depth mapped onto
+            ``[meta['depth_near'], meta['depth_far']]``.
+        normal: ``H x W x 3`` unit camera-space normals, OpenGL convention
+            (+X right, +Y up, +Z toward the camera).
+        albedo: ``H x W x 3`` linear base colour in ``[0, 1]``.
+        metallic: ``H x W`` in ``[0, 1]``.
+        roughness: ``H x W`` in ``[0, 1]`` (Principled BSDF roughness, not squared).
+        confidence: optional ``H x W`` in ``[0, 1]``; ``0`` marks pixels with no
+            surface (sky / background), whose depth is the far value and normal (0,0,1).
+        meta: header attributes (see :func:`make_meta`).
+    """
+
+    combined: np.ndarray
+    depth: np.ndarray
+    normal: np.ndarray
+    albedo: np.ndarray
+    metallic: np.ndarray
+    roughness: np.ndarray
+    confidence: Optional[np.ndarray] = None
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple:
+        """``(H, W)`` of the frame."""
+        return tuple(self.depth.shape[:2])
+
+    def arrays(self) -> Dict[str, np.ndarray]:
+        """Pass name -> array, in contract order; Confidence only when present."""
+        out = {
+            "Combined": self.combined,
+            "Depth": self.depth,
+            "Normal": self.normal,
+            "Albedo": self.albedo,
+            "Metallic": self.metallic,
+            "Roughness": self.roughness,
+        }
+        if self.confidence is not None:
+            out["Confidence"] = self.confidence
+        return out
+
+    def validate(self) -> None:
+        """Check shapes, finiteness and ranges.
+
+        Raises:
+            ContractError: naming the pass and the problem.
+        """
+        h, w = self.shape
+        for name, arr in self.arrays().items():
+            chans = len(PASSES[name][0])
+            want = (h, w) if chans == 1 else (h, w, chans)
+            if arr.shape != want:
+                raise ContractError(f"pass {name}: shape {arr.shape}, expected {want}")
+            if not np.all(np.isfinite(arr)):
+                raise ContractError(f"pass {name}: contains NaN or Inf")
+        if np.any(self.depth <= 0):
+            raise ContractError("pass Depth: values must be > 0")
+        n = np.linalg.norm(self.normal, axis=-1)
+        if np.any(np.abs(n - 1.0) > 1e-2):
+            raise ContractError("pass Normal: vectors must be unit length")
+        for name in ("Albedo", "Metallic", "Roughness", "Confidence"):
+            arr = self.arrays().get(name)
+            if arr is not None and (arr.min() < -1e-3 or arr.max() > 1.0 + 1e-3):
+                raise ContractError(f"pass {name}: values must lie in [0, 1]")
+
+
+def make_meta(
+    *,
+    estimator: str,
+    models: Optional[Dict[str, str]] = None,
+    depth_kind: str = "relative",
+    depth_near: float = RELATIVE_NEAR,
+    depth_far: float = RELATIVE_FAR,
+    source: str = "",
+    frame_index: int = 0,
+    timestamp: float = 0.0,
+    source_colorspace: str = "sRGB",
+    intrinsics: Optional[tuple] = None,
+    extra: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Build the header attributes every frame file carries.
+
+    Args:
+        estimator: registry name of the estimator (``embedded``, ``marigold``, ``scene``...).
+        models: model id -> revision (or file hash) used for this frame.
+        depth_kind: ``metric`` (metres) or ``relative``.
+        depth_near, depth_far: depth range; for relative depth the documented
+            mapping range, for metric depth the observed min/max.
+        source: source file path; frame_index: 0-based index in the source;
+        timestamp: presentation time in seconds.
+        source_colorspace: colour space the source was decoded from.
+        intrinsics: ``(fx, fy, cx, cy)`` in pixels of the written frame, if known.
+        extra: any further JSON-serialisable attributes.
+
+    Raises:
+        ContractError: for an unknown depth kind.
+    """
+    if depth_kind not in DEPTH_KINDS:
+        raise ContractError(f"depth_kind must be one of {DEPTH_KINDS}, got {depth_kind!r}")
+    meta = {
+        "contract_version": CONTRACT_VERSION,
+        "estimator": estimator,
+        "models": dict(models or {}),
+        "depth_kind": depth_kind,
+        "depth_near": float(depth_near),
+        "depth_far": float(depth_far),
+        "source": str(source),
+        "frame_index": int(frame_index),
+        "timestamp": float(timestamp),
+        "source_colorspace": source_colorspace,
+        "intrinsics": list(map(float, intrinsics)) if intrinsics is not None else None,
+    }
+    if extra:
+        meta.update(extra)
+    return meta
+
+
+def frame_path(out_dir: os.PathLike, index: int, prefix: str = FILE_PREFIX) -> Path:
+    """Path of frame ``index`` (file names end in the frame number, 4+ digits)."""
+    return Path(out_dir) / f"{prefix}{index:0{FRAME_DIGITS}d}.exr"
+
+
+_FRAME_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)\.exr$", re.IGNORECASE)
+
+
+def list_frames(folder: os.PathLike, prefix: str = FILE_PREFIX) -> Dict[int, Path]:
+    """Frame number -> path for every ``{prefix}NNNN.exr`` in ``folder``, sorted."""
+    out = {}
+    for p in Path(folder).iterdir():
+        m = _FRAME_RE.match(p.name)
+        if m and m.group("prefix") == prefix and not p.name.startswith("."):
+            out[int(m.group("num"))] = p
+    return dict(sorted(out.items()))
+
+
+def _channel_dict(frame: GBufferFrame) -> Dict[str, np.ndarray]:
+    chans = {}
+    for name, arr in frame.arrays().items():
+        suffixes, dtype, _ = PASSES[name]
+        if len(suffixes) == 1:
+            chans[f"{LAYER}.{name}.{suffixes[0]}"] = np.ascontiguousarray(arr, dtype=dtype)
+        else:
+            for i, s in enumerate(suffixes):
+                chans[f"{LAYER}.{name}.{s}"] = np.ascontiguousarray(arr[..., i], dtype=dtype)
+    return chans
+
+
+def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True) -> Path:
+    """Write one contract frame atomically (temporary file in the same folder, then rename).
+
+    Args:
+        path: destination ``.exr`` path (see :func:`frame_path`).
+        frame: the G-buffers; ``frame.meta`` becomes header attributes.
+        validate: run :meth:`GBufferFrame.validate` first.
+
+    Returns:
+        The written path.
+
+    Raises:
+        ContractError: invalid frame.
+        OSError: the folder is not writable or the disk is full; no partial file is left.
+    """
+    import OpenEXR
+
+    if validate:
+        frame.validate()
+    path = Path(path)
+    header = {
+        "compression": OpenEXR.ZIP_COMPRESSION,
+        "type": OpenEXR.scanlineimage,
+    }
+    meta = dict(frame.meta)
+    meta.setdefault("contract_version", CONTRACT_VERSION)
+    for k, v in meta.items():
+        header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
+    channels = _channel_dict(frame)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + path.stem, suffix=".exr", dir=path.parent)
+    os.close(fd)
+    try:
+        with OpenEXR.File(header, channels) as f:
+            f.write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _decode_meta(header: Dict[str, Any]) -> Dict[str, Any]:
+    meta = {}
+    for k, v in header.items():
+        if not k.startswith(HEADER_PREFIX):
+            continue
+        key = k[len(HEADER_PREFIX):]
+        if isinstance(v, bytes):
+            v = v.decode("utf-8")
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except (ValueError, TypeError):
+                pass
+        meta[key] = v
+    # plain strings that happen to look like JSON numbers stay as decoded; keep
+    # text-typed keys as text
+    for key in ("estimator", "source", "source_colorspace", "contract_version", "depth_kind"):
+        if key in meta and not isinstance(meta[key], str):
+            meta[key] = str(meta[key])
+    return meta
+
+
+def read_channels(path: os.PathLike) -> tuple:
+    """Read every channel of every part of an EXR file.
+
+    Blender 5.0 writes multilayer EXR as multi-part files; this reads them all.
+
+    Returns:
+        ``(channels, header)``: channel name -> 2-D array (dtype as stored),
+        and the first part's header attributes.
+
+    Raises:
+        ContractError: the file cannot be read as OpenEXR.
+    """
+    import OpenEXR
+
+    try:
+        with OpenEXR.File(str(path), separate_channels=True) as f:
+            chans = {}
+            header = {}
+            for i, part in enumerate(f.parts):
+                if i == 0:
+                    header = dict(part.header)
+                for name, ch in part.channels.items():
+                    chans[name] = np.asarray(ch.pixels)
+            return chans, header
+    except ContractError:
+        raise
+    except Exception as e:  # OpenEXR raises plain RuntimeError / IOError variants
+        raise ContractError(f"{path}: not a readable OpenEXR file ({e})") from e
+
+
+def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
+    """Find a pass regardless of the layer prefix (Blender may rename the view layer)."""
+    found = []
+    for s in suffixes:
+        hit = None
+        for key in (f"{LAYER}.{name}.{s}", f"{name}.{s}"):
+            if key in chans:
+                hit = chans[key]
+                break
+        if hit is None:
+            cands = [k for k in chans if k.endswith(f".{name}.{s}")]
+            if len(cands) == 1:
+                hit = chans[cands[0]]
+        if hit is None:
+            return None
+        found.append(hit.astype(np.float32))
+    return found[0] if len(found) == 1 else np.stack(found, axis=-1)
+
+
+def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:
+    """Read a contract frame (ours, or one re-written by Blender's File Output node).
+
+    Returns:
+        :class:`GBufferFrame` with ``float32`` arrays and decoded ``meta``.
+
+    Raises:
+        ContractError: unreadable file, or a required pass missing (the message
+        names the file and the pass).
+    """
+    chans, header = read_channels(path)
+    arrays = {}
+    for name, (suffixes, _, _) in PASSES.items():
+        arr = _find_pass(chans, name, suffixes)
+        if arr is None and name == "Combined":
+            arr3 = _find_pass(chans, name, ("R", "G", "B"))
+            if arr3 is not None:
+                arr = np.concatenate([arr3, np.ones_like(arr3[..., :1])], axis=-1)
+        if arr is None and name in REQUIRED_PASSES:
+            raise ContractError(f"{path}: missing pass {name}")
+        arrays[name.lower()] = arr
+    frame = GBufferFrame(
+        combined=arrays["combined"],
+        depth=arrays["depth"],
+        normal=arrays["normal"],
+        albedo=arrays["albedo"],
+        metallic=arrays["metallic"],
+        roughness=arrays["roughness"],
+        confidence=arrays["confidence"],
+        meta=_decode_meta(header),
+    )
+    if validate:
+        try:
+            frame.validate()
+        except ContractError as e:
+            raise ContractError(f"{path}: {e}") from None
+    return frame
+
+
+def write_manifest(out_dir: os.PathLike, manifest: Dict[str, Any]) -> Path:
+    """Write ``manifest.json`` atomically into ``out_dir`` and return its path."""
+    out_dir = Path(out_dir)
+    data = dict(manifest)
+    data.setdefault("contract_version", CONTRACT_VERSION)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_manifest", suffix=".json", dir=out_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    path = out_dir / "manifest.json"
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
+    """Read ``manifest.json`` of a contract folder; ``{}`` when absent."""
+    p = Path(out_dir) / "manifest.json"
+    if not p.exists():
+        return {}
+    with open(p, encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,88 @@
+"""Estimator interface and registry (inverse rendering: frame -> G-buffers).
+
+An estimator turns one scene-linear RGB frame into G-buffer passes. Estimators
+never import ``bpy``. Register new ones with :func:`register_estimator`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+
+@dataclass
+class EstimatorOutput:
+    """Per-frame result of an estimator, at the resolution of the input frame.
+
+    Attributes:
+        depth: ``H x W`` float32, > 0. Planar depth; metres when ``depth_kind``
+            is ``metric``, otherwise relative (larger = farther, any positive scale;
+            the decompose job maps it onto the contract's near..far range).
+        depth_kind: ``metric`` or ``relative``.
+        normal: ``H x W x 3`` float32 unit camera-space normals (OpenGL: +X right,
+            +Y up, +Z toward the camera) or ``None`` (the job then derives them
+            from depth, see :mod:`backend.geometry`).
+        albedo: ``H x W x 3`` float32 linear base colour in [0, 1], or ``None``.
+        metallic, roughness: ``H x W`` float32 in [0, 1], or ``None``.
+        confidence: ``H x W`` float32 in [0, 1] or ``None``; 0 marks sky/background.
+        models: model id -> revision/hash actually used.
+    """
+
+    depth: np.ndarray
+    depth_kind: str = "relative"
+    normal: Optional[np.ndarray] = None
+    albedo: Optional[np.ndarray] = None
+    metallic: Optional[np.ndarray] = None
+    roughness: Optional[np.ndarray] = None
+    confidence: Optional[np.ndarray] = None
+    models: Dict[str, str] = field(default_factory=dict)
+
+
+class Estimator:
+    """Base class. Subclasses set ``name`` and implement :meth:`predict`."""
+
+    name = "base"
+
+    def predict(self, rgb: np.ndarray) -> EstimatorOutput:
+        """Estimate G-buffers for one frame.
+
+        Args:
+            rgb: ``H x W x 3`` float32 scene-linear Rec.709 RGB, >= 0, any H, W >= 1.
+
+        Returns:
+            :class:`EstimatorOutput` at ``H x W``.
+        """
+        raise NotImplementedError
+
+    def settings(self) -> Dict[str, object]:
+        """JSON-serialisable settings that affect the output (used in the resume hash)."""
+        return {"name": self.name}
+
+
+_REGISTRY: Dict[str, Callable[..., Estimator]] = {}
+
+
+def register_estimator(name: str, factory: Callable[..., Estimator]) -> None:
+    """Register ``factory(**options) -> Estimator`` under ``name``."""
+    _REGISTRY[name] = factory
+
+
+def available_estimators() -> list:
+    """Names of registered estimators."""
+    from . import _load_builtin  # noqa: F401  (registers built-ins on import)
+
+    return sorted(_REGISTRY)
+
+
+def get_estimator(name: str, **options) -> Estimator:
+    """Instantiate a registered estimator.
+
+    Raises:
+        KeyError: unknown name (the message lists the known ones).
+    """
+    from . import _load_builtin  # noqa: F401
+
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name](**options)
