@@ -148,8 +148,7 @@ class GBufNet(nn.Module):
         pw = (STRIDE - w % STRIDE) % STRIDE
         if self.config.coord_channels:
             x = torch.cat([x, _coords(x)], dim=1)
-        if ph or pw:
-            x = F.pad(x, (0, pw, 0, ph), mode="replicate")
+        x = F.pad(x, (0, pw, 0, ph), mode="replicate")  # always (keeps the traced graph dynamic)
         feats = [self.stem(x)]
         for st in self.stages:
             feats.append(st(feats[-1]))

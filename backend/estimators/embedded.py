@@ -1,0 +1,147 @@
+"""The embedded estimator: our own small network (GBufNet), run by onnxruntime on CPU.
+
+No torch, no network access: the model file ships in the extension
+(``backend/model/weights/embedded.onnx``; see ``docs/model-card.md`` for its data,
+training, metrics and limits).
+
+Method: the scene-linear frame is downscaled (area filter) so its long side is at
+most ``max_size`` pixels (default 384; smaller frames are processed as they are),
+encoded as the network expects (:func:`backend.model.encoding.encode_input`:
+auto-exposure, sRGB OETF, normalisation), run once, and every output is resized back
+to the full frame with bilinear interpolation (``cv2.resize``). Predicted disparity
+(relative inverse depth) becomes relative depth with
+:func:`backend.model.encoding.disparity_to_depth`; the sky head becomes Confidence
+(0 = sky/background, whose depth is set to the far value).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Dict, Optional
+
+import cv2
+import numpy as np
+
+from ..model.encoding import disparity_to_depth, encode_input
+from .base import Estimator, EstimatorOutput
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "model" / "weights" / "embedded.onnx"
+MODEL_ID = "gbuffer_editor/embedded"
+OUTPUT_NAMES = ("disparity", "normal", "albedo", "metallic", "roughness", "sky")
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _resize(a: np.ndarray, h: int, w: int, interp=cv2.INTER_LINEAR) -> np.ndarray:
+    if a.shape[:2] == (h, w):
+        return a
+    out = cv2.resize(a, (w, h), interpolation=interp)
+    if a.ndim == 3 and out.ndim == 2:
+        out = out[..., None]
+    return out
+
+
+class EmbeddedEstimator(Estimator):
+    """GBufNet via onnxruntime: relative depth, normals, albedo, metallic, roughness, sky.
+
+    Args:
+        model_path: ONNX file; default ``backend/model/weights/embedded.onnx``.
+        max_size: long side (pixels) at which the network runs; outputs are resized
+            back to the input size. 384 by default (about 40-60 ms per frame on
+            2 CPU cores, see the model card).
+        threads: onnxruntime intra-op threads (default 2).
+        device: accepted for CLI compatibility; only ``cpu`` (or ``None``/``auto``).
+
+    Raises:
+        FileNotFoundError: the model file does not exist.
+        ValueError: bad ``max_size``/``threads``/``device``.
+    """
+
+    name = "embedded"
+
+    def __init__(self, model_path: Optional[os.PathLike] = None, max_size: Optional[int] = 384,
+                 threads: Optional[int] = 2, device: Optional[str] = None, **_ignored):
+        import onnxruntime as ort
+
+        self.model_path = Path(model_path) if model_path else DEFAULT_MODEL
+        if not self.model_path.is_file():
+            raise FileNotFoundError(f"embedded model not found: {self.model_path}")
+        self.max_size = int(max_size) if max_size else 384
+        if self.max_size < 8:
+            raise ValueError(f"max_size must be >= 8, got {max_size}")
+        threads = int(threads) if threads else 2
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        if device not in (None, "", "auto", "cpu"):
+            raise ValueError(f"embedded estimator runs on cpu only, got device={device!r}")
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
+        self.sha256 = _file_sha256(self.model_path)
+        self.threads = threads
+
+    def processing_size(self, h: int, w: int) -> tuple:
+        """``(h, w)`` at which the network runs for an ``h x w`` frame (long side <= max_size)."""
+        f = min(1.0, self.max_size / max(h, w))
+        return max(1, int(round(h * f))), max(1, int(round(w * f)))
+
+    def run_network(self, rgb: np.ndarray) -> Dict[str, np.ndarray]:
+        """Raw network outputs at the processing size: name -> ``h x w (x C)`` float32."""
+        h, w = rgb.shape[:2]
+        ph, pw = self.processing_size(h, w)
+        small = _resize(rgb, ph, pw, cv2.INTER_AREA)
+        outs = self.session.run(list(OUTPUT_NAMES), {"image": encode_input(small)})
+        res = {}
+        for name, o in zip(OUTPUT_NAMES, outs):
+            o = o[0].transpose(1, 2, 0)
+            res[name] = o[..., 0] if o.shape[-1] == 1 else o
+        return res
+
+    def predict(self, rgb: np.ndarray) -> EstimatorOutput:
+        """Estimate G-buffers for one frame.
+
+        Args:
+            rgb: ``H x W x 3`` float32 scene-linear Rec.709 RGB (>= 0), any H, W >= 1.
+
+        Returns:
+            :class:`EstimatorOutput` at ``H x W``: relative depth (> 0, larger =
+            farther, sky at the far value), unit camera-space OpenGL normals, linear
+            albedo in [0, 1], metallic and roughness in [0, 1], confidence in [0, 1]
+            (0 = sky). ``models`` maps ``gbuffer_editor/embedded`` to the first 12 hex
+            digits of the ONNX file's SHA-256.
+
+        Raises:
+            ValueError: ``rgb`` is not ``H x W x 3`` with H, W >= 1.
+        """
+        rgb = np.asarray(rgb)
+        if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
+            raise ValueError(f"expected an H x W x 3 RGB frame, got shape {rgb.shape}")
+        rgb = np.nan_to_num(rgb.astype(np.float32, copy=False), nan=0.0, posinf=0.0, neginf=0.0)
+        H, W = rgb.shape[:2]
+        o = self.run_network(np.maximum(rgb, 0.0))
+        depth_s, conf_s = disparity_to_depth(o["disparity"], o["sky"])
+        depth = np.maximum(_resize(depth_s, H, W), 1e-6).astype(np.float32)
+        conf = np.clip(_resize(conf_s, H, W), 0.0, 1.0).astype(np.float32)
+        n = _resize(o["normal"], H, W).astype(np.float32)
+        norm = np.linalg.norm(n, axis=-1, keepdims=True)
+        n = np.where(norm > 1e-6, n / np.maximum(norm, 1e-6), np.array([0, 0, 1], np.float32))
+        albedo = np.clip(_resize(o["albedo"], H, W), 0.0, 1.0).astype(np.float32)
+        metallic = np.clip(_resize(o["metallic"], H, W), 0.0, 1.0).astype(np.float32)
+        rough = np.clip(_resize(o["roughness"], H, W), 0.0, 1.0).astype(np.float32)
+        return EstimatorOutput(
+            depth=depth, depth_kind="relative", normal=n.astype(np.float32), albedo=albedo,
+            metallic=metallic, roughness=rough, confidence=conf,
+            models={MODEL_ID: self.sha256[:12]},
+        )
+
+    def settings(self) -> Dict[str, object]:
+        return {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12]}
