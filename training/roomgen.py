@@ -1,0 +1,391 @@
+"""Analytic indoor scenes (numpy ray casting) with exact G-buffers: supplementary data.
+
+Why: the real-depth test sets (NYU, Open3D) are indoor rooms; this adds many cheap,
+exactly labelled Manhattan-world layouts next to the Cycles-rendered procedural
+frames (``scene/procedural.py``). It is a renderer, not a path tracer:
+
+* geometry: a room box (floor, ceiling, 4 walls; 3-9 m), 2-10 yawed boxes
+  (furniture) standing on the floor or against walls, spheres, vertical cylinders
+  (poles), and with p=0.6 a door/window opening in a wall through which a farther
+  backdrop is seen;
+* materials: photographs shipped with scikit-image (brick, grass, gravel, coffee,
+  ...), procedural stripes/noise/tiles and plain paints as albedo (linearised,
+  tinted, 0.03..0.9), random metallic (p=0.15) and roughness;
+* lighting: hemispherical ambient + 1-3 point lights with hard shadows
+  (shadow rays) + Lambert diffuse and Blinn-Phong specular (metals tinted),
+  optional warm/cool light colour; 2x2 supersampling.
+
+Camera: OpenGL convention (looks down -Z, +Y up), vertical FOV 40-70 deg, height
+0.6-1.9 m, pitch -35..+10 deg, roll +-4 deg. Outputs :class:`GBufferFrame` with
+metric planar depth, camera-space normals and Confidence 1 (no sky indoors).
+
+``python -m training.roomgen OUT_DIR --count N --start K`` writes contract EXRs.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from backend.contract import GBufferFrame, frame_path, make_meta, write_frame
+from backend.model.encoding import srgb_decode
+
+_TEXTURES = None
+EPS = 1e-4
+
+
+def _textures():
+    global _TEXTURES
+    if _TEXTURES is None:
+        from skimage import data
+
+        texs = []
+        for n in ("astronaut", "brick", "camera", "cat", "coffee", "coins", "grass", "gravel", "rocket",
+                  "text", "page", "moon", "horse", "hubble_deep_field", "immunohistochemistry", "clock",
+                  "checkerboard", "retina", "cell", "chelsea"):
+            try:
+                im = np.asarray(getattr(data, n)())
+            except Exception:
+                continue
+            if im.ndim == 2:
+                im = np.repeat(im[..., None], 3, -1)
+            im = im[..., :3].astype(np.float32)
+            if im.max() > 1.5:
+                im = im / 255.0
+            im = cv2.resize(im, (256, 256), interpolation=cv2.INTER_AREA)
+            texs.append(srgb_decode(im))
+        _TEXTURES = texs
+    return _TEXTURES
+
+
+def _proc_texture(rng) -> np.ndarray:
+    """Procedural 256x256 linear texture: fractal noise, stripes (wood), tiles, or paint."""
+    kind = rng.integers(0, 4)
+    base = _paint(rng)
+    if kind == 0:  # fractal noise
+        n = np.zeros((256, 256), np.float32)
+        for o in range(5):
+            s = 4 * 2 ** o
+            n += cv2.resize(rng.random((s, s)).astype(np.float32), (256, 256),
+                            interpolation=cv2.INTER_CUBIC) / 2 ** o
+        n = (n - n.min()) / max(np.ptp(n), 1e-6)
+        other = _paint(rng)
+        return base * n[..., None] + other * (1 - n[..., None])
+    if kind == 1:  # wood-like stripes
+        y = np.linspace(0, 1, 256, dtype=np.float32)[:, None]
+        x = np.linspace(0, 1, 256, dtype=np.float32)[None]
+        warp = cv2.resize(rng.random((8, 8)).astype(np.float32), (256, 256), interpolation=cv2.INTER_CUBIC)
+        v = 0.5 + 0.5 * np.sin((y * rng.uniform(10, 40) + warp * 3 + 0 * x) * np.pi)
+        return base * (0.6 + 0.4 * v[..., None])
+    if kind == 2:  # tiles
+        k = int(rng.integers(2, 9))
+        yy, xx = np.mgrid[0:256, 0:256]
+        t = ((yy * k // 256) + (xx * k // 256)) % 2
+        grout = ((yy * k) % 256 < 8) | ((xx * k) % 256 < 8)
+        other = _paint(rng)
+        img = np.where(t[..., None] == 1, base, other if rng.random() < 0.5 else base * 0.8)
+        return np.where(grout[..., None], base * 0.4, img).astype(np.float32)
+    # paint with low-frequency variation
+    n = cv2.resize(rng.random((4, 4)).astype(np.float32), (256, 256), interpolation=cv2.INTER_CUBIC)
+    return base * (0.9 + 0.2 * n[..., None])
+
+
+def _paint(rng) -> np.ndarray:
+    """Mostly desaturated paint colour (walls, furniture), linear."""
+    g = rng.uniform(0.05, 0.85)
+    hue = rng.uniform(0.05, 0.9, 3)
+    sat = rng.uniform(0.0, 0.5) ** 1.5
+    return (g * (1 - sat) + hue * sat).astype(np.float32)
+
+
+def _material(rng, paint_bias=0.3) -> dict:
+    r = rng.random()
+    if r < paint_bias:
+        tex = _proc_texture(rng) if rng.random() < 0.3 else np.broadcast_to(_paint(rng), (2, 2, 3)).copy()
+    elif r < paint_bias + 0.35:
+        tex = _proc_texture(rng)
+    else:
+        texs = _textures()
+        tex = texs[int(rng.integers(0, len(texs)))]
+        if rng.random() < 0.7:
+            tex = tex * rng.uniform(0.5, 1.5, 3).astype(np.float32)
+    tex = np.clip(tex * rng.uniform(0.6, 1.2), 0.03, 0.9).astype(np.float32)
+    metal = rng.random() < 0.15
+    return {"tex": tex, "scale": float(np.exp(rng.uniform(np.log(0.3), np.log(3.0)))),
+            "metallic": float(rng.uniform(0.7, 1.0) if metal else rng.uniform(0.0, 0.1) * (rng.random() < 0.3)),
+            "roughness": float(rng.uniform(0.15, 0.6) if metal else rng.uniform(0.2, 1.0)),
+            "rot": float(rng.uniform(0, 2 * np.pi))}
+
+
+def _rot_y(a):
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]], np.float32)
+
+
+class Scene:
+    def __init__(self, rng):
+        self.rng = rng
+        W, D, Hh = rng.uniform(3, 9), rng.uniform(3, 9), rng.uniform(2.3, 3.3)
+        self.room = np.array([W / 2, Hh, D / 2], np.float32)  # x in [-W/2, W/2], y in [0, H], z in [-D/2, D/2]
+        self.room_mats = [_material(rng, 0.55) for _ in range(6)]  # -x, +x, floor, ceiling, -z, +z
+        self.room_mats[3]["tex"] = np.clip(self.room_mats[3]["tex"] * 0 + rng.uniform(0.5, 0.9), 0, 0.9)
+        self.boxes, self.spheres, self.cyls = [], [], []
+        for _ in range(int(rng.integers(2, 14))):
+            hx, hy, hz = rng.uniform(0.15, 1.2), rng.uniform(0.1, 1.1), rng.uniform(0.15, 0.8)
+            yaw = 0.0 if rng.random() < 0.6 else rng.uniform(0, np.pi)
+            if rng.random() < 0.5:  # against a wall
+                side = rng.integers(0, 4)
+                cx = rng.uniform(-W / 2 + hx, W / 2 - hx) if side < 2 else (-1) ** side * (W / 2 - hz - 0.01)
+                cz = (-1) ** side * (D / 2 - hz - 0.01) if side < 2 else rng.uniform(-D / 2 + hx, D / 2 - hx)
+                if side >= 2:
+                    yaw = np.pi / 2
+            else:
+                cx, cz = rng.uniform(-W / 2, W / 2), rng.uniform(-D / 2, D / 2)
+            cy = hy if rng.random() < 0.85 else rng.uniform(hy, Hh - hy)  # on floor or shelf-like
+            self.boxes.append({"c": np.array([cx, cy, cz], np.float32), "h": np.array([hx, hy, hz], np.float32),
+                               "R": _rot_y(yaw), "m": _material(rng)})
+        for _ in range(int(rng.integers(0, 3))):
+            r = rng.uniform(0.1, 0.5)
+            self.spheres.append({"c": np.array([rng.uniform(-W / 2, W / 2), r if rng.random() < 0.5
+                                                else rng.uniform(r, 2), rng.uniform(-D / 2, D / 2)], np.float32),
+                                 "r": r, "m": _material(rng)})
+        for _ in range(int(rng.integers(0, 3))):
+            self.cyls.append({"c": np.array([rng.uniform(-W / 2, W / 2), 0, rng.uniform(-D / 2, D / 2)], np.float32),
+                              "r": rng.uniform(0.04, 0.4), "h": rng.uniform(0.5, Hh), "m": _material(rng)})
+        self.opening = None
+        if rng.random() < 0.6:  # door / window in one wall, backdrop behind it
+            wall = int(rng.integers(0, 4))  # 0:-x 1:+x 2:-z 3:+z
+            along = W if wall >= 2 else D
+            w = rng.uniform(0.6, min(2.5, along * 0.8))
+            c = rng.uniform(-along / 2 + w / 2, along / 2 - w / 2)
+            y0 = 0.0 if rng.random() < 0.5 else rng.uniform(0.5, 1.2)
+            y1 = rng.uniform(min(Hh, y0 + 1.0), Hh)
+            self.opening = {"wall": wall, "c": c, "w": w, "y0": y0, "y1": y1,
+                            "far": rng.uniform(1.5, 12.0), "m": _material(rng, 0.2)}
+        # lights
+        self.lights = []
+        for _ in range(int(rng.integers(1, 4))):
+            col = np.array([1.0, 1.0, 1.0], np.float32) * np.exp(rng.normal(0, 0.12, 3)).astype(np.float32)
+            self.lights.append({"p": np.array([rng.uniform(-W / 2 + 0.3, W / 2 - 0.3), Hh - rng.uniform(0.05, 0.8),
+                                               rng.uniform(-D / 2 + 0.3, D / 2 - 0.3)], np.float32),
+                                "I": col * rng.uniform(4, 30)})
+        self.ambient = rng.uniform(0.01, 0.25) * np.exp(rng.normal(0, 0.1, 3)).astype(np.float32)
+        # small objects on top of furniture
+        for b in list(self.boxes):
+            if rng.random() < 0.4 and b["c"][1] + b["h"][1] < Hh - 0.6:
+                hx, hy, hz = rng.uniform(0.05, 0.3), rng.uniform(0.05, 0.3), rng.uniform(0.05, 0.3)
+                top = b["c"][1] + b["h"][1]
+                off = (rng.uniform(-1, 1, 3) * np.maximum(b["h"] - 0.3, 0)).astype(np.float32)
+                c = b["c"] + b["R"] @ np.array([off[0], 0, off[2]], np.float32)
+                self.boxes.append({"c": np.array([c[0], top + hy, c[2]], np.float32),
+                                   "h": np.array([hx, hy, hz], np.float32),
+                                   "R": _rot_y(rng.uniform(0, np.pi)), "m": _material(rng)})
+
+    # ---------------------------------------------------------------- ray casting
+    def cast(self, o, d, shadow=False):
+        """o, d: N x 3 world. Returns t (N,), normal (N x 3 world), hit point uv (N x 2), obj index."""
+        N = d.shape[0]
+        inv = 1.0 / np.where(np.abs(d) < 1e-9, 1e-9, d)
+        # room (inside): exit distance per axis
+        lo = np.array([-self.room[0], 0.0, -self.room[2]], np.float32)
+        hi = self.room
+        t1, t2 = (lo - o) * inv, (hi - o) * inv
+        tm = np.maximum(t1, t2)
+        ax = np.argmin(tm, 1)
+        t = tm[np.arange(N), ax]
+        sgn = np.sign(d[np.arange(N), ax])
+        nrm = np.zeros((N, 3), np.float32)
+        nrm[np.arange(N), ax] = -sgn
+        obj = np.where(ax == 0, np.where(sgn < 0, 0, 1), np.where(ax == 1, np.where(sgn < 0, 2, 3),
+                                                                  np.where(sgn < 0, 4, 5)))
+        if self.opening is not None and not shadow:
+            op = self.opening
+            wall_obj = {0: 0, 1: 1, 2: 4, 3: 5}[op["wall"]]
+            p = o + d * t[:, None]
+            along = p[:, 2] if op["wall"] < 2 else p[:, 0]
+            inside = (obj == wall_obj) & (np.abs(along - op["c"]) < op["w"] / 2) & (p[:, 1] > op["y0"]) & (p[:, 1] < op["y1"])
+            if inside.any():
+                a = 0 if op["wall"] < 2 else 2
+                sign = -1.0 if op["wall"] in (0, 2) else 1.0
+                plane = sign * (self.room[a] + op["far"])
+                tb = (plane - o[inside, a]) * inv[inside, a]
+                t[inside] = tb
+                nn = np.zeros((int(inside.sum()), 3), np.float32)
+                nn[:, a] = -sign
+                nrm[inside] = nn
+                obj[inside] = 6
+        objs = 7
+        for b in self.boxes:
+            R = b["R"]
+            ol = (o - b["c"]) @ R
+            dl = d @ R
+            invl = 1.0 / np.where(np.abs(dl) < 1e-9, 1e-9, dl)
+            a1, a2 = (-b["h"] - ol) * invl, (b["h"] - ol) * invl
+            tn = np.minimum(a1, a2)
+            tnear = tn.max(1)
+            tfar = np.maximum(a1, a2).min(1)
+            hit = (tnear <= tfar) & (tnear > EPS) & (tnear < t)
+            if hit.any():
+                axl = np.argmax(tn[hit], 1)
+                nl = np.zeros((int(hit.sum()), 3), np.float32)
+                nl[np.arange(len(axl)), axl] = -np.sign(dl[hit][np.arange(len(axl)), axl])
+                t[hit] = tnear[hit]
+                nrm[hit] = nl @ R.T
+                obj[hit] = objs
+            objs += 1
+        for s in self.spheres:
+            oc = o - s["c"]
+            bq = (oc * d).sum(1)
+            cq = (oc * oc).sum(1) - s["r"] ** 2
+            disc = bq * bq - cq
+            ts = -bq - np.sqrt(np.maximum(disc, 0))
+            hit = (disc > 0) & (ts > EPS) & (ts < t)
+            if hit.any():
+                t[hit] = ts[hit]
+                nrm[hit] = (o[hit] + d[hit] * ts[hit, None] - s["c"]) / s["r"]
+                obj[hit] = objs
+            objs += 1
+        for c in self.cyls:
+            oc = (o - c["c"])[:, [0, 2]]
+            dd = d[:, [0, 2]]
+            A = (dd * dd).sum(1) + 1e-12
+            B = (oc * dd).sum(1)
+            C = (oc * oc).sum(1) - c["r"] ** 2
+            disc = B * B - A * C
+            tc = (-B - np.sqrt(np.maximum(disc, 0))) / A
+            yh = o[:, 1] + d[:, 1] * tc
+            hit = (disc > 0) & (tc > EPS) & (tc < t) & (yh > 0) & (yh < c["h"])
+            if hit.any():
+                t[hit] = tc[hit]
+                pn = oc[hit] + dd[hit] * tc[hit, None]
+                nn = np.zeros((int(hit.sum()), 3), np.float32)
+                nn[:, 0], nn[:, 2] = pn[:, 0] / c["r"], pn[:, 1] / c["r"]
+                nrm[hit] = nn
+                obj[hit] = objs
+            objs += 1
+        return t, nrm, obj
+
+    def materials(self):
+        ms = list(self.room_mats) + [self.opening["m"] if self.opening else self.room_mats[0]]
+        ms += [b["m"] for b in self.boxes] + [s["m"] for s in self.spheres] + [c["m"] for c in self.cyls]
+        return ms
+
+
+def _shade_albedo(p, n, obj, mats):
+    """Triplanar texture lookup: albedo, metallic, roughness per hit point."""
+    N = p.shape[0]
+    alb = np.zeros((N, 3), np.float32)
+    met = np.zeros(N, np.float32)
+    rou = np.zeros(N, np.float32)
+    an = np.abs(n)
+    dom = np.argmax(an, 1)
+    u = np.where(dom == 0, p[:, 2], p[:, 0])
+    v = np.where(dom == 1, p[:, 2], p[:, 1])
+    for i in np.unique(obj):
+        sel = obj == i
+        m = mats[int(i)]
+        tex = m["tex"]
+        th, tw = tex.shape[:2]
+        c, s = np.cos(m["rot"]), np.sin(m["rot"])
+        uu = (c * u[sel] - s * v[sel]) / m["scale"]
+        vv = (s * u[sel] + c * v[sel]) / m["scale"]
+        xi = (np.floor(uu * tw).astype(np.int64)) % tw
+        yi = (np.floor(-vv * th).astype(np.int64)) % th
+        alb[sel] = tex[yi, xi]
+        met[sel] = m["metallic"]
+        rou[sel] = m["roughness"]
+    return alb, met, rou
+
+
+def render_room(h: int = 144, w: int = 192, seed: int = 0, ss: int = 2) -> GBufferFrame:
+    """One analytic indoor frame (see module doc) as a :class:`GBufferFrame`."""
+    rng = np.random.default_rng(seed)
+    for _attempt in range(20):
+        sc = Scene(rng)
+        W, Hh, D = sc.room * np.array([2, 1, 2])
+        cam = np.array([rng.uniform(-W / 2 + 0.4, W / 2 - 0.4), rng.uniform(0.6, min(1.9, Hh - 0.3)),
+                        rng.uniform(-D / 2 + 0.4, D / 2 - 0.4)], np.float32)
+        inside = any(np.all(np.abs((cam - b["c"]) @ b["R"]) < b["h"] + 0.2) for b in sc.boxes) or \
+            any(np.linalg.norm(cam - s["c"]) < s["r"] + 0.2 for s in sc.spheres) or \
+            any(np.linalg.norm((cam - c["c"])[[0, 2]]) < c["r"] + 0.2 for c in sc.cyls)
+        if not inside:
+            break
+    yaw, pitch, roll = rng.uniform(0, 2 * np.pi), np.radians(rng.uniform(-35, 10)), np.radians(rng.uniform(-4, 4))
+    cy, sy, cp, sp, cr, sr = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch), np.cos(roll), np.sin(roll)
+    Ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]], np.float32)
+    Rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]], np.float32)
+    Rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]], np.float32)
+    R = Ry @ Rx @ Rz  # camera -> world
+    H2, W2 = h * ss, w * ss
+    fov = np.radians(rng.uniform(40, 70))
+    fy = 0.5 * H2 / np.tan(fov / 2)
+    ys, xs = np.mgrid[0:H2, 0:W2].astype(np.float32)
+    dc = np.stack([(xs + 0.5 - W2 / 2) / fy, -(ys + 0.5 - H2 / 2) / fy, -np.ones_like(xs)], -1).reshape(-1, 3)
+    dw = dc @ R.T
+    dn = dw / np.linalg.norm(dw, axis=1, keepdims=True)
+    o = np.broadcast_to(cam, dn.shape)
+    t, n, obj = sc.cast(o, dn)
+    p = o + dn * t[:, None]
+    mats = sc.materials()
+    alb, met, rou = _shade_albedo(p, n, obj, mats)
+    # lighting
+    rad = alb * sc.ambient * (0.6 + 0.4 * np.clip(n[:, 1], -1, 1))[:, None]
+    view = -dn
+    for L in sc.lights:
+        lv = L["p"] - p
+        dist = np.linalg.norm(lv, axis=1)
+        ld = lv / dist[:, None]
+        ndl = np.clip((n * ld).sum(1), 0, None)
+        po = p + n * 1e-3
+        ts, _, _ = sc.cast(po, ld, shadow=True)
+        lit = (ts >= dist - 1e-3) & (ndl > 0)
+        e = (L["I"][None] * (ndl * lit / np.maximum(dist ** 2, 0.3))[:, None])
+        hv = ld + view
+        hv /= np.maximum(np.linalg.norm(hv, axis=1, keepdims=True), 1e-6)
+        shin = 2.0 / np.maximum(rou ** 4, 1e-3)
+        spec = np.clip((n * hv).sum(1), 0, 1) ** np.minimum(shin, 2000) * (shin + 2) / 8.0
+        f0 = 0.04 * (1 - met)[:, None] + alb * met[:, None]
+        rad += e * (alb * (1 - met)[:, None] / np.pi * 3.0 + f0 * spec[:, None])
+    if sc.opening is not None:  # the outside is brighter
+        rad[obj == 6] *= rng.uniform(1.0, 6.0)
+    depth = (-(p - cam) @ R)[:, 2]
+    n_cam = n @ R
+    def down(a, c):
+        a = a.reshape(H2, W2, c)
+        return cv2.resize(a, (w, h), interpolation=cv2.INTER_AREA) if ss > 1 else a
+    rgb = down(rad.astype(np.float32), 3)
+    nn = down(n_cam.astype(np.float32), 3)
+    nn /= np.maximum(np.linalg.norm(nn, axis=-1, keepdims=True), 1e-6)
+    dep = down(depth.astype(np.float32), 1)
+    fx = fy / ss
+    return GBufferFrame(
+        combined=np.concatenate([np.maximum(rgb, 0), np.ones((h, w, 1), np.float32)], -1),
+        depth=np.maximum(dep, 1e-3), normal=nn.astype(np.float32),
+        albedo=np.clip(down(alb, 3), 0, 1), metallic=np.clip(down(met, 1), 0, 1),
+        roughness=np.clip(down(rou, 1), 0, 1), confidence=np.ones((h, w), np.float32),
+        meta=make_meta(estimator="roomgen", depth_kind="metric", depth_near=float(dep.min()),
+                       depth_far=float(dep.max()), intrinsics=(fx, fx, w / 2, h / 2),
+                       extra={"seed": int(seed)}),
+    )
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--size", type=int, nargs=2, default=[144, 192], metavar=("H", "W"))
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(args.start, args.start + args.count):
+        p = frame_path(out, i + 1)
+        if p.exists():
+            continue  # resumable
+        write_frame(p, render_room(*args.size, seed=i), validate=True)
+
+
+if __name__ == "__main__":
+    main()
