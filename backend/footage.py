@@ -1,0 +1,520 @@
+"""Footage input: movies, image sequences and single images -> scene-linear frames.
+
+:func:`open_footage` returns a :class:`Footage` reader. It is a context manager and an
+iterator of :class:`SourceFrame`; frames are decoded one at a time, so memory does
+not grow with the length of the clip.
+
+Supported input
+---------------
+* **Movies** through PyAV (FFmpeg): any container/codec FFmpeg decodes (mp4, mov,
+  mkv, webm, avi; H.264, HEVC, ProRes, MPEG-4, VP9...), 8-bit or higher (decoded to
+  ``rgb48`` above 8 bits), 4:2:0 / 4:2:2 / 4:4:4, with or without alpha.
+  YUV -> RGB uses the stream's matrix and range; when the stream does not say,
+  BT.709 for frames >= 720 lines high, else BT.601, limited range (FFmpeg's
+  convention).
+* **Image sequences**: a folder of images, or a pattern with ``%04d`` or ``####``.
+  Files are ordered by the number in their name.
+* **Single images**: PNG (8/16-bit), JPEG, TIFF (8/16-bit, float), BMP, WebP via
+  OpenCV; OpenEXR (half/float) via the OpenEXR library. RGB, RGBA, grayscale and
+  grayscale+alpha.
+
+Metadata honoured
+-----------------
+* **Rotation** (display-matrix side data, which FFmpeg also fills from the legacy
+  ``rotate`` tag): frames are rotated to display orientation, so a portrait phone
+  clip yields portrait frames. :attr:`FootageInfo.width`/``height`` are the
+  display (rotated) size.
+* **Non-square pixels**: the sample aspect ratio is reported in
+  :attr:`FootageInfo.sar` and recorded in the output header; pixels are *not*
+  resampled.
+* **Variable frame rate**: every frame carries its 0-based decode ``index`` and its
+  presentation time ``pts_s`` from the container.
+
+Colour
+------
+See :mod:`backend.colour`: integer formats are sRGB-encoded by default and
+linearised with the sRGB EOTF; EXR and float TIFF are already linear; a named
+colour space goes through OpenColorIO.
+
+Errors are :class:`FootageError` (a ``ValueError``) whose message names the file and,
+when known, the frame.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import colour
+
+MOVIE_EXTS = {".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mxf", ".mpg", ".mpeg", ".ts",
+              ".m2ts", ".gif", ".y4m", ".ogv", ".wmv", ".flv"}
+IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".exr", ".bmp", ".webp"}
+#: frame rate assumed for image sequences and single images (pts = index / fps)
+SEQUENCE_FPS = Fraction(24)
+
+
+class FootageError(ValueError):
+    """Footage cannot be opened or decoded; the message names the file and frame."""
+
+
+@dataclass
+class SourceFrame:
+    """One decoded frame.
+
+    Attributes:
+        index: 0-based index in the source (decode order of the video stream, or
+            position in the sorted image sequence).
+        pts_s: presentation time in seconds (container PTS for movies, so variable
+            frame rate is kept; ``index / fps`` for images).
+        rgb: ``H x W x 3`` ``float32`` scene-linear Rec.709, display orientation.
+            Linear input (EXR) may exceed 1; never NaN/Inf.
+        alpha: ``H x W`` ``float32`` in [0, 1] (straight alpha), or ``None`` when the
+            source has none.
+        path: file the frame came from (the movie, or the sequence's image file).
+    """
+
+    index: int
+    pts_s: float
+    rgb: np.ndarray
+    alpha: Optional[np.ndarray]
+    path: str
+
+
+@dataclass
+class FootageInfo:
+    """What is known about a source before decoding all of it.
+
+    Attributes:
+        path: the path given to :func:`open_footage` (absolute).
+        kind: ``movie``, ``sequence`` or ``image``.
+        width, height: display size in pixels after rotation, before ``max_size``.
+        out_width, out_height: size of the frames the reader yields.
+        fps: ``Fraction`` average frame rate (``SEQUENCE_FPS`` for images).
+        n_frames: number of frames if known (container count or file count), else ``None``.
+        sar: sample (pixel) aspect ratio, ``Fraction(1)`` for square pixels.
+        rotation: counter-clockwise display rotation in degrees applied to frames (0/90/180/270).
+        pix_fmt: decoder pixel format (``yuv420p10le``...) or numpy dtype/channels for images.
+        bit_depth: bits per component of the source.
+        codec: codec name (movies) or image format.
+        colorspace: canonical name of the source colour space (see :mod:`backend.colour`).
+        has_alpha: the source carries an alpha channel.
+        files: the image files of a sequence (empty for movies).
+    """
+
+    path: str
+    kind: str
+    width: int
+    height: int
+    out_width: int
+    out_height: int
+    fps: Fraction
+    n_frames: Optional[int]
+    sar: Fraction = Fraction(1)
+    rotation: int = 0
+    pix_fmt: str = ""
+    bit_depth: int = 8
+    codec: str = ""
+    colorspace: str = colour.SRGB
+    has_alpha: bool = False
+    files: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable form (for the manifest)."""
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "width": self.width,
+            "height": self.height,
+            "fps": str(self.fps),
+            "fps_float": float(self.fps),
+            "n_frames": self.n_frames,
+            "sar": str(self.sar),
+            "rotation": self.rotation,
+            "pix_fmt": self.pix_fmt,
+            "bit_depth": self.bit_depth,
+            "codec": self.codec,
+            "colorspace": self.colorspace,
+            "has_alpha": self.has_alpha,
+        }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def fit_long_side(width: int, height: int, max_size: Optional[int]) -> Tuple[int, int]:
+    """``(w, h)`` scaled so the long side is at most ``max_size`` (never upscaled, >= 1 px)."""
+    if not max_size or max(width, height) <= max_size:
+        return width, height
+    s = max_size / max(width, height)
+    return max(1, int(round(width * s))), max(1, int(round(height * s)))
+
+
+def _resize(arr: np.ndarray, w: int, h: int) -> np.ndarray:
+    import cv2
+
+    if arr.shape[1] == w and arr.shape[0] == h:
+        return arr
+    return cv2.resize(arr, (w, h), interpolation=cv2.INTER_AREA)
+
+
+def _check_finite(rgb: np.ndarray, alpha: Optional[np.ndarray], path: str, index: int) -> None:
+    for name, arr in (("RGB", rgb), ("alpha", alpha)):
+        if arr is not None and not np.all(np.isfinite(arr)):
+            bad = int(np.count_nonzero(~np.isfinite(arr)))
+            raise FootageError(
+                f"{path} (frame {index}): {bad} NaN/Inf value(s) in {name}; "
+                "fix the source render (NaN/Inf input is rejected, not guessed)"
+            )
+
+
+def _natural_number(name: str) -> Optional[int]:
+    m = re.search(r"(\d+)(?!.*\d)", name)
+    return int(m.group(1)) if m else None
+
+
+# --------------------------------------------------------------------------- images
+
+
+def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
+    import OpenEXR
+
+    try:
+        with OpenEXR.File(path, separate_channels=True) as f:
+            chans = {k: np.asarray(v.pixels) for k, v in f.channels().items()}
+    except Exception as e:
+        raise FootageError(f"{path}: not a readable OpenEXR file ({e})") from e
+
+    def find(c):
+        if c in chans:
+            return chans[c]
+        cands = sorted(k for k in chans if k.rsplit(".", 1)[-1] == c)
+        return chans[cands[0]] if cands else None
+
+    r, g, b, a, y = (find(c) for c in ("R", "G", "B", "A", "Y"))
+    if r is not None and g is not None and b is not None:
+        rgb = np.stack([r, g, b], axis=-1)
+    elif y is not None:
+        rgb = np.repeat(y[..., None], 3, axis=-1)
+    elif r is not None:
+        rgb = np.repeat(r[..., None], 3, axis=-1)
+    else:
+        raise FootageError(f"{path}: EXR has no R/G/B or Y channels (has {sorted(chans)})")
+    dtype = str(rgb.dtype)
+    return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype
+
+
+def _read_image(path: str, colorspace: Optional[str], index: int):
+    """Decode one image file -> (linear rgb float32, alpha or None, pix_fmt, bits, linear?)."""
+    ext = Path(path).suffix.lower()
+    if ext == ".exr":
+        rgb, alpha, dtype = _read_exr(path)
+        _check_finite(rgb, alpha, path, index)
+        rgb = colour.to_scene_linear(rgb, colorspace, is_linear_file=True)
+        bits = 16 if dtype == "float16" else 32
+        return rgb, alpha, f"exr-{dtype}", bits, True
+    import cv2
+
+    try:
+        data = np.fromfile(path, dtype=np.uint8)  # works with any (non-ASCII) path
+    except OSError as e:
+        raise FootageError(f"{path} (frame {index}): cannot read ({e.strerror})") from e
+    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if img is None:
+        raise FootageError(f"{path} (frame {index}): not a readable image (corrupt or truncated?)")
+    if img.ndim == 2:
+        img = img[..., None]
+    chans = img.shape[2]
+    if chans == 1:
+        rgb_raw, a_raw = np.repeat(img, 3, axis=2), None
+    elif chans == 2:  # gray + alpha
+        rgb_raw, a_raw = np.repeat(img[..., :1], 3, axis=2), img[..., 1]
+    elif chans == 3:
+        rgb_raw, a_raw = img[..., ::-1], None
+    else:
+        rgb_raw, a_raw = img[..., 2::-1], img[..., 3]
+    dt = img.dtype
+    if dt == np.uint8:
+        scale, bits, linear_file = 255.0, 8, False
+    elif dt == np.uint16:
+        scale, bits, linear_file = 65535.0, 16, False
+    elif dt in (np.float32, np.float16, np.float64):
+        scale, bits, linear_file = 1.0, 8 * dt.itemsize, True
+    else:
+        raise FootageError(f"{path} (frame {index}): unsupported pixel type {dt}")
+    rgb = rgb_raw.astype(np.float32) / scale
+    alpha = None if a_raw is None else np.clip(a_raw.astype(np.float32) / scale, 0, 1)
+    _check_finite(rgb, alpha, path, index)
+    rgb = colour.to_scene_linear(rgb, colorspace, is_linear_file=linear_file)
+    pix_fmt = f"{dt.name}x{chans}"
+    return rgb, alpha, pix_fmt, bits, linear_file
+
+
+def _sequence_files(path: str) -> List[str]:
+    """Files of an image sequence given as a folder or a ``%04d`` / ``####`` pattern."""
+    p = Path(path)
+    if p.is_dir():
+        files = [str(q) for q in p.iterdir()
+                 if q.is_file() and q.suffix.lower() in IMAGE_EXTS and not q.name.startswith(".")]
+        if not files:
+            raise FootageError(f"{path}: folder contains no images ({', '.join(sorted(IMAGE_EXTS))})")
+        exts = {Path(f).suffix.lower() for f in files}
+        if len(exts) > 1:
+            raise FootageError(f"{path}: folder mixes image types {sorted(exts)}; use a pattern "
+                               "like name_####.png to pick one sequence")
+    else:
+        name = p.name
+        m = re.search(r"%0?(\d*)d|#+", name)
+        if not m:
+            raise FootageError(f"{path}: not a folder or a frame pattern")
+        rx = re.compile("^" + re.escape(name[: m.start()]) + r"(\d+)" + re.escape(name[m.end():]) + "$")
+        parent = p.parent if str(p.parent) else Path(".")
+        if not parent.is_dir():
+            raise FootageError(f"{path}: folder {parent} does not exist")
+        files = [str(parent / q) for q in os.listdir(parent) if rx.match(q)]
+        if not files:
+            raise FootageError(f"{path}: no files match the pattern")
+    return sorted(files, key=lambda f: (_natural_number(Path(f).name) or 0, f))
+
+
+# --------------------------------------------------------------------------- readers
+
+
+class Footage:
+    """Streaming reader; use :func:`open_footage`.
+
+    Iterating yields :class:`SourceFrame` in source order, decoded one by one. A
+    reader can be iterated once. Use as a context manager (or call :meth:`close`).
+    """
+
+    info: FootageInfo
+
+    def __enter__(self) -> "Footage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the decoder / file handles."""
+
+    def __iter__(self) -> Iterator[SourceFrame]:
+        raise NotImplementedError
+
+
+class _ImageFootage(Footage):
+    def __init__(self, files: Sequence[str], kind: str, path: str, colorspace, max_size):
+        self._files = list(files)
+        self._cs = colorspace
+        self._max = max_size
+        rgb, alpha, pix_fmt, bits, linear = _read_image(self._files[0], colorspace, 0)
+        h, w = rgb.shape[:2]
+        ow, oh = fit_long_side(w, h, max_size)
+        self._first = (rgb, alpha)
+        self.info = FootageInfo(
+            path=path, kind=kind, width=w, height=h, out_width=ow, out_height=oh,
+            fps=SEQUENCE_FPS, n_frames=len(self._files), pix_fmt=pix_fmt, bit_depth=bits,
+            codec=Path(self._files[0]).suffix.lower().lstrip("."),
+            colorspace=colour.canonical_name(colorspace, is_linear_file=linear),
+            has_alpha=alpha is not None, files=self._files,
+        )
+
+    def __iter__(self) -> Iterator[SourceFrame]:
+        info = self.info
+        for i, f in enumerate(self._files):
+            if i == 0 and self._first is not None:
+                rgb, alpha = self._first
+                self._first = None
+            else:
+                rgb, alpha, *_ = _read_image(f, self._cs, i)
+            if rgb.shape[:2] != (info.height, info.width):
+                raise FootageError(
+                    f"{f} (frame {i}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
+                    f"sequence's {info.width}x{info.height}")
+            rgb = _resize(rgb, info.out_width, info.out_height)
+            if alpha is not None:
+                alpha = _resize(alpha, info.out_width, info.out_height)
+            yield SourceFrame(i, float(i / info.fps), rgb, alpha, f)
+
+
+# YUV matrix names for swscale, by AVColorSpace value
+_SWS_CS = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "ITU601", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
+
+
+class _MovieFootage(Footage):
+    def __init__(self, path: str, colorspace, max_size):
+        import av
+
+        self._path = path
+        self._cs = colorspace
+        self._container = None
+        try:
+            self._container = av.open(path)
+        except (av.error.FFmpegError, OSError) as e:
+            raise FootageError(f"{path}: cannot open as a movie ({e})") from e
+        try:
+            vs = self._container.streams.video
+            if not vs:
+                kinds = sorted({s.type for s in self._container.streams}) or ["none"]
+                raise FootageError(f"{path}: no video stream (streams: {', '.join(kinds)})")
+            self._stream = stream = vs[0]
+            stream.thread_type = "AUTO"
+            cc = stream.codec_context
+            fmt = stream.format
+            if fmt is None or cc is None or not stream.codec_context.name:
+                raise FootageError(f"{path}: video codec is not supported by this FFmpeg build")
+            self._bits = max((c.bits for c in fmt.components), default=8)
+            self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \
+                fmt.name.startswith(("yuva", "rgba", "bgra", "argb", "abgr", "gbrap", "ya"))
+            self._decoder = self._decode()
+            try:
+                first = next(self._decoder)
+            except StopIteration:
+                raise FootageError(f"{path}: contains no decodable video frames") from None
+            self._first = first
+            rotation = int(round(getattr(first, "rotation", 0) or 0)) % 360
+            if rotation == 0 and "rotate" in stream.metadata:
+                try:
+                    rotation = (-int(float(stream.metadata["rotate"]))) % 360
+                except ValueError:
+                    rotation = 0
+            self._k = (rotation // 90) % 4 if rotation % 90 == 0 else 0
+            w, h = first.width, first.height
+            if self._k % 2:
+                w, h = h, w
+            ow, oh = fit_long_side(w, h, max_size)
+            sar = stream.sample_aspect_ratio or Fraction(1)
+            if sar <= 0:
+                sar = Fraction(1)
+            fps = stream.average_rate or stream.guessed_rate or stream.base_rate or Fraction(24)
+            self.info = FootageInfo(
+                path=path, kind="movie", width=w, height=h, out_width=ow, out_height=oh,
+                fps=Fraction(fps), n_frames=(stream.frames or None), sar=Fraction(sar),
+                rotation=self._k * 90, pix_fmt=fmt.name, bit_depth=self._bits, codec=cc.name,
+                colorspace=colour.canonical_name(colorspace), has_alpha=self._alpha,
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def _decode(self):
+        import av
+
+        n = 0
+        try:
+            for frame in self._container.decode(self._stream):
+                n += 1
+                yield frame
+        except av.error.FFmpegError as e:
+            raise FootageError(f"{self._path} (frame {n}): decode failed ({e})") from e
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+
+    def _to_rgb(self, frame, index: int):
+        fmt_name = frame.format.name
+        hi = self._bits > 8
+        target = ("rgba64le" if hi else "rgba") if self._alpha else ("rgb48le" if hi else "rgb24")
+        kw = {}
+        is_rgb = getattr(frame.format, "is_rgb", False) or fmt_name.startswith(("rgb", "bgr", "gbr"))
+        if not is_rgb and not fmt_name.startswith(("gray", "ya")):
+            cs = _SWS_CS.get(int(frame.colorspace or 2))
+            if cs is None:
+                cs = "ITU709" if frame.height >= 720 else "ITU601"
+            kw["src_colorspace"] = cs
+            rng = int(frame.color_range or 0)
+            kw["src_color_range"] = rng if rng in (1, 2) else (2 if fmt_name.startswith("yuvj") else 1)
+        try:
+            arr = frame.reformat(format=target, **kw).to_ndarray()
+        except Exception as e:
+            raise FootageError(f"{self._path} (frame {index}): cannot convert {fmt_name} to RGB ({e})") from e
+        arr = arr.astype(np.float32) / (65535.0 if hi else 255.0)
+        if self._k:
+            arr = np.rot90(arr, k=self._k)
+        arr = np.ascontiguousarray(arr)
+        rgb = colour.to_scene_linear(arr[..., :3], self._cs)
+        alpha = np.ascontiguousarray(arr[..., 3]) if self._alpha else None
+        return rgb, alpha
+
+    def __iter__(self) -> Iterator[SourceFrame]:
+        info = self.info
+        tb = self._stream.time_base
+        index = 0
+        pending = [self._first] if self._first is not None else []
+        self._first = None
+
+        def frames():
+            yield from pending
+            yield from self._decoder
+
+        for frame in frames():
+            if frame.pts is not None and tb is not None:
+                pts_s = float(frame.pts * tb)
+            else:
+                pts_s = index / float(info.fps)
+            rgb, alpha = self._to_rgb(frame, index)
+            if rgb.shape[:2] != (info.height, info.width):
+                # mid-stream resolution change: scale to the first frame's size
+                rgb = _resize(rgb, info.width, info.height)
+                if alpha is not None:
+                    alpha = _resize(alpha, info.width, info.height)
+            rgb = _resize(rgb, info.out_width, info.out_height)
+            if alpha is not None:
+                alpha = _resize(alpha, info.out_width, info.out_height)
+            yield SourceFrame(index, pts_s, rgb, alpha, self._path)
+            index += 1
+
+
+def open_footage(
+    path: os.PathLike, colorspace: Optional[str] = None, max_size: Optional[int] = None
+) -> Footage:
+    """Open a movie, image sequence or single image for streaming.
+
+    Args:
+        path: a movie file, an image file, a folder of images, or a sequence pattern
+            (``shot_%04d.png`` or ``shot_####.png``). Any characters are allowed.
+        colorspace: OpenColorIO name of the source colour space; ``None`` = default
+            (sRGB for integer formats and video, linear for EXR/float TIFF).
+        max_size: if given, frames are downscaled (area filter, in linear light) so
+            their long side is at most this many pixels. ``None`` = full size.
+
+    Returns:
+        A :class:`Footage` (context manager, iterable of :class:`SourceFrame`) with
+        ``.info`` (:class:`FootageInfo`). The first frame is decoded on open to
+        validate the source and read its rotation.
+
+    Raises:
+        FootageError: missing/unreadable/corrupt file, no video stream, no frames,
+            unsupported codec, NaN/Inf pixels; the message names the file (and frame).
+        backend.colour.ColourError: unknown colour space.
+    """
+    p = str(Path(path).absolute()) if "%" not in str(path) and "#" not in Path(path).name else str(path)
+    if max_size is not None and int(max_size) < 1:
+        raise FootageError(f"max_size must be >= 1, got {max_size}")
+    if colorspace is not None:
+        colour.canonical_name(colorspace)  # fail early on unknown names
+    pp = Path(p)
+    if pp.is_dir() or re.search(r"%0?\d*d|#+", pp.name):
+        files = _sequence_files(p)
+        return _ImageFootage(files, "sequence", p, colorspace, max_size)
+    if not pp.exists():
+        raise FootageError(f"{p}: no such file or folder")
+    if not pp.is_file():
+        raise FootageError(f"{p}: not a regular file")
+    if pp.suffix.lower() in IMAGE_EXTS:
+        return _ImageFootage([p], "image", p, colorspace, max_size)
+    return _MovieFootage(p, colorspace, max_size)
+
+
+def read_frames(path: os.PathLike, **kw) -> Iterator[SourceFrame]:
+    """Convenience generator: open, yield every frame, close."""
+    with open_footage(path, **kw) as f:
+        yield from f

@@ -1,0 +1,1 @@
+"""Long-running frame jobs (decompose, restyle) on the shared runner (:mod:`.runner`)."""

@@ -1,0 +1,416 @@
+"""Decompose job: footage in, G-buffer contract sequence out.
+
+Per frame (see ``docs/gbuffer-contract.md`` for what is written):
+
+1. Decode the source frame (:mod:`backend.footage`), scene-linear Rec.709, full size.
+2. Downscale (area filter) so the long side is at most ``max_size`` and run the
+   estimator there.
+3. Depth: metric depth is kept in metres; relative depth is mapped onto the contract's
+   ``RELATIVE_NEAR..RELATIVE_FAR`` and scale/shift-aligned to the previous frame
+   (:class:`backend.geometry.TemporalDepthAligner`) so it does not pump.
+4. Optional ``stabilize``: blend with the previous result warped by optical flow
+   (:mod:`backend.temporal`); the flicker metric goes into the manifest.
+5. Resample every pass back to the full frame size (bilinear; normals re-normalised;
+   the no-surface mask nearest-neighbour).
+6. Missing passes: normals from depth (:func:`backend.geometry.normals_from_depth`,
+   intrinsics from an assumed 60 degree horizontal FOV unless known); albedo = the
+   source colour clipped to [0, 1]; metallic = 0; roughness = 0.5. Which ones were
+   filled is recorded in the header (``filled``) and the manifest.
+7. Sky / background (estimator confidence == 0): depth = far, normal = (0, 0, 1),
+   Confidence = 0.
+8. Write ``gbuffer_NNNN.exr`` atomically (NNNN = source index + 1) and update
+   ``manifest.json`` (:func:`backend.jobs.runner.run_job`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from .. import contract, geometry, temporal
+from ..estimators.base import EstimatorOutput, get_estimator
+from ..footage import FootageError, fit_long_side, open_footage
+from .runner import JobError, run_job
+
+DEFAULT_ESTIMATOR = "embedded"
+DEFAULT_MAX_SIZE = 1024
+DEFAULT_STRENGTH = 0.5
+FALLBACK_ROUGHNESS = 0.5
+FALLBACK_METALLIC = 0.0
+SKY_CONFIDENCE = 1e-3  # confidence at or below this marks "no surface"
+
+
+def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
+    """``"A-B"`` / ``"A-"`` / ``"A"`` -> ``(first, last or None)``, 1-based inclusive frame numbers.
+
+    Raises:
+        ValueError: malformed or empty range.
+    """
+    if not spec:
+        return 1, None
+    s = spec.strip()
+    try:
+        if "-" in s:
+            a, b = s.split("-", 1)
+            first = int(a) if a.strip() else 1
+            last = int(b) if b.strip() else None
+        else:
+            first = last = int(s)
+    except ValueError:
+        raise ValueError(f"--frames {spec!r}: expected A-B with 1-based frame numbers") from None
+    if first < 1 or (last is not None and last < first):
+        raise ValueError(f"--frames {spec!r}: expected 1 <= A <= B")
+    return first, last
+
+
+def _resize(arr: np.ndarray, w: int, h: int, nearest: bool = False) -> np.ndarray:
+    import cv2
+
+    if arr.shape[0] == h and arr.shape[1] == w:
+        return arr.astype(np.float32, copy=False)
+    interp = cv2.INTER_NEAREST if nearest else cv2.INTER_LINEAR
+    src = np.ascontiguousarray(arr, dtype=np.float32)
+    out = cv2.resize(src, (w, h), interpolation=interp)
+    if src.ndim == 3 and out.ndim == 2:
+        out = out[..., None]
+    return out
+
+
+def _check_output(out: EstimatorOutput, h: int, w: int, name: str) -> None:
+    for k in ("depth", "normal", "albedo", "metallic", "roughness", "confidence"):
+        a = getattr(out, k)
+        if a is None:
+            continue
+        want = (h, w) if k in ("depth", "metallic", "roughness", "confidence") else (h, w, 3)
+        if tuple(a.shape) != want:
+            raise ValueError(f"estimator {name!r} returned {k} of shape {tuple(a.shape)}, expected {want}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"estimator {name!r} returned NaN/Inf in {k}")
+    if out.depth_kind not in contract.DEPTH_KINDS:
+        raise ValueError(f"estimator {name!r} returned depth_kind {out.depth_kind!r}")
+
+
+def read_settings_hash(path: Path) -> Optional[str]:
+    """Settings hash stored in a contract frame's header (``gbuffer/settings_hash``), or None."""
+    import OpenEXR
+
+    with OpenEXR.File(str(path), header_only=True) as f:
+        v = f.header().get(contract.HEADER_PREFIX + "settings_hash")
+    if isinstance(v, bytes):
+        v = v.decode()
+    return v
+
+
+class _State:
+    """What the next frame needs from the previous one (processing resolution)."""
+
+    def __init__(self):
+        self.number: Optional[int] = None
+        self.rgb: Optional[np.ndarray] = None
+        self.passes: Optional[Dict[str, np.ndarray]] = None
+        self.mask: Optional[np.ndarray] = None
+
+
+def decompose(
+    input_path: os.PathLike,
+    out_dir: os.PathLike,
+    *,
+    frames: Optional[str] = None,
+    estimator: str = DEFAULT_ESTIMATOR,
+    estimator_options: Optional[Dict[str, Any]] = None,
+    max_size: Optional[int] = DEFAULT_MAX_SIZE,
+    device: Optional[str] = None,
+    stabilize: bool = False,
+    strength: float = DEFAULT_STRENGTH,
+    colorspace: Optional[str] = None,
+    hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
+    stream=None,
+    progress_bar: Optional[bool] = None,
+):
+    """Decompose footage into a G-buffer contract sequence in ``out_dir``.
+
+    Args:
+        input_path: movie, image, image folder or ``%04d``/``####`` pattern.
+        out_dir: output folder (created; must not overlap the input).
+        frames: ``"A-B"`` 1-based inclusive source frame numbers (= output numbers).
+        estimator: registry name (:func:`backend.estimators.base.get_estimator`).
+        estimator_options: extra keyword options for the estimator factory.
+        max_size: long-side cap of the processing resolution (``None`` = full size).
+            Output files are always at the full (display-oriented) source size.
+        device: ``cpu``/``cuda``/``mps``/``None`` (auto); passed to the estimator
+            when its factory accepts ``device``.
+        stabilize: temporal stabilisation with optical flow (:mod:`backend.temporal`).
+        strength: history weight for ``stabilize``, in [0, 1).
+        colorspace: OpenColorIO name of the source colour space (``None`` = default).
+        hfov_deg: assumed horizontal field of view for normals from depth.
+        stream, progress_bar: progress output, see :func:`backend.jobs.runner.run_job`.
+
+    Returns:
+        :class:`backend.jobs.runner.JobResult`.
+
+    Raises:
+        FootageError, JobError, JobCancelled, ValueError (bad arguments), KeyError
+        (unknown estimator).
+    """
+    first, last = parse_frames(frames)
+    if max_size is not None and max_size < 1:
+        raise ValueError(f"--max-size must be >= 1, got {max_size}")
+    if stabilize and not 0.0 <= strength < 1.0:
+        raise ValueError(f"stabilize strength must be in [0, 1), got {strength}")
+    opts = dict(estimator_options or {})
+    if device is not None:
+        opts["device"] = device
+    try:
+        est = get_estimator(estimator, **opts)
+    except TypeError:
+        opts.pop("device", None)
+        est = get_estimator(estimator, **opts)
+
+    src = open_footage(input_path, colorspace=colorspace)
+    with src:
+        info = src.info
+        W, H = info.width, info.height
+        pw, ph = fit_long_side(W, H, max_size)
+        n_src = info.n_frames
+        if n_src is not None and first > n_src:
+            raise FootageError(f"{info.path}: --frames starts at {first} but the source has {n_src} frame(s)")
+        total = None
+        if n_src is not None:
+            total = (min(last, n_src) if last else n_src) - first + 1
+        elif last is not None:
+            total = last - first + 1
+        intr_full = geometry.intrinsics_from_fov(W, H, hfov_deg, float(info.sar))
+        settings = {
+            "contract_version": contract.CONTRACT_VERSION,
+            "estimator": est.settings(),
+            "max_size": max_size,
+            "processing_size": [pw, ph],
+            "stabilize": bool(stabilize),
+            "strength": float(strength) if stabilize else None,
+            "colorspace": info.colorspace,
+            "hfov_deg": hfov_deg,
+            "source": {"path": info.path, "width": W, "height": H, "n_frames": n_src},
+        }
+        out_dir = Path(out_dir)
+        state = _State()
+        aligner = geometry.TemporalDepthAligner(contract.RELATIVE_NEAR, contract.RELATIVE_FAR)
+        flicker_rows = []
+
+        def load_prev(number: int):
+            """Seed temporal state from the previous frame's file (used on resume)."""
+            p = contract.frame_path(out_dir, number - 1)
+            if not p.exists():
+                return
+            fr = contract.read_frame(p)
+            sky = (fr.confidence <= SKY_CONFIDENCE) if fr.confidence is not None else None
+            passes = {
+                "depth": fr.depth, "normal": fr.normal, "albedo": fr.albedo,
+                "metallic": fr.metallic, "roughness": fr.roughness,
+            }
+            state.passes = {k: _resize(v, pw, ph, nearest=False) for k, v in passes.items()}
+            state.mask = None if sky is None else _resize(sky.astype(np.float32), pw, ph, True) < 0.5
+            state.rgb = _resize(fr.combined[..., :3], pw, ph)
+            state.number = number - 1
+            if fr.meta.get("depth_kind") == "relative":
+                aligner.reset(state.passes["depth"], state.mask)
+
+        def process(sf, number: int) -> contract.GBufferFrame:
+            rgb_full = sf.rgb
+            rgb = _resize(rgb_full, pw, ph) if (pw, ph) != (W, H) else rgb_full
+            if state.number != number - 1:
+                aligner.reset()
+                state.passes = None
+                if number > 1:
+                    load_prev(number)
+            try:
+                out = est.predict(np.ascontiguousarray(rgb, dtype=np.float32))
+                _check_output(out, ph, pw, estimator)
+            except (JobError, KeyboardInterrupt):
+                raise
+            except Exception as e:
+                raise JobError(f"estimator {estimator!r} failed on {sf.path} (frame {number}): "
+                               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                               frame=number, file=sf.path) from e
+            surface = None
+            if out.confidence is not None:
+                surface = out.confidence > SKY_CONFIDENCE
+            filled = []
+            depth = np.asarray(out.depth, np.float32)
+            if out.depth_kind == "relative":
+                depth = aligner(depth, surface)
+                near, far = contract.RELATIVE_NEAR, contract.RELATIVE_FAR
+            else:
+                depth = np.maximum(depth, 1e-4)
+                vals = depth[surface] if surface is not None and surface.any() else depth
+                near, far = float(vals.min()), float(max(vals.max(), vals.min() * 1.0001))
+            passes = {"depth": depth}
+            intr_proc = geometry.scale_intrinsics(intr_full, (W, H), (pw, ph))
+            if out.normal is not None:
+                passes["normal"] = np.asarray(out.normal, np.float32)
+            else:
+                passes["normal"] = geometry.normals_from_depth(depth, intr_proc)
+                filled.append("normal")
+            if out.albedo is not None:
+                passes["albedo"] = np.clip(out.albedo, 0, 1).astype(np.float32)
+            else:
+                passes["albedo"] = np.clip(rgb, 0, 1).astype(np.float32)
+                filled.append("albedo")
+            for k, fb in (("metallic", FALLBACK_METALLIC), ("roughness", FALLBACK_ROUGHNESS)):
+                v = getattr(out, k)
+                if v is None:
+                    passes[k] = np.full((ph, pw), fb, np.float32)
+                    filled.append(k)
+                else:
+                    passes[k] = np.clip(v, 0, 1).astype(np.float32)
+            extra: Dict[str, Any] = {}
+            if stabilize and state.passes is not None and state.rgb is not None:
+                pair = temporal.FlowPair.compute(state.rgb, rgb)
+                warped_prev = temporal.warp_passes(state.passes, pair)
+                raw_flicker = temporal.flicker(passes, warped_prev, pair.mask, far - near)
+                passes = temporal.stabilize(passes, state.passes, pair, strength, (near, far))
+                stab_flicker = temporal.flicker(passes, warped_prev, pair.mask, far - near)
+                extra["flicker_raw"] = raw_flicker
+                extra["flicker"] = stab_flicker
+                extra["consistent_fraction"] = float(pair.mask.mean())
+                flicker_rows.append((raw_flicker.get("mean"), stab_flicker.get("mean")))
+            if surface is not None:
+                sky = ~surface
+                passes["depth"] = np.where(sky, far, passes["depth"]).astype(np.float32)
+                passes["normal"][sky] = contract.SKY_NORMAL
+            state.passes = {k: v.copy() for k, v in passes.items()}
+            state.rgb = rgb
+            state.mask = surface
+            state.number = number
+            if out.depth_kind == "relative":
+                aligner.reset(passes["depth"], surface)
+
+            # back to full size
+            depth_f = _resize(passes["depth"], W, H)
+            normal_f = _resize(passes["normal"], W, H)
+            nn = np.linalg.norm(normal_f, axis=-1, keepdims=True)
+            normal_f = np.where(nn > 1e-6, normal_f / np.maximum(nn, 1e-6), np.float32(0))
+            normal_f[nn[..., 0] <= 1e-6] = contract.SKY_NORMAL
+            albedo_f = np.clip(_resize(passes["albedo"], W, H), 0, 1)
+            metal_f = np.clip(_resize(passes["metallic"], W, H), 0, 1)
+            rough_f = np.clip(_resize(passes["roughness"], W, H), 0, 1)
+            conf_f = None
+            if out.confidence is not None:
+                conf_f = np.clip(_resize(np.asarray(out.confidence, np.float32), W, H), 0, 1)
+                sky_f = _resize((~surface).astype(np.float32), W, H, nearest=True) > 0.5
+                conf_f[sky_f] = 0.0
+                conf_f[~sky_f] = np.maximum(conf_f[~sky_f], 2 * SKY_CONFIDENCE)
+                depth_f[sky_f] = far
+                normal_f[sky_f] = contract.SKY_NORMAL
+            depth_f = np.clip(depth_f, near, far).astype(np.float32)
+            alpha = sf.alpha if sf.alpha is not None else np.ones((H, W), np.float32)
+            combined = np.concatenate([np.maximum(rgb_full, 0), alpha[..., None]], axis=-1)
+            meta = contract.make_meta(
+                estimator=estimator, models=out.models, depth_kind=out.depth_kind,
+                depth_near=near, depth_far=far, source=info.path, frame_index=sf.index,
+                timestamp=sf.pts_s, source_colorspace=info.colorspace, intrinsics=intr_full,
+                extra={
+                    "frame_number": number,
+                    "source_file": sf.path,
+                    "intrinsics_assumed": True,
+                    "hfov_deg": hfov_deg,
+                    "sar": str(info.sar),
+                    "rotation": info.rotation,
+                    "filled": filled,
+                    "processing_size": [pw, ph],
+                    **{k: v for k, v in extra.items() if k == "flicker"},
+                },
+            )
+            frame = contract.GBufferFrame(
+                combined=combined.astype(np.float32), depth=depth_f, normal=normal_f.astype(np.float32),
+                albedo=albedo_f, metallic=metal_f, roughness=rough_f, confidence=conf_f, meta=meta,
+            )
+            return frame, filled, extra
+
+        def tasks():
+            for sf in src:
+                number = sf.index + 1
+                if number < first:
+                    continue
+                if last is not None and number > last:
+                    break
+
+                def work(tmp_path: Path, shash: str, sf=sf, number=number):
+                    frame, filled, extra = process(sf, number)
+                    frame.meta["settings_hash"] = shash
+                    contract.write_frame(tmp_path, frame)
+                    entry = {"source_index": sf.index, "pts_s": sf.pts_s, "filled": filled,
+                             "depth_near": frame.meta["depth_near"], "depth_far": frame.meta["depth_far"]}
+                    entry.update(extra)
+                    return entry
+
+                yield number, work
+
+        manifest = {
+            "source": info.to_dict(),
+            "estimator": {"name": estimator, "settings": est.settings()},
+            "output": {"width": W, "height": H, "processing_size": [pw, ph],
+                       "intrinsics": list(intr_full), "intrinsics_assumed": True,
+                       "hfov_deg": hfov_deg, "first_frame": first},
+            "passes": list(contract.PASSES),
+            "sky": {"depth": "depth_far", "normal": list(contract.SKY_NORMAL), "confidence": 0.0},
+        }
+        inputs = [info.path] + list(info.files[:1])
+        result = run_job(
+            out_dir, tasks(), settings=settings, total=total, inputs=inputs, job="decompose",
+            manifest=manifest, read_hash=read_settings_hash, stream=stream,
+            progress_bar=progress_bar,
+        )
+        if stabilize:
+            man = result.manifest
+            rows = [f for f in man.get("frames", []) if f.get("flicker")]
+            if rows:
+                man["flicker"] = {
+                    "metric": "mean absolute warping error on flow-consistent pixels "
+                              "(depth / (far - near)); lower is steadier",
+                    "raw": float(np.mean([r["flicker_raw"]["mean"] for r in rows])),
+                    "stabilized": float(np.mean([r["flicker"]["mean"] for r in rows])),
+                }
+                contract.write_manifest(result.out_dir, man)
+        return result
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``decompose`` subcommand on an argparse ``subparsers`` object."""
+    p = subparsers.add_parser(
+        "decompose", help="footage -> G-buffer EXR sequence",
+        description="Decompose footage into a G-buffer contract sequence (multilayer EXR per frame).")
+    p.add_argument("input", help="movie, image, image folder, or pattern (shot_####.png / shot_%%04d.png)")
+    p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
+    p.add_argument("--frames", help="1-based inclusive range A-B (also A- or A)")
+    p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help="estimator name (default: %(default)s)")
+    p.add_argument("--max-size", type=int, default=DEFAULT_MAX_SIZE,
+                   help="long-side cap of the processing resolution in pixels; 0 = full size "
+                        "(default: %(default)s). Output is always full size.")
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto)")
+    p.add_argument("--stabilize", nargs="?", type=float, const=DEFAULT_STRENGTH, default=None,
+                   metavar="STRENGTH",
+                   help=f"temporal stabilisation with optical flow; optional history weight in [0,1) "
+                        f"(default {DEFAULT_STRENGTH})")
+    p.add_argument("--colorspace", default=None,
+                   help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
+    p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
+                   help="assumed horizontal field of view in degrees (default: %(default)s)")
+    p.set_defaults(func=_run_cli)
+    return p
+
+
+def _run_cli(args) -> int:
+    decompose(
+        args.input, args.out, frames=args.frames, estimator=args.estimator,
+        max_size=args.max_size or None, device=args.device,
+        stabilize=args.stabilize is not None,
+        strength=args.stabilize if args.stabilize is not None else DEFAULT_STRENGTH,
+        colorspace=args.colorspace, hfov_deg=args.hfov,
+    )
+    return 0

@@ -1,0 +1,398 @@
+"""Generic frame-job runner: progress, cancel, resume, atomic writes, safety.
+
+Every long job (``decompose``, ``restyle``) is "for each frame: compute, write one
+file". :func:`run_job` does everything around the compute step, the same way for all
+jobs:
+
+* **Progress** as JSON lines on stdout, one object per line, flushed::
+
+      {"event": "start", "total": N, "out": DIR, "settings_hash": H}
+      {"event": "progress", "frame": n, "done": k, "total": N, "fps": x, "eta_s": y, "skipped": bool}
+      {"event": "done", "written": w, "skipped": s, "total": N, "elapsed_s": t, "out": DIR}
+
+  (``error`` / ``cancelled`` lines are printed by :func:`backend.cli.main`). When
+  stdout is a terminal a tqdm bar goes to stderr instead.
+* **Cancel**: the first SIGINT/SIGTERM lets the current frame finish and stops; a
+  second one abandons the current frame at once. Either way only complete frames
+  exist (each is written to a temporary file in the output folder, then renamed);
+  :class:`JobCancelled` is raised (the CLI exits 130).
+* **Resume**: a frame whose file exists and whose stored settings hash equals the
+  current one is skipped. The hash is kept per frame in ``manifest.json`` and, when
+  the job provides ``read_hash``, in the file itself (EXR header), which wins.
+* **Safety**: the output folder may not be, contain, or lie inside any input.
+* **Failure**: any error becomes :class:`JobError` naming the file and frame; the
+  temporary file is removed (full disk, unwritable folder, estimator crash...).
+
+Minimal use (this is the whole API a job needs)::
+
+    from backend.jobs.runner import run_job
+
+    def tasks():
+        for n, item in enumerate(items, 1):
+            def work(tmp_path, settings_hash, item=item):
+                write_my_file(tmp_path, compute(item), settings_hash)
+                return {"mean": 0.5}          # optional per-frame manifest fields
+            yield n, work
+
+    result = run_job(out_dir, tasks(), settings={"prompt": "fog"}, total=len(items),
+                     inputs=[src_dir], job="restyle", path_for=lambda n: out_dir / f"x_{n:04d}.exr")
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, IO, Iterable, Optional, Sequence, Tuple
+
+from .. import contract
+
+WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
+
+
+class JobError(RuntimeError):
+    """A job failed. ``str(e)`` is a one-line reason naming the file and frame.
+
+    Attributes:
+        frame: output frame number, or ``None`` when not frame-specific.
+        file: the file concerned (output or input), or ``None``.
+    """
+
+    def __init__(self, message: str, frame: Optional[int] = None, file: Optional[os.PathLike] = None):
+        super().__init__(message)
+        self.frame = frame
+        self.file = None if file is None else str(file)
+
+
+class JobCancelled(Exception):
+    """SIGINT/SIGTERM stopped the job; ``written`` frames are complete on disk."""
+
+    def __init__(self, written: int = 0, frame: Optional[int] = None):
+        super().__init__(f"cancelled after {written} frame(s)")
+        self.written = written
+        self.frame = frame
+
+
+@dataclass
+class JobResult:
+    """What :func:`run_job` did."""
+
+    out_dir: Path
+    written: list = field(default_factory=list)  # frame numbers computed this run
+    skipped: list = field(default_factory=list)  # frame numbers resumed (hash matched)
+    total: Optional[int] = None
+    elapsed_s: float = 0.0
+    settings_hash: str = ""
+    manifest: Dict[str, Any] = field(default_factory=dict)
+
+
+def settings_hash(settings: Dict[str, Any]) -> str:
+    """Stable 16-hex-digit SHA-256 of JSON-serialisable settings (key order irrelevant)."""
+    blob = json.dumps(settings, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def _real(p: os.PathLike) -> Path:
+    return Path(os.path.realpath(os.path.abspath(os.fspath(p))))
+
+
+def _is_within(child: Path, parent: Path) -> bool:
+    try:
+        child.relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def check_output_safe(out_dir: os.PathLike, inputs: Sequence[os.PathLike]) -> Path:
+    """Refuse an output folder that would write into or over an input.
+
+    Refused: ``out_dir`` equal to an input, an input (file or folder) inside
+    ``out_dir``, or ``out_dir`` inside an input folder (e.g. an image-sequence folder).
+    Symlinks are resolved first.
+
+    Returns:
+        The resolved output folder.
+
+    Raises:
+        JobError: naming both paths.
+    """
+    out = _real(out_dir)
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(os.fspath(inp))
+        if "%" in src.name or "#" in src.name:  # a sequence pattern: guard its folder
+            src = src.parent
+        src = _real(src)
+        if out == src or _is_within(src, out) or _is_within(out, src):
+            raise JobError(
+                f"refusing to write into or over the input: output folder {out} "
+                f"overlaps input {src}; choose another --out", file=out)
+    return out
+
+
+def prepare_output_dir(out_dir: os.PathLike) -> Path:
+    """Create ``out_dir`` (and parents) and prove it is writable with a probe file.
+
+    Raises:
+        JobError: the folder cannot be created or written (read-only, not a folder,
+            full disk), naming it.
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe_", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise JobError(f"output folder {out} is not writable ({_oserror_text(e)})", file=out) from e
+    return out
+
+
+def _oserror_text(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "no space left on device"
+    if e.errno == errno.EDQUOT:
+        return "disk quota exceeded"
+    if e.errno == errno.EFBIG:
+        return "file too large for the file system or size limit"
+    return e.strerror or str(e)
+
+
+class _Progress:
+    """JSON lines to ``stream`` (not a TTY) or a tqdm bar on stderr (TTY)."""
+
+    def __init__(self, total: Optional[int], stream: Optional[IO[str]], bar: Optional[bool], desc: str):
+        self.stream = stream if stream is not None else sys.stdout
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.use_bar = tty if bar is None else bar
+        self.emit_json = not tty
+        self.bar = None
+        if self.use_bar:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, unit="frame", file=sys.stderr)
+            except ImportError:  # pragma: no cover - tqdm is a dependency
+                self.bar = None
+
+    def event(self, **obj) -> None:
+        if self.emit_json:
+            self.stream.write(json.dumps(obj) + "\n")
+            self.stream.flush()
+
+    def step(self, n: int = 1) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _SignalGuard:
+    """First SIGINT/SIGTERM sets ``requested``; a second raises KeyboardInterrupt."""
+
+    def __init__(self):
+        self.requested = False
+        self._old = {}
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self._old[s] = signal.signal(s, self._handler)
+                except (ValueError, OSError):  # pragma: no cover
+                    pass
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def _write_manifest(out: Path, manifest: Dict[str, Any], frame: Optional[int]) -> None:
+    try:
+        contract.write_manifest(out, manifest)
+    except OSError as e:
+        for p in out.glob(".tmp_manifest*"):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+        raise JobError(f"cannot write {out / 'manifest.json'}: {_oserror_text(e)}",
+                       frame=frame, file=out / "manifest.json") from e
+
+
+def run_job(
+    out_dir: os.PathLike,
+    tasks: Iterable[Tuple[int, WorkFn]],
+    *,
+    settings: Dict[str, Any],
+    total: Optional[int] = None,
+    inputs: Sequence[os.PathLike] = (),
+    job: str = "job",
+    path_for: Optional[Callable[[int], Path]] = None,
+    manifest: Optional[Dict[str, Any]] = None,
+    read_hash: Optional[Callable[[Path], Optional[str]]] = None,
+    stream: Optional[IO[str]] = None,
+    progress_bar: Optional[bool] = None,
+    on_frame: Optional[Callable[[int, Dict[str, Any]], None]] = None,
+) -> JobResult:
+    """Run a frame job with progress, cancel, resume and atomic output.
+
+    Args:
+        out_dir: output folder (created if missing; checked writable).
+        tasks: iterable of ``(frame_number, work)``. It is consumed lazily, so it can
+            decode input as it goes. ``work(tmp_path, settings_hash)`` must write the
+            complete output file to ``tmp_path`` (same folder as the final file, so the
+            rename is atomic) and may return a dict of per-frame manifest fields.
+            Frames whose output is already valid are skipped *without* calling ``work``.
+        settings: everything that affects the output (JSON-serialisable); its
+            :func:`settings_hash` decides resume.
+        total: number of frames, for progress/ETA (``None`` if unknown).
+        inputs: input files/folders; the output may not overlap them.
+        job: job name recorded in the manifest (``decompose``, ``restyle``).
+        path_for: frame number -> final output path; default
+            :func:`backend.contract.frame_path` in ``out_dir``.
+        manifest: extra top-level manifest fields (e.g. source metadata). The runner
+            adds ``job``, ``settings``, ``settings_hash``, ``frames`` (list of
+            ``{"frame", "file", "settings_hash", ...}``) and ``complete``.
+        read_hash: optional ``path -> hash or None`` reading the hash stored in an
+            output file; used for resume in preference to the manifest.
+        stream: where JSON progress goes (default ``sys.stdout``).
+        progress_bar: force the tqdm bar on/off (default: when ``stream`` is a TTY).
+        on_frame: called as ``on_frame(frame_number, entry)`` after each written frame.
+
+    Returns:
+        :class:`JobResult`.
+
+    Raises:
+        JobError: unsafe or unwritable output, or a frame failed (message names file
+            and frame; no partial file is left).
+        JobCancelled: SIGINT/SIGTERM (complete frames stay on disk).
+    """
+    t0 = time.monotonic()
+    out = check_output_safe(out_dir, inputs)
+    out = prepare_output_dir(out)
+    path_for = path_for or (lambda n: contract.frame_path(out, n))
+    shash = settings_hash(settings)
+
+    old = contract.read_manifest(out) if (out / "manifest.json").exists() else {}
+    old_frames = {int(e["frame"]): e for e in old.get("frames", []) if "frame" in e}
+    frames: Dict[int, Dict[str, Any]] = {
+        n: e for n, e in old_frames.items() if e.get("settings_hash") == shash
+    }
+    man = dict(old) if old.get("settings_hash") == shash else {}
+    man.update(manifest or {})
+    man.update({"job": job, "settings": settings, "settings_hash": shash, "complete": False})
+
+    def frame_list():
+        return [frames[k] for k in sorted(frames)]
+
+    result = JobResult(out_dir=out, total=total, settings_hash=shash, manifest=man)
+    prog = _Progress(total, stream, progress_bar, job)
+    prog.event(event="start", job=job, total=total, out=str(out), settings_hash=shash)
+    done = 0
+    computed_time = 0.0
+    current = None
+    try:
+        with _SignalGuard() as guard:
+            for number, work in tasks:
+                current = number
+                if guard.requested:
+                    raise JobCancelled(len(result.written), number)
+                final = Path(path_for(number))
+                stored = None
+                if final.exists():
+                    if read_hash is not None:
+                        try:
+                            stored = read_hash(final)
+                        except Exception:
+                            stored = None
+                    if stored is None:
+                        stored = old_frames.get(number, {}).get("settings_hash")
+                done += 1
+                if final.exists() and stored == shash:
+                    result.skipped.append(number)
+                    frames.setdefault(number, {"frame": number, "file": final.name, "settings_hash": shash})
+                    prog.step()
+                    prog.event(event="progress", frame=number, done=done, total=total,
+                               fps=None, eta_s=None, skipped=True)
+                    continue
+                t1 = time.monotonic()
+                fd, tmp = tempfile.mkstemp(prefix=".tmp_" + final.stem + "_", suffix=final.suffix,
+                                           dir=final.parent)
+                os.close(fd)
+                tmp = Path(tmp)
+                try:
+                    info = work(tmp, shash) or {}
+                    if not tmp.exists() or tmp.stat().st_size == 0:
+                        raise JobError(f"job wrote nothing for frame {number} ({final})",
+                                       frame=number, file=final)
+                    os.replace(tmp, final)
+                except BaseException as e:
+                    try:
+                        tmp.unlink()
+                    except OSError:
+                        pass
+                    if isinstance(e, (JobError, JobCancelled)):
+                        raise
+                    if isinstance(e, KeyboardInterrupt):
+                        raise JobCancelled(len(result.written), number) from None
+                    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                                                              errno.EROFS, errno.EACCES, errno.EPERM):
+                        raise JobError(f"cannot write {final} (frame {number}): {_oserror_text(e)}",
+                                       frame=number, file=final) from e
+                    fname = getattr(e, "filename", None) or final
+                    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    raise JobError(f"frame {number} failed ({fname}): {type(e).__name__}: {msg}",
+                                   frame=number, file=fname) from e
+                entry = {"frame": number, "file": final.name, "settings_hash": shash}
+                entry.update(info)
+                frames[number] = entry
+                result.written.append(number)
+                man["frames"] = frame_list()
+                _write_manifest(out, man, number)
+                if on_frame is not None:
+                    on_frame(number, entry)
+                computed_time += time.monotonic() - t1
+                fps = len(result.written) / computed_time if computed_time > 0 else None
+                eta = None
+                if total is not None and fps:
+                    eta = round(max(0, total - done) / fps, 2)
+                prog.step()
+                prog.event(event="progress", frame=number, done=done, total=total,
+                           fps=None if fps is None else round(fps, 3), eta_s=eta, skipped=False)
+            if guard.requested:
+                raise JobCancelled(len(result.written), None)
+    except JobCancelled:
+        man["frames"] = frame_list()
+        try:
+            _write_manifest(out, man, current)
+        except JobError:
+            pass
+        raise
+    finally:
+        prog.close()
+    man["frames"] = frame_list()
+    man["complete"] = True
+    result.elapsed_s = time.monotonic() - t0
+    _write_manifest(out, man, None)
+    result.manifest = man
+    prog.event(event="done", job=job, written=len(result.written), skipped=len(result.skipped),
+               total=total, elapsed_s=round(result.elapsed_s, 3), out=str(out))
+    return result
