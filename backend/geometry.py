@@ -236,6 +236,8 @@ class TemporalDepthAligner:
                 both &= mask
             if self.prev_mask is not None:
                 both &= self.prev_mask
+            # pixels clipped to near/far in the previous frame carry no scale information
+            both &= (self.prev > self.near) & (self.prev < self.far)
             if both.sum() >= max(4, 0.05 * d.size):
                 s, t = align_scale_shift(d, self.prev, both)
                 if s > 0:
