@@ -1,0 +1,152 @@
+"""Headless use: ``blender -b [file.blend] --command gbuffer_editor decompose|restyle ...``.
+
+Registered with ``bpy.utils.register_cli_command`` (Blender 4.2+). The arguments are
+those of the backend CLI (``python -m backend decompose|restyle --help``) plus a few
+Blender-side options; the command blocks until the worker ends and returns its exit
+status: 0 done, 130 cancelled, 1 or 2 failed (reason on stderr).
+
+decompose INPUT --out DIR [backend options] [--setup] [--save FILE.blend]
+    Runs the decompose worker. ``--setup`` wires the result into the scene's compositor
+    (G-buffer Image node, "Material edits" frame, G-buffer output, Viewer); ``--save``
+    saves the .blend afterwards.
+
+restyle GBUFFER_DIR --prompt TEXT --out DIR [backend options] [--no-edits]
+        [--edited-dir DIR] [--save FILE.blend]
+    When the open .blend has a G-buffer setup (and no ``--no-edits``), its material edits
+    are rendered first: the setup is pointed at GBUFFER_DIR, the edited G-buffers go to
+    ``--edited-dir`` (default ``<DIR>/edited_gbuffer``) and that folder is restyled.
+    Otherwise GBUFFER_DIR goes to the worker unchanged.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import bpy
+
+COMMAND_ID = "gbuffer_editor"
+USAGE = __doc__.split("\n\n", 1)[1]
+
+_handle = None
+
+
+def _blender_options(subcommand: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"blender -b --command {COMMAND_ID} {subcommand}", add_help=False)
+    p.add_argument("--out", required=True)
+    p.add_argument("--save", default=None)
+    if subcommand == "decompose":
+        p.add_argument("--setup", action="store_true")
+    else:
+        p.add_argument("--no-edits", action="store_true")
+        p.add_argument("--edited-dir", default=None)
+    return p
+
+
+def _print_progress(ctl) -> None:
+    step = ctl.step
+    if step is None:
+        return
+    done, total = step.progress()
+    key = (ctl.index, done, total)
+    if key != getattr(ctl, "_last_printed", None):
+        ctl._last_printed = key
+        count = f" {done}/{total}" if total else ""
+        print(f"[gbuffer_editor] {ctl.label}: {step.label}{count}", flush=True)
+
+
+def _finish(ctl, save: Optional[str]) -> int:
+    from . import worker
+
+    if ctl.state == worker.DONE:
+        if save:
+            bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(save), check_existing=False)
+        print(f"[gbuffer_editor] {ctl.message}", flush=True)
+        return 0
+    print(f"[gbuffer_editor] {ctl.message}", file=sys.stderr, flush=True)
+    if ctl.state == worker.CANCELLED:
+        return worker.EXIT_CANCELLED
+    rc = ctl.returncode
+    return rc if rc not in (None, 0) else 1
+
+
+def run(argv: List[str]) -> int:
+    """Run ``decompose`` or ``restyle`` with backend-CLI arguments; blocks; returns the exit code."""
+    from . import worker
+    from .operators import backend_args, decompose, jobs, restyle
+
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    sub, rest = argv[0], list(argv[1:])
+    if sub not in ("decompose", "restyle"):
+        print(f"unknown subcommand {sub!r}; use decompose or restyle\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        opts, passthrough = _blender_options(sub).parse_known_args(rest)
+    except SystemExit as e:  # argparse reports the problem itself
+        return int(e.code or 2)
+    scene = bpy.context.scene
+    out = Path(os.path.abspath(opts.out))
+    prefs = backend_args.preferences()
+    env = backend_args.worker_environment(prefs)
+    python, _ = backend_args.worker_python(prefs)
+    try:
+        if sub == "decompose":
+            out.mkdir(parents=True, exist_ok=True)
+            argv_full = worker.backend_command("decompose", [*passthrough, "--out", str(out)], python=python)
+            ctl = decompose.decompose_job(scene, argv_full, out, wire=opts.setup, env=env)
+        else:
+            if not passthrough or passthrough[0].startswith("-"):
+                print("restyle: GBUFFER_DIR is required", file=sys.stderr)
+                return 2
+            gbuffer_dir = Path(os.path.abspath(passthrough[0]))
+            extra = passthrough[1:]
+            prompt = _take_option(extra, "--prompt")
+            if prompt is None:
+                print("restyle: --prompt is required", file=sys.stderr)
+                return 2
+            out.mkdir(parents=True, exist_ok=True)
+            tree = decompose.compositor.find_tree(scene)
+            has_setup = tree is not None and decompose.compositor.find_node(tree, "gbuffer") is not None
+            edited = None
+            if has_setup and not opts.no_edits:
+                decompose.wire_gbuffers(scene, gbuffer_dir)
+                edited = Path(os.path.abspath(opts.edited_dir)) if opts.edited_dir else out / restyle.EDITED_DIR
+            ctl = restyle.restyle_job(
+                scene, out, prompt=prompt, extra_args=extra, edited_dir=edited,
+                gbuffer_dir=gbuffer_dir, load=has_setup, prefs=prefs,
+            )
+    except (OSError, ValueError, LookupError, jobs.JobFailed) as e:
+        print(f"[gbuffer_editor] {e}", file=sys.stderr)
+        return 2
+    ctl.run_blocking(on_tick=_print_progress)
+    return _finish(ctl, opts.save)
+
+
+def _take_option(args: List[str], name: str) -> Optional[str]:
+    """Remove ``name VALUE`` (or ``name=VALUE``) from ``args``; return VALUE or ``None``."""
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+            del args[i : i + 2]
+            return value
+        if a.startswith(name + "="):
+            del args[i]
+            return a.split("=", 1)[1]
+    return None
+
+
+def register():
+    global _handle
+    if hasattr(bpy.utils, "register_cli_command"):
+        _handle = bpy.utils.register_cli_command(COMMAND_ID, run)
+
+
+def unregister():
+    global _handle
+    if _handle is not None:
+        bpy.utils.unregister_cli_command(_handle)
+        _handle = None

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Build the extension zips with Blender's own extension CLI (``./dev build``).
+
+Steps:
+
+1. Download the default-path wheels (``requirements-wheels.txt``) for every requested
+   platform and for Python 3.11 and 3.13 into ``wheels/<platform>/<python>/``
+   (git-ignored; skipped when already there for the same pins).
+2. Stage a copy of the source tree in a temporary folder, with the wheels in
+   ``wheels/`` and a manifest whose ``platforms`` and ``wheels`` lists are written here.
+   The committed ``blender_manifest.toml`` is never modified, so concurrent builds do
+   not race on it.
+3. Run ``blender_ext.py build --split-platforms`` (found inside the ``bpy`` package of
+   the running Python) and ``blender_ext.py validate`` on every zip produced.
+
+Usage: ``python tools/build_extension.py [--platforms linux-x64,windows-x64]
+[--output-dir dist] [--offline]``. Prints the paths of the zips, one a line.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+WHEELS_DIR = REPO / "wheels"
+REQUIREMENTS_WHEELS = REPO / "requirements-wheels.txt"
+
+#: Blender platform id -> pip ``--platform`` tags (pip does not expand manylinux_2_x).
+PLATFORM_TAGS: Dict[str, Sequence[str]] = {
+    "linux-x64": ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"),
+    "windows-x64": ("win_amd64",),
+    # av and onnxruntime publish macosx_14_0 wheels only: macOS 14+ on Apple Silicon.
+    "macos-arm64": ("macosx_14_0_arm64",),
+}
+#: Python 3.11: Blender 4.2 to 5.0. Python 3.13: Blender 5.1 and later.
+PYTHON_VERSIONS = ("3.11", "3.13")
+
+#: Top-level entries never copied into the staging folder (the manifest's
+#: ``paths_exclude_pattern`` filters the rest; this only avoids copying big folders).
+_PRUNE_TOP = {".git", "wheels", "dist", "tests", "training", "benchmarks", ".ci", "out",
+              "demo_output", "data", ".pytest_cache", "tools", "docs"}
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def blender_ext_path(python: str = sys.executable) -> Path:
+    """``bl_pkg/cli/blender_ext.py`` inside the ``bpy`` package installed for ``python``."""
+    if python == sys.executable:
+        spec = importlib.util.find_spec("bpy")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+    else:
+        out = subprocess.run(
+            [python, "-c", "import importlib.util as u; print(*u.find_spec('bpy').submodule_search_locations, sep='\\n')"],
+            check=True, capture_output=True, text=True)
+        roots = out.stdout.split()
+    for root in roots:
+        hits = sorted(glob.glob(os.path.join(root, "*", "scripts", "addons_core", "bl_pkg", "cli", "blender_ext.py")))
+        if hits:
+            return Path(hits[-1])
+    raise BuildError("bpy is not installed for {}: run ./dev setup".format(python))
+
+
+def _requirements_digest() -> str:
+    return hashlib.sha256(REQUIREMENTS_WHEELS.read_bytes()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Exclusive lock on ``path`` (POSIX; no-op elsewhere) so concurrent builds share the cache."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            import fcntl
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except ImportError:
+            pass
+        yield
+
+
+def download_wheels(platform: str, python_version: str, *, offline: bool = False) -> List[Path]:
+    """Download the pinned wheels for one platform and Python; return their paths (sorted).
+
+    Raises :class:`BuildError` when pip cannot find a wheel, or when ``offline`` and the
+    cache is missing or stale.
+    """
+    if platform not in PLATFORM_TAGS:
+        raise BuildError("unknown platform {!r}; known: {}".format(platform, ", ".join(PLATFORM_TAGS)))
+    dest = WHEELS_DIR / platform / ("cp" + python_version.replace(".", ""))
+    stamp = dest / ".requirements-sha256"
+    with _locked(WHEELS_DIR / ".lock"):
+        if not (stamp.exists() and stamp.read_text() == _requirements_digest()):
+            if offline:
+                raise BuildError("wheels for {} / Python {} are not downloaded ({}); run ./dev build once online"
+                                 .format(platform, python_version, dest))
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.mkdir(parents=True)
+            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                   "--only-binary=:all:", "--no-deps", "--python-version", python_version,
+                   "--dest", str(dest), "-r", str(REQUIREMENTS_WHEELS)]
+            for tag in PLATFORM_TAGS[platform]:
+                cmd += ["--platform", tag]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise BuildError("pip download failed for {} / Python {}:\n{}".format(
+                    platform, python_version, proc.stderr[-3000:]))
+            stamp.write_text(_requirements_digest())
+        wheels = sorted(dest.glob("*.whl"))
+    if any(w.name.lower().startswith(("numpy-", "torch-")) for w in wheels):
+        raise BuildError("numpy/torch must never be bundled: check requirements-wheels.txt")
+    return wheels
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _copy_tree(src_root: Path, dst_root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(src_root):
+        rel = Path(dirpath).relative_to(src_root)
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if d != "__pycache__" and not d.startswith(".venv")
+            and not (rel == Path(".") and d in _PRUNE_TOP)
+        )
+        for name in filenames:
+            if name.endswith(".pyc"):
+                continue
+            _link_or_copy(Path(dirpath) / name, dst_root / rel / name)
+
+
+def staged_manifest(text: str, platforms: Sequence[str], wheel_names: Sequence[str]) -> str:
+    """The manifest text with ``platforms`` replaced and a ``wheels`` list added."""
+    plat_line = "platforms = [{}]".format(", ".join('"{}"'.format(p) for p in platforms))
+    text, n = re.subn(r"(?m)^platforms\s*=\s*\[[^\]]*\]", plat_line, text)
+    if n != 1:
+        raise BuildError("blender_manifest.toml must have exactly one `platforms = [...]` line")
+    if re.search(r"(?m)^wheels\s*=", text):
+        raise BuildError("blender_manifest.toml must not list wheels: the build writes them")
+    wheels = "wheels = [\n{}]\n".format("".join('  "./wheels/{}",\n'.format(w) for w in wheel_names))
+    return text.replace(plat_line, plat_line + "\n\n" + wheels.rstrip("\n"), 1)
+
+
+def build(platforms: Sequence[str], output_dir: os.PathLike, *, offline: bool = False,
+          python_versions: Sequence[str] = PYTHON_VERSIONS) -> List[Path]:
+    """Build one validated zip per platform into ``output_dir``; return their paths."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    ext = blender_ext_path()
+    wheels: Dict[str, Path] = {}
+    for platform in platforms:
+        for py in python_versions:
+            for w in download_wheels(platform, py, offline=offline):
+                wheels[w.name] = w
+    with tempfile.TemporaryDirectory(prefix="gbuffer_stage_") as tmp:
+        stage = Path(tmp) / "gbuffer_editor"
+        _copy_tree(REPO, stage)
+        for name, path in wheels.items():
+            _link_or_copy(path, stage / "wheels" / name)
+        manifest = (REPO / "blender_manifest.toml").read_text()
+        (stage / "blender_manifest.toml").write_text(staged_manifest(manifest, platforms, sorted(wheels)))
+        before = set(output_dir.glob("*.zip"))
+        cmd = [sys.executable, str(ext), "build", "--split-platforms",
+               "--source-dir", str(stage), "--output-dir", str(output_dir)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError("blender_ext build failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+    zips = []
+    for platform in platforms:
+        matches = sorted(output_dir.glob("gbuffer_editor-*-{}.zip".format(platform.replace("-", "_"))))
+        if not matches:
+            raise BuildError("no zip for {} in {}:\n{}".format(platform, output_dir, proc.stdout[-2000:]))
+        zips.append(max(matches, key=lambda p: p.stat().st_mtime))
+    del before
+    for z in zips:
+        proc = subprocess.run([sys.executable, str(ext), "validate", str(z)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError("blender_ext validate failed for {}:\n{}{}".format(z, proc.stdout, proc.stderr))
+    return zips
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--platforms", default=",".join(PLATFORM_TAGS),
+                        help="comma-separated Blender platforms (default: %(default)s)")
+    parser.add_argument("--output-dir", default=str(REPO / "dist"))
+    parser.add_argument("--offline", action="store_true", help="use only wheels already in wheels/")
+    args = parser.parse_args(argv)
+    platforms = [p.strip() for p in args.platforms.split(",") if p.strip()]
+    try:
+        for z in build(platforms, args.output_dir, offline=args.offline):
+            print(z)
+    except BuildError as ex:
+        print("build_extension: " + str(ex), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
