@@ -13,7 +13,9 @@ Usage (from the repository root, with ``.venv``)::
 * Schedule: AdamW, cosine learning-rate decay over the *wall-time* budget
   (``--minutes``), stored in the checkpoint so ``--resume`` continues the schedule.
 * Checkpoints: ``last.pt`` every ``--ckpt-every`` steps (atomic), ``best.pt`` = lowest
-  loss on the held-out synthetic split (model selection never looks at real data).
+  loss on the held-out synthetic split at the time; at the end both are re-scored on
+  the final held-out split and the better becomes ``selected.pt`` (model selection
+  never looks at real data).
 * ``--real-every N`` additionally logs real-image depth scores (NYU, Open3D) for
   monitoring only; they are written to the log, not used for selection.
 * Log: ``OUT/log.jsonl`` (one JSON object per log line).
@@ -212,12 +214,22 @@ def main(argv=None):
             n = cache.refresh()
             if n:
                 print(f"added {n} frames: train {len(cache.train)} val {len(cache.val)}", flush=True)
-    v, vparts = validate(net, cache.val, hw)
-    if v < state["best_val"]:
-        state["best_val"], state["best_step"] = v, state["step"]
-        save(out / "best.pt")
+    cache.refresh()
+    v, vparts = validate(net, cache.val, hw, max_n=256)
     save(last)
+    # the held-out split grows while frames arrive: re-score best.pt on the final split
+    selected = "last"
+    if (out / "best.pt").exists():
+        final_state = dict(state)
+        ck = torch.load(out / "best.pt", map_location="cpu", weights_only=False)
+        net.load_state_dict(ck["model"])
+        vb, _ = validate(net, cache.val, hw, max_n=256)
+        if vb < v:
+            selected, v = "best", vb
+        state.update(final_state)
+    _atomic_save(torch.load(out / f"{selected}.pt", map_location="cpu", weights_only=False), out / "selected.pt")
     rec = {"done": True, "step": state["step"], "wall_s": round(state["elapsed"], 1), "val": v,
+           "selected": selected,
            "best_val": state["best_val"], "best_step": state["best_step"],
            "n_train": len(cache.train), "n_val": len(cache.val)}
     log.write(json.dumps(rec) + "\n")
