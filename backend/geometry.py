@@ -202,7 +202,9 @@ def normalise_relative_depth(
 class TemporalDepthAligner:
     """Keeps relative depth from pumping: each frame is scale/shift-aligned to the previous.
 
-    The first frame is mapped onto ``[near, far]`` by :func:`normalise_relative_depth`.
+    The first frame is mapped onto ``[near, near + surface_fraction * (far - near)]`` by
+    :func:`normalise_relative_depth` (the rest of the range is headroom, so surfaces
+    that recede later are not clipped into the sky value ``far``).
     Every later frame's raw prediction gets the ``(s, t)`` from :func:`align_scale_shift`
     against the previous *aligned* frame (over pixels that have a surface in both), then
     is clipped to ``[near, far]``. If the fit is degenerate (``s <= 0``) or covers too few
@@ -210,10 +212,12 @@ class TemporalDepthAligner:
 
     Args:
         near, far: target range (the contract's relative range).
+        surface_fraction: part of the range the first frame's surfaces span.
     """
 
-    def __init__(self, near: float, far: float):
+    def __init__(self, near: float, far: float, surface_fraction: float = 0.5):
         self.near, self.far = float(near), float(far)
+        self.first_far = self.near + float(surface_fraction) * (self.far - self.near)
         self.prev: Optional[np.ndarray] = None
         self.prev_mask: Optional[np.ndarray] = None
 
@@ -243,6 +247,6 @@ class TemporalDepthAligner:
                 if s > 0:
                     out = np.clip(s * d + t, self.near, self.far).astype(np.float32)
         if out is None:
-            out = normalise_relative_depth(d, self.near, self.far, mask)
+            out = normalise_relative_depth(d, self.near, self.first_far, mask)
         self.prev, self.prev_mask = out, mask
         return out

@@ -26,7 +26,8 @@ class TinyEstimator(Estimator):
     name = "tiny"
 
     def __init__(self, seed: int = 0, with_normals: bool = False, depth_kind: str = "relative",
-                 sky_threshold: float = 0.95, fail_on_call: int = -1, device=None):
+                 sky_threshold: float = 0.95, fail_on_call: int = -1, delay_s: float = 0.0,
+                 device=None):
         rng = np.random.default_rng(seed)
         self.w1 = rng.normal(0, 1, (3, 8)).astype(np.float32)
         self.b1 = rng.normal(0, 0.1, 8).astype(np.float32)
@@ -36,6 +37,7 @@ class TinyEstimator(Estimator):
         self.depth_kind = depth_kind
         self.sky_threshold = sky_threshold
         self.fail_on_call = fail_on_call
+        self.delay_s = delay_s
         self.calls = 0
         self.shapes = []
 
@@ -46,6 +48,10 @@ class TinyEstimator(Estimator):
     def predict(self, rgb):
         self.calls += 1
         self.shapes.append(rgb.shape)
+        if self.delay_s:
+            import time
+
+            time.sleep(self.delay_s)
         if self.calls == self.fail_on_call:
             raise RuntimeError("tiny estimator: simulated failure")
         f = np.tanh(rgb @ self.w1 + self.b1)
@@ -70,6 +76,8 @@ class TinyEstimator(Estimator):
 
 def register_tiny() -> None:
     register_estimator("tiny", lambda **kw: TinyEstimator(**kw))
+    register_estimator("tiny_slow", lambda **kw: TinyEstimator(delay_s=0.4, **kw))
+    register_estimator("tiny_fail2", lambda **kw: TinyEstimator(fail_on_call=2, **kw))
 
 
 def cli_cmd(*args) -> list:

@@ -1,0 +1,240 @@
+"""Decompose job end to end: contract output, resize, fill-ins, sky, resume, cancel, safety, CLI."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend import contract
+from backend.estimators.base import register_estimator
+from backend.jobs.decompose import decompose, parse_frames
+from backend.jobs.runner import JobError, run_job, settings_hash
+from decompose_util import TinyEstimator, cli_cmd, cli_env, register_tiny
+from footage_util import gradient_rgb, write_image, write_movie
+
+register_tiny()
+
+
+def _use(est: TinyEstimator, name="tiny_inst") -> str:
+    register_estimator(name, lambda **kw: est)
+    return name
+
+
+def _clip(tmp_path, n=4, h=40, w=56, name="clip.mp4"):
+    frames = []
+    for t in range(n):
+        f = gradient_rgb(h, w, 2 * t)
+        f[:6] = 255  # a white "sky" band (TinyEstimator gives it confidence 0)
+        frames.append(f)
+    return write_movie(tmp_path / name, frames, options={"crf": "1"})
+
+
+def test_parse_frames():
+    assert parse_frames("2-5") == (2, 5)
+    assert parse_frames("3-") == (3, None)
+    assert parse_frames("4") == (4, 4)
+    assert parse_frames(None) == (1, None)
+    for bad in ("0-3", "5-2", "a-b"):
+        with pytest.raises(ValueError):
+            parse_frames(bad)
+
+
+def test_decompose_writes_valid_contract_frames(tmp_path):
+    src = _clip(tmp_path)
+    est = TinyEstimator()
+    out = tmp_path / "out"
+    log = io.StringIO()
+    res = decompose(src, out, estimator=_use(est), max_size=32, stream=log)
+    assert res.written == [1, 2, 3, 4]
+    files = contract.list_frames(out)
+    assert list(files) == [1, 2, 3, 4]
+    assert est.shapes[0] == (23, 32, 3)  # processed at the capped size ...
+    fr = contract.read_frame(files[2], validate=True)
+    assert fr.shape == (40, 56)  # ... written at full size
+    m = fr.meta
+    assert m["contract_version"] == contract.CONTRACT_VERSION
+    assert m["estimator"] == "tiny_inst" and m["models"] == {"tiny-random": "seed0"}
+    assert m["depth_kind"] == "relative"
+    assert (m["depth_near"], m["depth_far"]) == (contract.RELATIVE_NEAR, contract.RELATIVE_FAR)
+    assert m["frame_index"] == 1 and m["timestamp"] == pytest.approx(0.1)
+    assert m["source"] == str(src) and m["source_colorspace"] == "sRGB"
+    assert len(m["intrinsics"]) == 4 and m["filled"] == ["normal"]
+    assert m["settings_hash"] == res.settings_hash
+    # sky band: confidence 0, depth = far, normal (0, 0, 1)
+    sky = fr.confidence == 0
+    assert sky[:5].all() and not sky[10:].any()
+    assert np.all(fr.depth[sky] == contract.RELATIVE_FAR)
+    np.testing.assert_array_equal(fr.normal[sky], np.broadcast_to([0, 0, 1], fr.normal[sky].shape))
+    assert fr.depth[~sky].min() >= 1.0 and fr.depth[~sky].max() < 100.0
+    # Combined is the linear source frame
+    assert fr.combined[..., 3].min() == 1.0 and 0.0 <= fr.combined[..., :3].min()
+    man = contract.read_manifest(out)
+    assert man["complete"] is True and man["job"] == "decompose"
+    assert man["source"]["width"] == 56 and man["source"]["n_frames"] == 4
+    assert [f["frame"] for f in man["frames"]] == [1, 2, 3, 4]
+    assert man["sky"]["normal"] == [0.0, 0.0, 1.0]
+    events = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert events[0]["event"] == "start" and events[-1]["event"] == "done"
+    prog = [e for e in events if e["event"] == "progress"]
+    assert [e["frame"] for e in prog] == [1, 2, 3, 4] and prog[-1]["done"] == prog[-1]["total"] == 4
+    assert all(set(e) >= {"fps", "eta_s"} for e in prog)
+
+
+def test_estimator_normals_used_and_metric_depth_kept(tmp_path):
+    src = _clip(tmp_path, n=2)
+    est = TinyEstimator(with_normals=True, depth_kind="metric")
+    out = tmp_path / "o"
+    decompose(src, out, estimator=_use(est), max_size=None, frames="2-2", stream=io.StringIO())
+    assert list(contract.list_frames(out)) == [2]
+    fr = contract.read_frame(contract.frame_path(out, 2), validate=True)
+    raw = est.predict(np.zeros((1, 1, 3), np.float32))  # noqa: F841 (exercise)
+    assert fr.meta["depth_kind"] == "metric" and fr.meta["filled"] == []
+    surf = fr.confidence > 0
+    assert fr.meta["depth_near"] == pytest.approx(fr.depth[surf].min(), rel=1e-6)
+    assert fr.meta["depth_far"] == pytest.approx(fr.depth[surf].max(), rel=1e-6)
+    assert fr.depth[surf].min() > 3.0  # metric depth untouched (tiny gives >= 3 m)
+
+
+def test_stabilize_records_flicker_and_lowers_it(tmp_path, footage):
+    out = tmp_path / "stab"
+    decompose(footage("boat"), out, estimator=_use(TinyEstimator(seed=1)), max_size=64,
+              frames="1-4", stabilize=True, strength=0.6, stream=io.StringIO())
+    man = contract.read_manifest(out)
+    assert man["settings"]["stabilize"] is True
+    assert man["flicker"]["stabilized"] < man["flicker"]["raw"]
+    assert "flicker" not in man["frames"][0] and "flicker" in man["frames"][1]
+    fr = contract.read_frame(contract.frame_path(out, 4), validate=True)
+    assert fr.shape == (448, 832)
+
+
+def test_resume_skips_matching_frames_and_recomputes_changed_settings(tmp_path):
+    src = _clip(tmp_path, n=3)
+    out = tmp_path / "r"
+    decompose(src, out, estimator=_use(TinyEstimator()), max_size=32, stream=io.StringIO())
+    mtimes = {n: p.stat().st_mtime_ns for n, p in contract.list_frames(out).items()}
+    est2 = TinyEstimator()
+    res = decompose(src, out, estimator=_use(est2), max_size=32, stream=io.StringIO())
+    assert res.skipped == [1, 2, 3] and res.written == [] and est2.calls == 0
+    assert {n: p.stat().st_mtime_ns for n, p in contract.list_frames(out).items()} == mtimes
+    # delete one frame: only that one is recomputed
+    contract.frame_path(out, 2).unlink()
+    est3 = TinyEstimator()
+    res = decompose(src, out, estimator=_use(est3), max_size=32, stream=io.StringIO())
+    assert res.written == [2] and res.skipped == [1, 3]
+    # different settings -> different hash -> everything recomputed
+    est4 = TinyEstimator(seed=5)
+    res = decompose(src, out, estimator=_use(est4), max_size=32, stream=io.StringIO())
+    assert res.written == [1, 2, 3] and est4.calls == 3
+    h = contract.read_frame(contract.frame_path(out, 1)).meta["settings_hash"]
+    assert h == res.settings_hash != ""
+
+
+def test_refuses_to_write_into_or_over_input(tmp_path):
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    for i in (1, 2):
+        write_image(seq / f"f_{i:04d}.png", gradient_rgb(8, 8, i))
+    for out in (seq, seq / "sub", tmp_path):
+        with pytest.raises(JobError, match="refusing to write into or over the input"):
+            decompose(seq, out, estimator="tiny", stream=io.StringIO())
+    clip = _clip(tmp_path, n=1, name="c.mp4")
+    with pytest.raises(JobError, match="refusing"):
+        decompose(clip, clip, estimator="tiny", stream=io.StringIO())
+    assert sorted(p.name for p in seq.iterdir()) == ["f_0001.png", "f_0002.png"]
+
+
+def test_runner_generic_api(tmp_path):
+    """The runner as the restyle job uses it: arbitrary files, custom names, per-frame info."""
+    out = tmp_path / "gen"
+    calls = []
+
+    def tasks():
+        for n in (1, 2, 3):
+            def work(tmp, shash, n=n):
+                calls.append(n)
+                tmp.write_text(f"{n} {shash}")
+                return {"value": n * 10}
+            yield n, work
+
+    log = io.StringIO()
+    res = run_job(out, tasks(), settings={"prompt": "fog"}, total=3, job="restyle",
+                  path_for=lambda n: out / f"img_{n:03d}.txt", stream=log)
+    h = settings_hash({"prompt": "fog"})
+    assert res.written == [1, 2, 3] and res.settings_hash == h
+    assert (out / "img_002.txt").read_text() == f"2 {h}"
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["frames"][1] == {"frame": 2, "file": "img_002.txt", "settings_hash": h, "value": 20}
+    calls.clear()
+    res = run_job(out, tasks(), settings={"prompt": "fog"}, total=3, job="restyle",
+                  path_for=lambda n: out / f"img_{n:03d}.txt", stream=io.StringIO())
+    assert calls == [] and res.skipped == [1, 2, 3]
+    assert not [p for p in out.iterdir() if p.name.startswith(".tmp")]
+
+
+# ------------------------------------------------------------------ CLI (subprocess)
+
+
+def _run(args, **kw):
+    return subprocess.run(cli_cmd(*args), env=cli_env(), capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_cli_decompose_boat_json_progress(tmp_path, footage):
+    out = tmp_path / "boat out"
+    p = _run(["decompose", footage("boat"), "--out", out, "--estimator", "tiny", "--max-size", "96",
+              "--frames", "1-3"])
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(l) for l in p.stdout.splitlines()]
+    assert [e["event"] for e in lines] == ["start", "progress", "progress", "progress", "done"]
+    assert lines[-1]["written"] == 3
+    assert list(contract.list_frames(out)) == [1, 2, 3]
+    assert contract.read_frame(contract.frame_path(out, 3), validate=True).shape == (448, 832)
+
+
+def test_cli_failure_names_file_and_frame(tmp_path):
+    src = _clip(tmp_path, n=3)
+    out = tmp_path / "f"
+    p = _run(["decompose", src, "--out", out, "--estimator", "tiny_fail2", "--max-size", "32"])
+    assert p.returncode == 1
+    err = json.loads(p.stdout.splitlines()[-1])
+    assert err["event"] == "error" and err["frame"] == 2 and err["file"] == str(src)
+    assert "frame 2" in err["message"] and str(src) in err["message"]
+    assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: ")
+    assert sorted(x.name for x in out.iterdir()) == ["gbuffer_0001.exr", "manifest.json"]
+    p = _run(["decompose", src, "--out", out, "--estimator", "nope"])
+    assert p.returncode == 2 and "unknown estimator 'nope'" in p.stderr
+
+
+def test_cli_sigterm_keeps_only_complete_frames_then_resumes(tmp_path):
+    src = _clip(tmp_path, n=8)
+    out = tmp_path / "c"
+    proc = subprocess.Popen(cli_cmd("decompose", src, "--out", out, "--estimator", "tiny_slow",
+                                    "--max-size", "32"),
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(json.loads(line))
+        if seen[-1]["event"] == "progress":
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    last = json.loads(rest.splitlines()[-1])
+    assert last["event"] == "cancelled"
+    done = contract.list_frames(out)
+    assert 1 <= len(done) < 8
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files
+    for p in done.values():
+        contract.read_frame(p, validate=True)  # every file complete
+    p = _run(["decompose", src, "--out", out, "--estimator", "tiny", "--max-size", "32"])
+    assert p.returncode == 0, p.stderr
+    prog = [json.loads(l) for l in p.stdout.splitlines()]
+    skipped = [e["frame"] for e in prog if e["event"] == "progress" and e["skipped"]]
+    assert skipped == sorted(done)
+    assert list(contract.list_frames(out)) == list(range(1, 9))
