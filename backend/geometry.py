@@ -183,12 +183,12 @@ def align_scale_shift(
 
 def normalise_relative_depth(
     depth: np.ndarray, near: float, far: float, mask: Optional[np.ndarray] = None,
-    lo_pct: float = 1.0, hi_pct: float = 99.0,
+    lo_pct: float = 1.0, hi_pct: float = 99.0, clip_max: Optional[float] = None,
 ) -> np.ndarray:
     """Map relative depth affinely onto ``[near, far]`` using robust percentiles.
 
     The ``lo_pct`` / ``hi_pct`` percentiles of the (masked) depth map to ``near`` /
-    ``far``; the result is clipped to ``[near, far]``. Larger input = farther.
+    ``far``; the result is clipped to ``[near, clip_max or far]``. Larger input = farther.
     """
     d = np.asarray(depth, dtype=np.float32)
     vals = d[mask] if mask is not None and mask.any() else d.ravel()
@@ -196,7 +196,7 @@ def normalise_relative_depth(
     if not hi > lo:
         return np.full_like(d, (near + far) / 2.0)
     out = near + (d - lo) * (far - near) / (hi - lo)
-    return np.clip(out, near, far).astype(np.float32)
+    return np.clip(out, near, far if clip_max is None else clip_max).astype(np.float32)
 
 
 class TemporalDepthAligner:
@@ -247,6 +247,6 @@ class TemporalDepthAligner:
                 if s > 0:
                     out = np.clip(s * d + t, self.near, self.far).astype(np.float32)
         if out is None:
-            out = normalise_relative_depth(d, self.near, self.first_far, mask)
+            out = normalise_relative_depth(d, self.near, self.first_far, mask, clip_max=self.far)
         self.prev, self.prev_mask = out, mask
         return out

@@ -73,7 +73,7 @@ def test_temporal_depth_aligner_removes_pumping():
     base = 1.0 + rng.random((24, 32)).astype(np.float32)
     al = g.TemporalDepthAligner(1.0, 100.0)
     first = al(base)
-    assert first.min() == 1.0 and first.max() == pytest.approx(50.5)  # headroom up to far
+    assert first.min() == 1.0 and 50.5 <= first.max() < 60  # 1st..99th pct -> 1..50.5, headroom above
     # the same scene predicted with a different (unknown) scale and shift: must not pump
     for s, t in [(2.0, 0.5), (0.3, 4.0), (7.0, -1.0)]:
         out = al(s * base + t)
