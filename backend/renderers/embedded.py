@@ -1,0 +1,366 @@
+"""The embedded renderer: deferred, physically based relighting of G-buffers (CPU, numpy).
+
+Input: a contract :class:`~backend.contract.GBufferFrame` (possibly edited) and a prompt
+parsed by :mod:`.prompt` into looks (:mod:`.looks`). Output: ``H x W x 3`` float32
+scene-linear Rec.709 RGB, finite, >= 0. Deterministic: no randomness except
+hash-based patterns seeded by the frame index; the same inputs give bit-identical
+output.
+
+Method (details and sources in ``docs/restyle.md`` and :mod:`.shading`):
+
+1. **Source shading** (intrinsic image model ``I = A * S``): ``S_src = Combined /
+   max(Albedo, 0.02)`` per channel (clipped to ``[0, 8]``). Its high-frequency part
+   ``D = lum(S_src) / lowpass(lum(S_src))`` is the texture/contact-shadow detail of the
+   footage; being a ratio it is unchanged by a global or smooth albedo edit.
+2. **Surface edits from the look:** rain (darker albedo, lower roughness, puddles on
+   up-facing surfaces), snow (white albedo on up-facing surfaces).
+3. **Light rig** in camera space: key directional light (GGX / Cook-Torrance specular,
+   Lambert or Burley diffuse, Blender Principled metallic workflow: ``F0 = mix(0.04,
+   albedo, metallic)``, diffuse ``*= 1 - metallic``, ``alpha = roughness^2``), a fill
+   light (diffuse), a hemisphere ambient from ``normal.y``, and an analytic environment
+   specular reflecting the hemisphere.
+4. **Relight** (ratio-image relighting): ``shading = (1 - k) * E_rig * D + k * S_src *
+   tint`` where ``k = source_light`` and ``tint`` is the look's mean irradiance over
+   daylight's; ``out = albedo * (1 - metallic) * shading + specular``.
+   With ``k > 0`` the ``k`` part reproduces the source pixel (it divides by the same
+   albedo it multiplies), so an albedo edit shows with weight ``1 - k``; use
+   ``source_light=0`` for edits to be fully proportional.
+5. **Media in screen space from depth:** underwater (downwelling filter, caustics on
+   up-facing surfaces, per-channel Beer-Lambert direct attenuation plus veiling light,
+   depth-growing blur) and fog (Koschmieder with uniform + exponential height fog and
+   forward in-scattering of the key light).
+6. **Post:** saturation, tint, exposure.
+
+Depth: metric depth is used in metres. Relative depth (``meta['depth_kind'] ==
+'relative'``, mapped onto ``[depth_near, depth_far]``) is normalised to ``[0, 1]`` and
+multiplied by each medium's ``*_extent_m`` (fog 150 m, water 20 m), so that the far
+plane always sits at the same optical depth and a look reads the same on any clip.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Dict, Optional, Union
+
+import numpy as np
+
+from ..contract import ContractError, GBufferFrame
+from . import shading as sh
+from .base import Renderer
+from .looks import DAYLIGHT, LookParams, average_irradiance, build_params
+from .prompt import parse_prompt
+
+F32 = np.float32
+ALBEDO_EPS = 0.02
+MAX_SOURCE_SHADING = 8.0
+#: detail is faded where log-depth departs from its local mean (1/e at 1/this)
+DETAIL_DEPTH_GATE = 25.0
+
+
+@dataclass
+class RenderLayers:
+    """Intermediate layers of one embedded render (all float32, scene-linear).
+
+    Attributes:
+        rgb: H x W x 3 final output (>= 0, finite).
+        surface: 3 x H x W (channel-first) lit surfaces before media and post (sky
+            pixels: the source sky times the look's sky gain).
+        diffuse: 3 x H x W diffuse part of ``surface`` (0 on sky pixels).
+        specular: 3 x H x W specular part of ``surface`` (key GGX + environment).
+        transmittance: 3 x H x W medium transmittance (fog x water), 1 = clear.
+        sky: H x W bool, pixels with no surface.
+        distance_m: H x W distance along the ray used by fog, in (look) metres.
+    """
+
+    rgb: np.ndarray
+    surface: np.ndarray
+    diffuse: np.ndarray
+    specular: np.ndarray
+    transmittance: np.ndarray
+    sky: np.ndarray
+    distance_m: np.ndarray
+
+
+@lru_cache(maxsize=64)
+def _params_for_prompt(prompt: str, overrides: tuple) -> LookParams:
+    return build_params(parse_prompt(prompt), **dict(overrides))
+
+
+def _hg(cos_t: np.ndarray, g: float) -> np.ndarray:
+    """Henyey-Greenstein phase relative to isotropic (1 = isotropic)."""
+    g2 = g * g
+    d = F32(1.0 + g2) - F32(2.0 * g) * cos_t
+    return F32(1.0 - g2) / (d * np.sqrt(d))
+
+
+class EmbeddedRenderer(Renderer):
+    """Deferred PBR relighting + atmosphere on CPU (numpy only).
+
+    Args:
+        fov_y_deg: vertical field of view used when ``frame.meta['intrinsics']`` is
+            missing (degrees).
+        **overrides: any :class:`~.looks.LookParams` field, applied after the looks
+            (e.g. ``source_light=0.0``, ``burley=True``, ``exposure=1.2``).
+
+    Raises:
+        TypeError: an override that is not a LookParams field.
+    """
+
+    name = "embedded"
+
+    def __init__(self, *, fov_y_deg: float = sh.DEFAULT_FOV_Y_DEG, **overrides):
+        fields = set(LookParams.__dataclass_fields__)
+        bad = sorted(set(overrides) - fields)
+        if bad:
+            raise TypeError(f"EmbeddedRenderer: unknown option(s) {bad}; "
+                            f"known: fov_y_deg, {', '.join(sorted(fields))}")
+        self.fov_y_deg = float(fov_y_deg)
+        self.overrides = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
+                          for k, v in overrides.items()}
+
+    # -- public API -----------------------------------------------------------------
+    def params(self, prompt: str) -> LookParams:
+        """Look parameters for ``prompt`` (raises :class:`.prompt.PromptError`)."""
+        return _params_for_prompt(prompt or "", tuple(sorted(self.overrides.items())))
+
+    def settings(self) -> Dict[str, object]:
+        return {"name": self.name, "version": 1, "fov_y_deg": self.fov_y_deg,
+                "overrides": {k: list(v) if isinstance(v, tuple) else v
+                              for k, v in sorted(self.overrides.items())}}
+
+    def describe(self, prompt: str) -> Dict[str, object]:
+        """The parsed looks and the full parameter set (for metadata)."""
+        return {"prompt": prompt,
+                "looks": [lk.to_json() for lk in parse_prompt(prompt or "")],
+                "params": self.params(prompt).to_json()}
+
+    def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
+               time_s: float = 0.0, prev: Optional[np.ndarray] = None) -> np.ndarray:
+        """Re-render one frame; see the module docstring for the method.
+
+        Returns:
+            H x W x 3 float32 scene-linear Rec.709, finite, >= 0.
+
+        Raises:
+            PromptError: prompt outside the vocabulary.
+            ContractError: arrays of the wrong shape.
+        """
+        return self.render_layers(frame, prompt, frame_index=frame_index, time_s=time_s).rgb
+
+    # -- implementation ---------------------------------------------------------------
+    def render_layers(self, frame: GBufferFrame, prompt: Union[str, LookParams], *,
+                      frame_index: int = 0, time_s: float = 0.0) -> RenderLayers:
+        """Render and return the intermediate layers (see :class:`RenderLayers`).
+
+        ``prompt`` may be a prompt string or ready :class:`~.looks.LookParams`.
+        """
+        p = prompt if isinstance(prompt, LookParams) else self.params(prompt)
+        h, w = frame.shape
+        for name, arr, c in (("Combined", frame.combined, (3, 4)), ("Normal", frame.normal, (3,)),
+                             ("Albedo", frame.albedo, (3,))):
+            if arr.ndim != 3 or arr.shape[:2] != (h, w) or arr.shape[2] not in c:
+                raise ContractError(f"pass {name}: shape {arr.shape} does not match depth {(h, w)}")
+        for name, arr in (("Metallic", frame.metallic), ("Roughness", frame.roughness)):
+            if arr.shape != (h, w):
+                raise ContractError(f"pass {name}: shape {arr.shape} does not match depth {(h, w)}")
+        meta = frame.meta or {}
+        planar, ray_len, view = sh.camera_rays(h, w, meta.get("intrinsics"), self.fov_y_deg)
+        one = F32(1.0)
+
+        src = sh.chw(frame.combined[..., :3])
+        albedo = np.clip(sh.chw(frame.albedo), 0.0, 1.0)
+        normal = sh.chw(frame.normal)
+        rough = np.clip(np.asarray(frame.roughness, dtype=F32), 0.0, 1.0)
+        metal = np.clip(np.asarray(frame.metallic, dtype=F32), 0.0, 1.0)
+        depth = np.asarray(frame.depth, dtype=F32)
+
+        # --- sky mask and distances ---------------------------------------------------
+        kind = str(meta.get("depth_kind", "relative"))
+        near = float(meta.get("depth_near", np.min(depth)))
+        far = float(meta.get("depth_far", np.max(depth)))
+        if not far > near:
+            far = near + 1.0
+        if frame.confidence is not None:
+            sky = np.asarray(frame.confidence) < 0.5
+        else:
+            sky = depth >= F32(far * (1.0 - 1e-4))
+        if kind == "metric":
+            unit = np.maximum(depth, F32(0.0))  # metres
+            fog_scale = water_scale = F32(1.0)
+        else:
+            unit = np.clip((depth - F32(near)) * F32(1.0 / (far - near)), 0.0, 1.0)
+            unit[sky] = 1.0
+            fog_scale, water_scale = F32(p.fog_extent_m), F32(p.water_extent_m)
+        ray_unit = unit * ray_len  # distance along the ray, in depth units
+
+        # --- source shading and detail --------------------------------------------
+        s_src = src / np.maximum(albedo, F32(ALBEDO_EPS))
+        np.clip(s_src, 0.0, MAX_SOURCE_SHADING, out=s_src)
+        detail = None
+        if p.detail > 0:
+            # normalised convolution over surface pixels only, so the sky does not
+            # leak into the local mean (halos at the horizon)
+            # and gated by depth: at depth discontinuities the ratio would halo
+            lum = sh.luminance(s_src)
+            surf = (~sky).astype(F32)
+            logd = np.log(np.maximum(depth, F32(1e-3)))
+            scale = max(2, int(round(w / 320)))
+            stack = sh.lowpass(np.stack([lum * surf, logd * surf, surf]), scale=scale, radius=1)
+            inv_m = F32(1.0) / np.maximum(stack[2], F32(1e-3))
+            base = stack[0] * inv_m
+            gate = np.exp(np.abs(logd - stack[1] * inv_m) * F32(-DETAIL_DEPTH_GATE))
+            detail = np.clip(lum / np.maximum(base, F32(1e-3)), 0.33, 3.0)
+            detail = one + (detail - one) * gate
+            if p.detail != 1.0:
+                detail = np.power(detail, F32(p.detail))
+
+        # --- surface edits from the look ------------------------------------------
+        ny = normal[1]
+        if p.snow > 0:
+            cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny), 0.0, 1.0)
+            albedo = albedo + (sh.col((0.9, 0.92, 0.95)) - albedo) * cover
+            rough = rough + (F32(0.55) - rough) * cover
+            metal = metal * (one - cover)
+        if p.wetness > 0:
+            wet = F32(p.wetness)
+            puddle = sh.smoothstep(0.6, 0.9, ny) * wet
+            albedo = albedo * (one - F32(0.45) * wet)
+            rough = rough * (one - F32(0.6) * wet) * (one - F32(0.9) * puddle)
+
+        # --- BRDF inputs ------------------------------------------------------------
+        n_dot_v = np.maximum(normal[0] * view[0] + normal[1] * view[1] + normal[2] * view[2],
+                             F32(1e-4))
+        alpha = rough * rough
+        alpha = np.sqrt(alpha * alpha + F32(0.02 * 0.02))  # light size / anti-aliasing
+        f0 = F32(0.04) + (albedo - F32(0.04)) * metal
+        diff_col = albedo * (one - metal)
+
+        key_dir = sh.normalize3(p.key_dir)
+        lam, spec_k = sh.directional_light(normal, view, n_dot_v, f0, alpha, key_dir,
+                                           roughness=rough, burley=p.burley)
+
+        # light filter for water (downwelling attenuation from the surface)
+        lf = np.ones(3)
+        if p.water > 0:
+            lf = (1.0 - p.water) + p.water * np.exp(-0.7 * np.asarray(p.water_atten) * p.water_depth_m)
+        light_filter = sh.col(lf)
+        key_rgb = sh.col(np.asarray(p.key_color) * p.key_intensity * lf)
+
+        key_term = lam
+        if p.water > 0 and p.caustics > 0:
+            depth_w = unit * water_scale
+            c = sh.caustics(planar[0] * depth_w, planar[2] * depth_w, time_s,
+                            scale=2.0 * math.pi / 0.9)
+            up = sh.smoothstep(0.2, 0.9, ny)
+            fade = np.exp(-(ray_unit * water_scale) * F32(1.0 / 8.0))
+            key_term = lam * (one + F32(2.5 * p.caustics * p.water) * c * up * fade)
+
+        sky_c = sh.col(np.asarray(p.sky_color) * lf)
+        gnd_c = sh.col(np.asarray(p.ground_color) * lf)
+        irr = key_rgb * key_term
+        irr += sh.hemisphere(ny, sky_c, gnd_c)
+        if p.fill_intensity > 0:
+            fill = np.maximum(sh.dot3(normal, sh.normalize3(p.fill_dir)), F32(0.0))
+            irr += sh.col(np.asarray(p.fill_color) * p.fill_intensity * lf) * fill
+        if detail is not None:
+            irr *= detail
+
+        k = min(max(p.source_light, 0.0), 1.0)
+        if k > 0:
+            tint = (np.asarray(average_irradiance(p)) / np.asarray(average_irradiance(DAYLIGHT))) * lf
+            shading = irr * F32(1.0 - k) + s_src * sh.col(tint * k)
+        else:
+            shading = irr
+        diffuse = diff_col * shading
+
+        # specular: key GGX + environment reflection of the hemisphere
+        ref_y = F32(2.0) * n_dot_v * ny - view[1]
+        env = sh.hemisphere(ref_y, sky_c, gnd_c)
+        specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v, rough, env)
+
+        sky_rgb = src * sh.col(p.sky_gain)
+        if p.sky_fill_amount > 0:
+            a = p.sky_fill_amount
+            sky_rgb = sky_rgb * F32(1.0 - a) + sh.col(np.asarray(p.sky_fill) * a)
+        surface = np.where(sky, sky_rgb, diffuse + specular)
+        if sky.any():
+            diffuse[:, sky] = 0.0
+            specular[:, sky] = 0.0
+
+        out = surface
+        trans = np.ones((3, h, w), dtype=F32)
+        level = float(np.mean(average_irradiance(p)) / np.mean(average_irradiance(DAYLIGHT)))
+
+        # --- underwater --------------------------------------------------------------
+        if p.water > 0:
+            dw = ray_unit * water_scale
+            t_direct = np.exp(sh.col(-np.asarray(p.water_atten)) * dw)
+            t_back = np.exp(sh.col(-np.asarray(p.water_back_atten)) * dw)
+            veil = sh.col(np.asarray(p.water_back) * level * 1.8 * lf / max(float(np.max(lf)), 1e-3))
+            wat = F32(p.water)
+            underwater = veil + (out - veil) * t_direct + veil * (t_direct - t_back)
+            out = out + (underwater - out) * wat if p.water < 1 else underwater
+            trans = trans * (one - wat + wat * t_direct)
+            if p.water_blur > 0:
+                scale = max(2, int(round(w / 160)))
+                blurred = sh.lowpass(out, scale=scale, radius=1)
+                wb = F32(p.water_blur * p.water) * (one - np.exp(dw * F32(-1.0 / 7.0)))
+                out = out + (blurred - out) * wb
+
+        # --- fog ---------------------------------------------------------------------
+        dist_fog = ray_unit * fog_scale
+        if p.fog_tau > 0:
+            beta = p.fog_tau / p.fog_extent_m
+            dir_y = planar[1] / ray_len
+            falloff = 1.0 / max(p.fog_falloff_frac * p.fog_extent_m, 1e-3)
+            tau_h = sh.height_fog_optical_depth(dist_fog, dir_y, beta, falloff)
+            tau = F32(beta * (1.0 - p.fog_height)) * dist_fog + F32(p.fog_height) * tau_h
+            t_fog = np.exp(-tau).astype(F32)
+            amb = (np.asarray(p.sky_color) + np.asarray(p.ground_color)) * 0.5 * lf
+            key_plain = np.asarray(p.key_color) * p.key_intensity * lf
+            air = sh.col(np.asarray(p.fog_color) * (amb * 1.6 + key_plain * 0.35))
+            if p.fog_sun > 0:
+                cos_t = -sh.dot3(view, key_dir)
+                glow = _hg(cos_t, 0.6) * F32(0.1 * p.fog_sun)
+                air = air + sh.col(key_plain) * glow
+            out = sh.koschmieder(out, t_fog, air)
+            trans = trans * t_fog
+
+        # --- rain streaks ----------------------------------------------------------------
+        if p.rain_streaks > 0:
+            streaks = _rain_streaks(h, w, frame_index, time_s)
+            out = out + sh.col(np.asarray(p.fog_color) * 0.25 * p.rain_streaks * level) * streaks
+
+        # --- post ----------------------------------------------------------------------
+        if p.saturation != 1.0:
+            lum = sh.luminance(out)
+            out = lum + (out - lum) * F32(p.saturation)
+        out = out * sh.col(np.asarray(p.tint) * p.exposure)
+        rgb = sh.hwc(out)
+        np.fmax(rgb, F32(0.0), out=rgb)  # fmax maps NaN to 0
+        np.minimum(rgb, F32(1e4), out=rgb)
+        return RenderLayers(rgb=rgb, surface=surface, diffuse=diffuse, specular=specular,
+                            transmittance=trans, sky=sky, distance_m=dist_fog.astype(F32))
+
+
+def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
+    """Falling, slightly slanted rain streaks in ``[0, 1]`` (H x W), hash-based, deterministic.
+
+    Built at quarter resolution: columns get a hashed phase and speed; a streak is the
+    short part of each column's period; the pattern moves with ``time_s`` (or the
+    frame index at 24 fps when ``time_s`` is 0).
+    """
+    t = time_s if time_s else frame_index / 24.0
+    hh, ww = max(h // 4, 1), max(w // 4, 1)
+    y = np.arange(hh, dtype=F32)[:, None]
+    x = np.arange(ww, dtype=F32)[None, :]
+    col = np.floor(x + y * F32(0.18))
+    hsh = np.sin(col * F32(12.9898)) * F32(43758.5453)
+    hsh = hsh - np.floor(hsh)
+    speed = F32(1.5) + hsh * F32(1.5)
+    v = y * F32(1.0 / 40.0) + F32(t) * speed + hsh * F32(7.0)
+    v = v - np.floor(v)
+    streak = ((v < F32(0.12)) & (hsh > F32(0.82))).astype(F32) * (F32(1.0) - v / F32(0.12))
+    return sh.upsample(streak, h, w)
+

@@ -1,0 +1,199 @@
+"""Prompt understanding for the embedded renderer: free text -> looks with strengths.
+
+The embedded renderer is a physically based shader, not a generative model, so it
+understands a small, closed vocabulary. :func:`parse_prompt` turns text such as
+``"light fog"``, ``"dense fog"``, ``"murky underwater at night"`` or ``"heavy rain at
+golden hour"`` into a tuple of :class:`Look` ``(name, strength)``.
+
+Grammar (case-insensitive, punctuation ignored)::
+
+    prompt   := { stopword | modifier* look }
+    modifier := intensity word ("light", "dense", "murky", ...) or "very" / "extremely"
+    look     := a look name or one of its synonyms ("mist" -> fog, "sea" -> underwater)
+
+A modifier applies to the next look in the text; a modifier that follows the last
+look applies to that look ("fog, dense"). A look named twice keeps its strongest
+strength. The result is sorted by :data:`LOOK_ORDER`, the order in which the renderer
+applies looks, so the same words in any order give the same result.
+
+Any other word raises :class:`PromptError`, whose message lists the vocabulary and
+points to the diffusion renderers (``--renderer controlnet``) for free-form prompts.
+
+Strength: ``1.0`` is the look as designed; intensity words scale it (``light`` 0.5,
+``dense`` 1.6, ...) and ``very`` multiplies the next modifier's distance from 1 by 1.5.
+Strengths are clipped to ``[0.1, 3.0]``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+#: order in which looks are applied (light rig, then surfaces, then media)
+LOOK_ORDER = ("golden_hour", "overcast", "night", "rain", "snow", "underwater", "fog")
+
+#: surface forms -> canonical look name (multi-word forms are matched first)
+SYNONYMS: Dict[str, str] = {
+    "fog": "fog", "foggy": "fog", "mist": "fog", "misty": "fog", "haze": "fog",
+    "hazy": "fog", "smog": "fog", "mistiness": "fog",
+    "underwater": "underwater", "under water": "underwater", "ocean": "underwater",
+    "sea": "underwater", "water": "underwater", "submerged": "underwater",
+    "undersea": "underwater", "aquatic": "underwater", "lake": "underwater",
+    "night": "night", "nighttime": "night", "night time": "night", "midnight": "night",
+    "moonlight": "night", "moonlit": "night", "dark": "night",
+    "golden hour": "golden_hour", "golden_hour": "golden_hour", "sunset": "golden_hour",
+    "sunrise": "golden_hour", "dusk": "golden_hour", "dawn": "golden_hour",
+    "evening": "golden_hour", "golden": "golden_hour",
+    "overcast": "overcast", "cloudy": "overcast", "clouds": "overcast",
+    "grey": "overcast", "gray": "overcast", "gloomy": "overcast",
+    "rain": "rain", "rainy": "rain", "raining": "rain", "wet": "rain", "storm": "rain",
+    "stormy": "rain", "drizzle": "rain", "downpour": "rain",
+    "snow": "snow", "snowy": "snow", "snowing": "snow", "winter": "snow",
+    "snowfall": "snow", "frost": "snow", "frosty": "snow",
+}
+
+#: intensity words -> strength multiplier
+INTENSITY: Dict[str, float] = {
+    "light": 0.5, "thin": 0.5, "slight": 0.4, "slightly": 0.4, "faint": 0.35,
+    "soft": 0.6, "subtle": 0.4, "little": 0.5, "bit": 0.5, "mild": 0.6, "weak": 0.5,
+    "moderate": 0.8, "medium": 0.8, "some": 0.7,
+    "dense": 1.6, "thick": 1.6, "heavy": 1.6, "strong": 1.5, "murky": 1.7,
+    "deep": 1.5, "dark": 1.4, "pea soup": 2.2, "intense": 1.6, "pouring": 1.8,
+    "torrential": 2.0, "hard": 1.5, "full": 1.3, "late": 1.3, "early": 0.7,
+}
+
+#: words that scale the next intensity word's effect (or the next look) by this factor
+INTENSIFIERS: Dict[str, float] = {"very": 1.5, "extremely": 2.0, "really": 1.3, "super": 1.5}
+
+#: words that are allowed and ignored
+STOPWORDS = frozenset(
+    "a an the with and at in on of by during under into look style scene shot "
+    "like time day".split()
+)
+
+MIN_STRENGTH, MAX_STRENGTH = 0.1, 3.0
+
+
+class PromptError(ValueError):
+    """The prompt contains words the embedded renderer does not understand.
+
+    Attributes:
+        unknown: the words not understood, in prompt order.
+    """
+
+    def __init__(self, unknown: List[str], prompt: str):
+        self.unknown = list(unknown)
+        self.prompt = prompt
+        looks = ", ".join(LOOK_ORDER)
+        syn = ", ".join(sorted(k for k in SYNONYMS if k not in LOOK_ORDER))
+        mods = ", ".join(sorted(INTENSITY) + sorted(INTENSIFIERS))
+        super().__init__(
+            f"the embedded renderer does not understand {', '.join(map(repr, unknown))} "
+            f"in prompt {prompt!r}. It understands the looks: {looks} "
+            f"(synonyms: {syn}); intensity words: {mods}; and ignores: "
+            f"{', '.join(sorted(STOPWORDS))}. For free-form prompts use a diffusion "
+            f"renderer: --renderer controlnet."
+        )
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look with its strength (1.0 = as designed, range [0.1, 3.0])."""
+
+    name: str
+    strength: float = 1.0
+
+    def to_json(self) -> Dict[str, object]:
+        return {"name": self.name, "strength": round(float(self.strength), 4)}
+
+
+def _tokenize(prompt: str) -> List[str]:
+    text = re.sub(r"[^a-z_ ]+", " ", prompt.lower().replace("-", " "))
+    return [t for t in text.split() if t]
+
+
+def _phrases() -> List[Tuple[Tuple[str, ...], str, str]]:
+    """(words, kind, key) for every multi/single-word form, longest first."""
+    out = []
+    for k in SYNONYMS:
+        out.append((tuple(k.split()), "look", k))
+    for k in INTENSITY:
+        out.append((tuple(k.split()), "intensity", k))
+    for k in INTENSIFIERS:
+        out.append((tuple(k.split()), "intensifier", k))
+    out.sort(key=lambda t: -len(t[0]))
+    return out
+
+
+def parse_prompt(prompt: str) -> Tuple[Look, ...]:
+    """Parse a prompt into looks.
+
+    Args:
+        prompt: free text, e.g. ``"murky underwater at night"``. An empty prompt gives
+            ``()`` (plain daylight relight).
+
+    Returns:
+        Tuple of :class:`Look` sorted by :data:`LOOK_ORDER`, one per look name.
+
+    Raises:
+        PromptError: for words outside the vocabulary (message lists the vocabulary).
+    """
+    tokens = _tokenize(prompt or "")
+    phrases = _phrases()
+    items: List[Tuple[str, str]] = []
+    unknown: List[str] = []
+    i = 0
+    while i < len(tokens):
+        for words, kind, key in phrases:
+            n = len(words)
+            if tuple(tokens[i:i + n]) == words:
+                # "dark" is a look (night) on its own but an intensity before a look
+                if key == "dark" and kind == "look":
+                    nxt = tokens[i + 1:i + 2]
+                    if nxt and any(nxt[0] == w[0] for w, kd, _ in phrases if kd == "look"):
+                        continue
+                items.append((kind, key))
+                i += n
+                break
+        else:
+            if tokens[i] not in STOPWORDS:
+                unknown.append(tokens[i])
+            i += 1
+    if unknown:
+        raise PromptError(unknown, prompt)
+
+    strengths: Dict[str, float] = {}
+    pending = 1.0
+    boost = 1.0
+    last = None
+    had_mod = False
+    for kind, key in items:
+        if kind == "intensifier":
+            boost *= INTENSIFIERS[key]
+        elif kind == "intensity":
+            m = INTENSITY[key]
+            pending *= max(1.0 + (m - 1.0) * boost, 0.05)
+            boost = 1.0
+            had_mod = True
+        else:
+            if boost != 1.0:  # "very fog"
+                pending *= boost
+            name = SYNONYMS[key]
+            s = float(min(max(pending, MIN_STRENGTH), MAX_STRENGTH))
+            strengths[name] = max(strengths.get(name, 0.0), s)
+            last = name
+            pending, boost, had_mod = 1.0, 1.0, False
+    if had_mod and last is not None:  # trailing modifier: "fog, dense"
+        s = float(min(max(strengths[last] * pending, MIN_STRENGTH), MAX_STRENGTH))
+        strengths[last] = s
+    return tuple(Look(n, round(strengths[n], 6)) for n in LOOK_ORDER if n in strengths)
+
+
+def vocabulary() -> Dict[str, List[str]]:
+    """The understood words, grouped (for UIs and error messages)."""
+    return {
+        "looks": list(LOOK_ORDER),
+        "synonyms": sorted(SYNONYMS),
+        "intensity": sorted(INTENSITY) + sorted(INTENSIFIERS),
+        "ignored": sorted(STOPWORDS),
+    }
