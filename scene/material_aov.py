@@ -1,0 +1,244 @@
+"""Inject shader AOVs that expose a material's base colour, metallic and roughness.
+
+For every material that the exported view layer can see we add, next to the
+surface BSDF, three ``Shader AOV Output`` nodes fed from *whatever feeds the BSDF
+inputs* (textures included), plus a constant "mask" AOV of 1 that tells the
+exporter which pixels carry material values (and lets it un-premultiply
+anti-aliased edges). :class:`MaterialAOVs` removes every node, and every
+view-layer AOV it added, on exit, so the .blend is left unchanged.
+
+Mapping from surface shaders to contract values (documented fallback):
+
+=============================  ===================  ==============  ==========
+surface shader (first found)   albedo               roughness       metallic
+=============================  ===================  ==============  ==========
+Principled BSDF                Base Color input     Roughness       Metallic
+Diffuse BSDF                   Color input          1.0 (no spec.)  0
+Glossy / Anisotropic BSDF      Color input          Roughness       1
+Glass / Refraction BSDF        Color input          Roughness       0
+Emission, Background, other    0.5 grey             0.5             0
+material without node tree     ``diffuse_color``    ``roughness``   ``metallic``
+=============================  ===================  ==============  ==========
+
+"First found" walks from the Material Output's Surface input through Mix/Add
+Shader nodes (and reroutes), depth first, first input first, and prefers a
+Principled BSDF anywhere in that walk over the other shader types. Objects
+with no material, or with a material that cannot be edited (linked from a
+library), have mask 0 and are given Blender's default surface: albedo 0.8,
+roughness 0.5, metallic 0.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import bpy
+
+#: view-layer AOV names (prefixed so they never clash with the user's AOVs)
+AOV_ALBEDO = "_gbx_albedo"
+AOV_METALLIC = "_gbx_metallic"
+AOV_ROUGHNESS = "_gbx_roughness"
+AOV_MASK = "_gbx_mask"
+AOVS = ((AOV_ALBEDO, "COLOR"), (AOV_METALLIC, "VALUE"), (AOV_ROUGHNESS, "VALUE"), (AOV_MASK, "VALUE"))
+
+#: values used where no material information exists (Blender's default surface)
+DEFAULT_ALBEDO = (0.8, 0.8, 0.8)
+DEFAULT_ROUGHNESS = 0.5
+DEFAULT_METALLIC = 0.0
+#: values for emission / unknown shaders
+UNKNOWN_ALBEDO = (0.5, 0.5, 0.5)
+UNKNOWN_ROUGHNESS = 0.5
+
+# shader node idname -> (colour input, roughness input or constant, metallic constant)
+_FALLBACK = {
+    "ShaderNodeBsdfDiffuse": ("Color", 1.0, 0.0),
+    "ShaderNodeBsdfGlossy": ("Color", "Roughness", 1.0),
+    "ShaderNodeBsdfAnisotropic": ("Color", "Roughness", 1.0),
+    "ShaderNodeBsdfGlass": ("Color", "Roughness", 0.0),
+    "ShaderNodeBsdfRefraction": ("Color", "Roughness", 0.0),
+}
+_PASS_THROUGH = {"ShaderNodeMixShader", "ShaderNodeAddShader", "NodeReroute"}
+
+
+def _shader_nodes(socket, seen=None) -> List[bpy.types.Node]:
+    """Shader nodes reachable upstream of ``socket`` through mix/add/reroute nodes."""
+    seen = set() if seen is None else seen
+    out = []
+    for link in socket.links:
+        if not link.is_valid or link.is_muted:
+            continue
+        node = link.from_node
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.bl_idname in _PASS_THROUGH:
+            for inp in node.inputs:
+                if inp.type == "SHADER" or node.bl_idname == "NodeReroute":
+                    out.extend(_shader_nodes(inp, seen))
+        else:
+            out.append(node)
+    return out
+
+
+def find_surface_bsdf(material) -> Optional[bpy.types.Node]:
+    """The BSDF node whose inputs define the material's G-buffer values.
+
+    Returns the first Principled BSDF reachable from the active Cycles material
+    output's Surface input, else the first Diffuse/Glossy/Glass-type BSDF, else
+    the first shader node found (emission, group, ...), else ``None``.
+    """
+    tree = material.node_tree
+    if tree is None:
+        return None
+    out = tree.get_output_node("CYCLES")
+    if out is None:
+        return None
+    nodes = _shader_nodes(out.inputs["Surface"])
+    for kind in ("ShaderNodeBsdfPrincipled", *_FALLBACK):
+        for n in nodes:
+            if n.bl_idname == kind:
+                return n
+    return nodes[0] if nodes else None
+
+
+def material_sources(material):
+    """How albedo, metallic and roughness of ``material`` are obtained.
+
+    Returns:
+        dict ``{"albedo": src, "metallic": src, "roughness": src}`` where each
+        ``src`` is either an input socket of the material's node tree (use its
+        link, or its default value) or a constant (tuple for colour, float).
+    """
+    if material.node_tree is None or not getattr(material, "use_nodes", True):
+        return {
+            "albedo": tuple(material.diffuse_color[:3]),
+            "metallic": float(material.metallic),
+            "roughness": float(material.roughness),
+        }
+    bsdf = find_surface_bsdf(material)
+    if bsdf is None:
+        return {"albedo": UNKNOWN_ALBEDO, "metallic": 0.0, "roughness": UNKNOWN_ROUGHNESS}
+    if bsdf.bl_idname == "ShaderNodeBsdfPrincipled":
+        return {
+            "albedo": bsdf.inputs["Base Color"],
+            "metallic": bsdf.inputs["Metallic"],
+            "roughness": bsdf.inputs["Roughness"],
+        }
+    if bsdf.bl_idname in _FALLBACK:
+        col, rough, metal = _FALLBACK[bsdf.bl_idname]
+        return {
+            "albedo": bsdf.inputs[col],
+            "metallic": float(metal),
+            "roughness": bsdf.inputs[rough] if isinstance(rough, str) else float(rough),
+        }
+    return {"albedo": UNKNOWN_ALBEDO, "metallic": 0.0, "roughness": UNKNOWN_ROUGHNESS}
+
+
+def _feed(tree, src, dst_socket, is_colour: bool) -> None:
+    """Make ``dst_socket`` carry ``src`` (a socket's link or value, or a constant)."""
+    if isinstance(src, bpy.types.NodeSocket):
+        live = [l for l in src.links if l.is_valid and not l.is_muted]
+        if live:
+            tree.links.new(live[0].from_socket, dst_socket)
+            return
+        val = src.default_value
+        if is_colour:
+            val = tuple(val)[:3] if hasattr(val, "__len__") else (float(val),) * 3
+            dst_socket.default_value = (*val, 1.0)
+        else:
+            dst_socket.default_value = float(val[0] if hasattr(val, "__len__") else val)
+        return
+    if is_colour:
+        dst_socket.default_value = (*tuple(src)[:3], 1.0)
+    else:
+        dst_socket.default_value = float(src)
+
+
+def _materials_in_use(scene, view_layer) -> List[bpy.types.Material]:
+    mats = {}
+    for ob in view_layer.objects if view_layer is not None else scene.objects:
+        for slot in getattr(ob, "material_slots", ()):
+            m = slot.material
+            if m is not None:
+                mats[m.name_full] = m
+    return list(mats.values())
+
+
+class MaterialAOVs:
+    """Context manager: inject the G-buffer AOVs into a scene, remove them on exit.
+
+    On enter it
+      * adds view-layer AOVs :data:`AOVS` (colour ``_gbx_albedo``; values
+        ``_gbx_metallic``, ``_gbx_roughness``, ``_gbx_mask``),
+      * adds four Shader AOV Output nodes to every editable node-based material
+        used by the view layer, linked from the sockets that feed the surface
+        BSDF (see module docstring), and temporarily enables nodes for none.
+
+    On exit it removes exactly the nodes (and so their links) and AOVs it added.
+    """
+
+    def __init__(self, scene, view_layer):
+        self.scene = scene
+        self.view_layer = view_layer
+        self._nodes: List[Tuple[bpy.types.Material, str]] = []
+        self._aovs: List[str] = []
+        self.injected: Dict[str, str] = {}  # material name -> shader kind used
+
+    def __enter__(self):
+        try:
+            existing = {a.name for a in self.view_layer.aovs}
+            for name, typ in AOVS:
+                if name in existing:
+                    continue
+                aov = self.view_layer.aovs.add()
+                aov.name = name
+                aov.type = typ
+                self._aovs.append(aov.name)
+            for mat in _materials_in_use(self.scene, self.view_layer):
+                self._inject(mat)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _inject(self, mat) -> None:
+        if mat.library is not None or mat.node_tree is None:
+            return
+        if not getattr(mat, "use_nodes", True):
+            return  # rendered without nodes: no AOV possible; mask stays 0
+        tree = mat.node_tree
+        out = tree.get_output_node("CYCLES")
+        if out is None:
+            return
+        src = material_sources(mat)
+        bsdf = find_surface_bsdf(mat)
+        self.injected[mat.name_full] = bsdf.bl_idname if bsdf is not None else "none"
+        x, y = out.location
+        for i, (name, key) in enumerate(
+            ((AOV_ALBEDO, "albedo"), (AOV_METALLIC, "metallic"), (AOV_ROUGHNESS, "roughness"), (AOV_MASK, None))
+        ):
+            node = tree.nodes.new("ShaderNodeOutputAOV")
+            node.name = f"_gbx_aov_{i}"
+            node.aov_name = name
+            node.location = (x, y - 200 * (i + 1))
+            self._nodes.append((mat, node.name))
+            if key is None:
+                node.inputs["Value"].default_value = 1.0
+            elif key == "albedo":
+                _feed(tree, src[key], node.inputs["Color"], True)
+            else:
+                _feed(tree, src[key], node.inputs["Value"], False)
+
+    def __exit__(self, *exc):
+        for mat, node_name in reversed(self._nodes):
+            tree = mat.node_tree
+            node = tree.nodes.get(node_name) if tree is not None else None
+            if node is not None:
+                tree.nodes.remove(node)
+        self._nodes.clear()
+        for name in reversed(self._aovs):
+            for aov in self.view_layer.aovs:
+                if aov.name == name:
+                    self.view_layer.aovs.remove(aov)
+                    break
+        self._aovs.clear()
+        return False

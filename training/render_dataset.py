@@ -1,0 +1,171 @@
+"""Render the procedural G-buffer training set with Cycles (CPU).
+
+Usage::
+
+    .venv/bin/python training/render_dataset.py --out training/data/procedural \
+        --count 2000 --seed 0 --res 192x144
+
+Scenes come from :mod:`scene.procedural`; each scene gives one clip of
+``--clip-len`` consecutive frames (a short camera move), written as contract
+frames ``gbuffer_NNNN.exr`` where ``NNNN = scene_id * clip_len + k + 1``.
+Frame headers carry ``depth_kind=metric``, intrinsics, the camera matrix and
+``procedural`` (scene id, clip frame, layout, world, ...).
+
+* Reproducible: scene ``i`` is built from ``numpy.random.default_rng([seed, i])``
+  and rendered with Cycles seed ``i``.
+* Resumable: clips whose frames all exist are skipped; a partly written clip is
+  re-rendered whole (the same frames come out).
+* ``Combined`` is scene-linear; per clip it is scaled by one exposure factor so
+  the median luminance of the clip's first frame lands in [0.06, 0.3] (scaling
+  linear light is the same as scaling every light source; recorded as
+  ``exposure_scale``).
+* ``READY`` (JSON: count, resolution, ...) is (re)written once at least
+  ``--ready-min`` frames exist.
+
+Suggested hold-out: clips with ``scene_id % 20 == 19``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _env():
+    for var in ("BLENDER_USER_RESOURCES", "XDG_CACHE_HOME"):
+        if var not in os.environ:
+            os.environ[var] = tempfile.mkdtemp(prefix=f"gbx_{var.lower()}_")
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".json", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--count", type=int, required=True, help="number of frames wanted")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--res", default="192x144", help="WIDTHxHEIGHT")
+    p.add_argument("--samples", type=int, default=16)
+    p.add_argument("--max-bounces", type=int, default=6)
+    p.add_argument("--clip-len", type=int, default=4)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-denoise", action="store_true")
+    p.add_argument("--ready-min", type=int, default=600)
+    p.add_argument("--first-scene", type=int, default=0)
+    p.add_argument("--kind", default=None, help="force a layout: room/outdoor/tabletop")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    _env()
+    import bpy  # noqa: F401  (after the environment is set)
+    import numpy as np
+
+    from backend import contract
+    from scene.export import GBufferRenderer
+    from scene.procedural import build_scene, camera_path
+
+    w, h = (int(v) for v in args.res.lower().split("x"))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    cache = out / ".textures"
+    cache.mkdir(exist_ok=True)
+    L = args.clip_len
+    n_scenes = math.ceil(args.count / L)
+    scene = bpy.context.scene
+    c = scene.cycles
+    scene.render.engine = "CYCLES"
+    c.max_bounces = args.max_bounces
+    c.diffuse_bounces = c.glossy_bounces = min(3, args.max_bounces)
+    c.transmission_bounces, c.transparent_max_bounces = 4, 4
+    c.caustics_reflective = c.caustics_refractive = False
+    c.use_adaptive_sampling = True
+    c.sample_clamp_indirect = 10.0
+    scene.render.film_transparent = False
+
+    def existing() -> int:
+        return len(contract.list_frames(out))
+
+    def ready():
+        n = existing()
+        if n >= args.ready_min:
+            _write_json_atomic(out / "READY", {
+                "count": n, "resolution": [w, h], "clip_len": L, "seed": args.seed,
+                "samples": args.samples, "denoise": not args.no_denoise,
+                "naming": "gbuffer_{scene_id*clip_len + k + 1:04d}.exr",
+                "holdout": "scene_id % 20 == 19", "updated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            })
+
+    for i in range(args.first_scene, n_scenes):
+        idx = [i * L + k + 1 for k in range(L)]
+        paths = [contract.frame_path(out, j) for j in idx]
+        if all(p.exists() for p in paths):
+            continue
+        lock = out / f".clip_{i:05d}.lock"
+        try:  # another renderer process may be on this clip
+            if lock.exists() and time.time() - lock.stat().st_mtime > 900:
+                lock.unlink()
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        t0 = time.time()
+        rng = np.random.default_rng([args.seed, i])
+        try:
+            info = build_scene(scene, rng, cache, kind=args.kind)
+            if scene.world is not None and hasattr(scene.world, "cycles"):
+                scene.world.cycles.sample_map_resolution = 256
+            mats = camera_path(rng, info["camera"] | {"loc": tuple(info["camera"]["loc"])}, L)
+            target = float(np.exp(rng.uniform(np.log(0.06), np.log(0.3))))
+            cam = scene.camera
+            t1 = time.time()
+            with GBufferRenderer(scene, resolution=(w, h), samples=args.samples,
+                                 denoise=not args.no_denoise, threads=args.threads, seed=i,
+                                 persistent_data=True) as gr:
+                scale = None
+                for k, (path, m) in enumerate(zip(paths, mats)):
+                    cam.matrix_world = m
+                    meta = {"procedural": {"scene_id": i, "clip_frame": k, "seed": args.seed, **info}}
+                    f = gr.render_frame(scene.frame_current, frame_index=k, meta_extra=meta)
+                    if scale is None:
+                        rgb = f.combined[..., :3]
+                        lum = rgb @ np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
+                        med = float(np.median(lum))
+                        scale = float(np.clip(target / max(med, 1e-6), 1e-4, 1e4))
+                    f.combined[..., :3] = np.clip(f.combined[..., :3] * scale, 0.0, 65000.0)
+                    f.meta["exposure_scale"] = scale
+                    contract.write_frame(path, f)
+            dt = time.time() - t1
+            print(json.dumps({"event": "clip", "scene_id": i, "layout": info["layout"], "world": info.get("world"),
+                              "build_s": round(t1 - t0, 2), "render_s_per_frame": round(dt / L, 2),
+                              "exposure_scale": round(scale, 4), "frames": existing()}), flush=True)
+        except Exception as e:  # keep going: one bad scene must not stop the dataset
+            print(json.dumps({"event": "error", "scene_id": i, "message": f"{type(e).__name__}: {e}"}), flush=True)
+            continue
+        finally:
+            try:
+                lock.unlink()
+            except OSError:
+                pass
+        ready()
+    ready()
+    print(json.dumps({"event": "done", "frames": existing()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
