@@ -364,11 +364,14 @@ class _MovieFootage(Footage):
                 kinds = sorted({s.type for s in self._container.streams}) or ["none"]
                 raise FootageError(f"{path}: no video stream (streams: {', '.join(kinds)})")
             self._stream = stream = vs[0]
-            stream.thread_type = "AUTO"
             cc = stream.codec_context
-            fmt = stream.format
-            if fmt is None or cc is None or not stream.codec_context.name:
-                raise FootageError(f"{path}: video codec is not supported by this FFmpeg build")
+            fmt = getattr(stream, "format", None) if cc is not None else None
+            if cc is None or fmt is None or not cc.name:
+                tag = getattr(getattr(stream, "codec_tag", None), "strip", lambda: "")() or "unknown"
+                raise FootageError(
+                    f"{path}: unsupported video codec ({tag}); FFmpeg in this build cannot decode it "
+                    "- convert the clip to H.264/ProRes/PNG frames first")
+            stream.thread_type = "AUTO"
             self._bits = max((c.bits for c in fmt.components), default=8)
             self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \
                 fmt.name.startswith(("yuva", "rgba", "bgra", "argb", "abgr", "gbrap", "ya"))

@@ -160,17 +160,16 @@ def decompose(
         raise ValueError(f"--max-size must be >= 1, got {max_size}")
     if stabilize and not 0.0 <= strength < 1.0:
         raise ValueError(f"stabilize strength must be in [0, 1), got {strength}")
-    opts = dict(estimator_options or {})
-    if device is not None:
-        opts["device"] = device
-    try:
-        est = get_estimator(estimator, **opts)
-    except TypeError:
-        opts.pop("device", None)
-        est = get_estimator(estimator, **opts)
-
-    src = open_footage(input_path, colorspace=colorspace)
+    src = open_footage(input_path, colorspace=colorspace)  # input errors before model loading
     with src:
+        opts = dict(estimator_options or {})
+        if device is not None:
+            opts["device"] = device
+        try:
+            est = get_estimator(estimator, **opts)
+        except TypeError:
+            opts.pop("device", None)
+            est = get_estimator(estimator, **opts)
         info = src.info
         W, H = info.width, info.height
         pw, ph = fit_long_side(W, H, max_size)
@@ -316,7 +315,7 @@ def decompose(
                     "source_file": sf.path,
                     "intrinsics_assumed": True,
                     "hfov_deg": hfov_deg,
-                    "sar": str(info.sar),
+                    "sar": f"{info.sar.numerator}/{info.sar.denominator}",
                     "rotation": info.rotation,
                     "filled": filled,
                     "processing_size": [pw, ph],

@@ -357,6 +357,9 @@ def run_job(
                                                               errno.EROFS, errno.EACCES, errno.EPERM):
                         raise JobError(f"cannot write {final} (frame {number}): {_oserror_text(e)}",
                                        frame=number, file=final) from e
+                    if "no space left on device" in str(e).lower():
+                        raise JobError(f"cannot write {final} (frame {number}): no space left on device",
+                                       frame=number, file=final) from e
                     fname = getattr(e, "filename", None) or final
                     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
                     raise JobError(f"frame {number} failed ({fname}): {type(e).__name__}: {msg}",
