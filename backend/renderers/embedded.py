@@ -56,6 +56,8 @@ ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (1/e at 1/this)
 DETAIL_DEPTH_GATE = 25.0
+#: linear albedo of fresh snow (slightly blue, high; Warren 1982 ~0.9 in the visible)
+SNOW_ALBEDO = (0.9, 0.91, 0.93)
 
 
 @dataclass
@@ -219,7 +221,7 @@ class EmbeddedRenderer(Renderer):
         ny = normal[1]
         if p.snow > 0:
             cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny), 0.0, 1.0)
-            albedo = albedo + (sh.col((0.9, 0.92, 0.95)) - albedo) * cover
+            albedo = albedo + (sh.col(SNOW_ALBEDO) - albedo) * cover
             rough = rough + (F32(0.55) - rough) * cover
             metal = metal * (one - cover)
         if p.wetness > 0:

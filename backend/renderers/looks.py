@@ -179,7 +179,7 @@ def _snow(p: LookParams, s: float) -> LookParams:
         key_color=_mix(p.key_color, (0.92, 0.96, 1.0), 0.5),
         fog_tau=p.fog_tau + 0.4 * s,
         fog_color=_mix(p.fog_color, (0.86, 0.89, 0.93), 0.6),
-        tint=_mix(p.tint, (0.95, 0.98, 1.04), min(s, 1.0)),
+        tint=_mix(p.tint, (0.98, 0.99, 1.0), min(s, 1.0)),
     )
 
 
