@@ -59,6 +59,13 @@ _FALLBACK = {
 _PASS_THROUGH = {"ShaderNodeMixShader", "ShaderNodeAddShader", "NodeReroute"}
 
 
+def uses_nodes(material) -> bool:
+    """Whether ``material`` renders from its node tree (always true in bpy >= 5.0)."""
+    if material.node_tree is None:
+        return False
+    return bpy.app.version >= (5, 0, 0) or bool(material.use_nodes)
+
+
 def _shader_nodes(socket, seen=None) -> List[bpy.types.Node]:
     """Shader nodes reachable upstream of ``socket`` through mix/add/reroute nodes."""
     seen = set() if seen is None else seen
@@ -108,7 +115,7 @@ def material_sources(material):
         ``src`` is either an input socket of the material's node tree (use its
         link, or its default value) or a constant (tuple for colour, float).
     """
-    if material.node_tree is None or not getattr(material, "use_nodes", True):
+    if not uses_nodes(material):
         return {
             "albedo": tuple(material.diffuse_color[:3]),
             "metallic": float(material.metallic),
@@ -203,7 +210,7 @@ class MaterialAOVs:
     def _inject(self, mat) -> None:
         if mat.library is not None or mat.node_tree is None:
             return
-        if not getattr(mat, "use_nodes", True):
+        if not uses_nodes(mat):
             return  # rendered without nodes: no AOV possible; mask stays 0
         tree = mat.node_tree
         out = tree.get_output_node("CYCLES")

@@ -144,7 +144,7 @@ class MaterialFactory:
     def _new(self, name):
         self.count += 1
         m = bpy.data.materials.new(f"{name}_{self.count}")
-        if hasattr(m, "use_nodes") and not m.use_nodes:
+        if bpy.app.version < (5, 0, 0):
             m.use_nodes = True
         tree = m.node_tree
         bsdf = next(n for n in tree.nodes if n.bl_idname == "ShaderNodeBsdfPrincipled")
@@ -460,7 +460,7 @@ def _world_hdr(rng, world, path, strength, rotation):
 def sky_types() -> List[str]:
     """Physical sky models available in this bpy (5.0: MULTIPLE/SINGLE_SCATTERING; 4.x: NISHITA)."""
     probe = bpy.data.worlds.new("_probe")
-    if hasattr(probe, "use_nodes") and not probe.use_nodes:
+    if bpy.app.version < (5, 0, 0):
         probe.use_nodes = True
     n = probe.node_tree.nodes.new("ShaderNodeTexSky")
     items = list(n.bl_rna.properties["sky_type"].enum_items.keys())
@@ -530,7 +530,7 @@ def _light_colour(rng):
 # layouts
 def _new_world(scene):
     w = bpy.data.worlds.new("world")
-    if hasattr(w, "use_nodes") and not w.use_nodes:
+    if bpy.app.version < (5, 0, 0):
         w.use_nodes = True
     scene.world = w
     return w
