@@ -58,6 +58,8 @@ MAX_SOURCE_SHADING = 8.0
 DETAIL_DEPTH_GATE = 25.0
 #: linear albedo of fresh snow (slightly blue, high; Warren 1982 ~0.9 in the visible)
 SNOW_ALBEDO = (0.9, 0.91, 0.93)
+#: spatial period of the caustic pattern on surfaces (metres)
+CAUSTIC_PERIOD_M = 0.9
 
 
 @dataclass
@@ -253,10 +255,16 @@ class EmbeddedRenderer(Renderer):
         if p.water > 0 and p.caustics > 0:
             depth_w = unit * water_scale
             c = sh.caustics(planar[0] * depth_w, planar[2] * depth_w, time_s,
-                            scale=2.0 * math.pi / 0.9)
+                            scale=2.0 * math.pi / CAUSTIC_PERIOD_M)
             up = sh.smoothstep(0.2, 0.9, ny)
-            fade = np.exp(-(ray_unit * water_scale) * F32(1.0 / 8.0))
-            key_term = lam * (one + F32(2.5 * p.caustics * p.water) * c * up * fade)
+            # fade with distance, and where one pixel covers more than ~1/4 of the
+            # pattern period on the surface (it would alias into stripes)
+            fx = sh.intrinsics_for(h, w, meta.get("intrinsics"), self.fov_y_deg)[0]
+            footprint = (ray_unit * water_scale) * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+            fade = np.exp(-(ray_unit * water_scale) * F32(1.0 / 8.0)) * np.clip(
+                F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
+            fade = fade * np.sqrt(n_dot_v)  # bands at grazing angles read as stripes
+            key_term = lam * (one + F32(1.8 * p.caustics * p.water) * c * up * fade)
 
         sky_c = sh.col(np.asarray(p.sky_color) * lf)
         gnd_c = sh.col(np.asarray(p.ground_color) * lf)
@@ -299,7 +307,7 @@ class EmbeddedRenderer(Renderer):
             dw = ray_unit * water_scale
             t_direct = np.exp(sh.col(-np.asarray(p.water_atten)) * dw)
             t_back = np.exp(sh.col(-np.asarray(p.water_back_atten)) * dw)
-            veil = sh.col(np.asarray(p.water_back) * level * 1.8 * lf / max(float(np.max(lf)), 1e-3))
+            veil = sh.col(np.asarray(p.water_back) * level * 1.5 * lf / max(float(np.max(lf)), 1e-3))
             wat = F32(p.water)
             underwater = veil + (out - veil) * t_direct + veil * (t_direct - t_back)
             out = out + (underwater - out) * wat if p.water < 1 else underwater

@@ -68,7 +68,7 @@ class LookParams:
     # underwater (Akkaynak & Treibitz 2018)
     water: float = 0.0            # 0..1 blend of the water medium
     water_atten: Vec = (0.42, 0.075, 0.05)   # per metre, direct signal (R fastest)
-    water_back: Vec = (0.012, 0.14, 0.20)    # veiling light colour B_inf
+    water_back: Vec = (0.006, 0.10, 0.19)    # veiling light colour B_inf
     water_back_atten: Vec = (0.30, 0.055, 0.04)  # per metre, backscatter build-up
     water_extent_m: float = 20.0
     water_depth_m: float = 4.0    # depth below the surface (downwelling filter)
@@ -95,6 +95,7 @@ class LookParams:
 
 
 DAYLIGHT = LookParams()
+DAYLIGHT_WATER_BACK = DAYLIGHT.water_back
 
 
 def _golden_hour(p: LookParams, s: float) -> LookParams:
@@ -185,18 +186,21 @@ def _snow(p: LookParams, s: float) -> LookParams:
 
 def _underwater(p: LookParams, s: float) -> LookParams:
     murk = max(s - 1.0, 0.0)  # "murky", "deep": more turbid, greener
+    lvl = sum(p.sky_color) / sum(DAYLIGHT.sky_color)
     turb = 1.0 + 1.2 * murk
     return replace(
         p,
         water=1.0 if s >= 0.5 else 2.0 * s,
         water_atten=(0.42 * s ** 0.5 * turb, 0.075 * turb, 0.05 * turb ** 1.3),
-        water_back=_mix((0.012, 0.14, 0.20), (0.03, 0.16, 0.12), min(murk, 1.0)),
+        water_back=_mix(DAYLIGHT_WATER_BACK, (0.03, 0.14, 0.11), min(murk, 1.0)),
         water_back_atten=(0.30 * turb, 0.06 * turb, 0.045 * turb),
         water_depth_m=3.0 + 3.0 * s,
         key_dir=_norm((0.1, 1.0, 0.25)),
         key_intensity=p.key_intensity * 1.0,
-        sky_color=_mix(p.sky_color, (0.55, 0.75, 0.8), 0.7),
-        ground_color=_mix(p.ground_color, (0.1, 0.2, 0.22), 0.7),
+        # keep the light level set by earlier looks (night stays dark under water)
+        sky_color=_mix(p.sky_color, tuple(c * lvl for c in (0.55, 0.75, 0.8)), 0.7),
+        ground_color=_mix(p.ground_color, tuple(c * lvl for c in (0.1, 0.2, 0.22)), 0.7),
+        exposure=p.exposure * 0.85,
         source_light=p.source_light * 0.8,
         caustics=0.9 / turb,
         water_blur=min(1.0, 0.5 * s),

@@ -1,0 +1,445 @@
+"""Restyle job: a G-buffer contract sequence + a prompt -> re-rendered frames and previews.
+
+Output folder layout (``--out DIR``; it may not be, contain or lie inside the input)::
+
+    DIR/restyle_NNNN.exr      scene-linear Rec.709 RGBA, single part, half float, ZIP;
+                              NNNN = the input frame number (gbuffer_NNNN.exr). A is the
+                              source Combined alpha. Header: restyle/prompt,
+                              restyle/looks (JSON), restyle/renderer (JSON settings),
+                              restyle/settings_hash, restyle/source_frame,
+                              gbuffer/contract_version.
+    DIR/preview/restyle_NNNN.png   sRGB 8-bit preview (soft highlight shoulder,
+                              :func:`backend.renderers.shading.preview_8bit`).
+    DIR/preview.mp4           H.264 yuv420p preview of all frames in the folder (odd
+                              sizes padded by edge replication to even).
+    DIR/manifest.json         job, settings (+ hash), prompt, looks, renderer parameters,
+                              per-frame entries, the preview paths and a flicker metric.
+
+Progress (JSON lines), cancel (SIGINT/SIGTERM keeps only complete frames) and resume
+(frames whose EXR carries the current settings hash are skipped) come from the shared
+runner :func:`backend.jobs.runner.run_job`, exactly as for ``decompose``. The settings
+hash covers the prompt, the renderer settings and a digest of the input files (name,
+size, mtime), so re-running after editing the G-buffers re-renders.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+import numpy as np
+
+from .. import contract
+from ..renderers.base import get_renderer
+from .runner import JobError, check_output_safe, run_job
+
+DEFAULT_RENDERER = "embedded"
+OUT_PREFIX = "restyle_"
+PREVIEW_DIR = "preview"
+MP4_NAME = "preview.mp4"
+HEADER = "restyle/"
+DEFAULT_FPS = Fraction(24)
+FLICKER_MAX_SIDE = 320
+
+
+def output_path(out_dir: os.PathLike, number: int) -> Path:
+    """``DIR/restyle_NNNN.exr`` for input frame ``number``."""
+    return contract.frame_path(out_dir, number, prefix=OUT_PREFIX)
+
+
+def preview_path(out_dir: os.PathLike, number: int) -> Path:
+    """``DIR/preview/restyle_NNNN.png``."""
+    return Path(out_dir) / PREVIEW_DIR / f"{OUT_PREFIX}{number:0{contract.FRAME_DIGITS}d}.png"
+
+
+def parse_frames(spec: Optional[str]):
+    """``"A-B"`` -> ``(A, B or None)`` (same syntax as ``decompose --frames``)."""
+    from .decompose import parse_frames as _pf
+
+    return _pf(spec)
+
+
+def read_settings_hash(path: Path) -> Optional[str]:
+    """Settings hash stored in a restyle EXR header, or None."""
+    import OpenEXR
+
+    with OpenEXR.File(str(path), header_only=True) as f:
+        v = f.header().get(HEADER + "settings_hash")
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarray] = None,
+                   header: Optional[Dict[str, Any]] = None) -> Path:
+    """Write scene-linear RGB(A) as a single-part half-float EXR (R, G, B, A channels).
+
+    Args:
+        path: destination (written directly; callers pass a temporary path).
+        rgb: ``H x W x 3`` float32 scene-linear Rec.709.
+        alpha: ``H x W`` in [0, 1] (default 1).
+        header: extra attributes; non-strings are stored as JSON text.
+    """
+    import OpenEXR
+
+    h, w = rgb.shape[:2]
+    a = np.ones((h, w), np.float32) if alpha is None else alpha
+    rgb16 = np.clip(rgb, 0.0, 65000.0).astype(np.float16)
+    chans = {c: np.ascontiguousarray(rgb16[..., i]) for i, c in enumerate("RGB")}
+    chans["A"] = np.ascontiguousarray(np.clip(a, 0.0, 1.0).astype(np.float16))
+    hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    for k, v in (header or {}).items():
+        hdr[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    with OpenEXR.File(hdr, chans) as f:
+        f.write(str(path))
+    return Path(path)
+
+
+def read_rgba_exr(path: os.PathLike) -> np.ndarray:
+    """Read a restyle EXR back as ``H x W x 3`` float32 RGB."""
+    chans, _ = contract.read_channels(path)
+    return np.stack([chans[c].astype(np.float32) for c in "RGB"], axis=-1)
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + path.stem, suffix=path.suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_png(path: os.PathLike, rgb_linear: np.ndarray) -> Path:
+    """sRGB 8-bit PNG preview of a scene-linear frame, written atomically."""
+    import cv2
+
+    from ..renderers.shading import preview_8bit
+
+    ok, buf = cv2.imencode(".png", preview_8bit(rgb_linear)[..., ::-1])
+    if not ok:
+        raise OSError(f"PNG encoding failed for {path}")
+    _atomic_bytes(Path(path), buf.tobytes())
+    return Path(path)
+
+
+def write_mp4(path: os.PathLike, frames: Iterable[np.ndarray], fps=DEFAULT_FPS, crf: int = 18) -> Path:
+    """Encode sRGB uint8 ``H x W x 3`` frames to H.264 yuv420p MP4 (PyAV), atomically.
+
+    Odd widths/heights are padded by one replicated row/column (yuv420p needs even
+    sizes). Raises ValueError when ``frames`` is empty.
+    """
+    import av
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_preview", suffix=".mp4", dir=path.parent)
+    os.close(fd)
+    n = 0
+    try:
+        with av.open(tmp, mode="w", format="mp4") as box:
+            stream = None
+            for img in frames:
+                h, w = img.shape[:2]
+                ph, pw = h % 2, w % 2
+                if ph or pw:
+                    img = np.pad(img, ((0, ph), (0, pw), (0, 0)), mode="edge")
+                if stream is None:
+                    stream = box.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+                    stream.width, stream.height = img.shape[1], img.shape[0]
+                    stream.pix_fmt = "yuv420p"
+                    stream.options = {"crf": str(crf), "preset": "veryfast"}
+                    size = img.shape[:2]
+                elif img.shape[:2] != size:
+                    raise ValueError(f"preview frames change size: {img.shape[:2]} vs {size}")
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+                for pkt in stream.encode(frame):
+                    box.mux(pkt)
+                n += 1
+            if stream is None:
+                raise ValueError("no frames to encode")
+            for pkt in stream.encode():
+                box.mux(pkt)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _inputs_digest(files: List[Path]) -> str:
+    h = hashlib.sha256()
+    for p in files:
+        st = p.stat()
+        h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
+
+
+def _source_fps(gb_manifest: Dict[str, Any]) -> Fraction:
+    src = gb_manifest.get("source") or {}
+    try:
+        return Fraction(str(src.get("fps"))) if src.get("fps") else DEFAULT_FPS
+    except (ValueError, ZeroDivisionError):
+        return DEFAULT_FPS
+
+
+def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Dict[int, Path]) -> Optional[Dict[str, Any]]:
+    """Temporal flicker of the result: mean absolute warping error on consistent pixels.
+
+    Flow is computed on the *source* frames (Combined pass, DIS, downscaled so the long
+    side is at most ``FLICKER_MAX_SIDE``), consecutive frames only; the previous output
+    is warped into the current one and compared on flow-consistent pixels
+    (forward-backward check, :mod:`backend.temporal`). Reported for the output and
+    for the source itself (the floor a steady re-render can reach).
+    """
+    import cv2
+
+    from .. import temporal
+    from ..renderers.shading import linear_to_srgb
+
+    numbers = sorted(numbers)
+    rows = []
+    prev = None
+    for n in numbers:
+        if n not in gbuffer_files or not output_path(out_dir, n).exists():
+            prev = None
+            continue
+        src = contract.read_frame(gbuffer_files[n]).combined[..., :3]
+        out = read_rgba_exr(output_path(out_dir, n))
+        h, w = out.shape[:2]
+        s = min(1.0, FLICKER_MAX_SIDE / max(h, w))
+        size = (max(1, round(w * s)), max(1, round(h * s)))
+        src = cv2.resize(src, size, interpolation=cv2.INTER_AREA)
+        out = linear_to_srgb(cv2.resize(out, size, interpolation=cv2.INTER_AREA))
+        src_s = linear_to_srgb(src)
+        if prev is not None and prev[0] == n - 1:
+            pair = temporal.FlowPair.compute(prev[1], src)
+            if pair.mask.any():
+                e_out = np.abs(out - temporal.warp(prev[2], pair.back)).mean(-1)[pair.mask].mean()
+                e_src = np.abs(src_s - temporal.warp(prev[3], pair.back)).mean(-1)[pair.mask].mean()
+                rows.append((n, float(e_out), float(e_src)))
+        prev = (n, src, out, src_s)
+    if not rows:
+        return None
+    return {
+        "metric": "mean absolute warping error of sRGB [0,1] output on flow-consistent pixels "
+                  "(DIS flow on the source frames, consecutive frames); lower is steadier",
+        "output": float(np.mean([r[1] for r in rows])),
+        "source": float(np.mean([r[2] for r in rows])),
+        "per_frame": {str(r[0]): round(r[1], 6) for r in rows},
+    }
+
+
+def restyle(
+    gbuffer_dir: os.PathLike,
+    out_dir: os.PathLike,
+    prompt: str = "",
+    *,
+    renderer: str = DEFAULT_RENDERER,
+    renderer_options: Optional[Dict[str, Any]] = None,
+    frames: Optional[str] = None,
+    previews: bool = True,
+    mp4: bool = True,
+    flicker: bool = True,
+    stream=None,
+    progress_bar: Optional[bool] = None,
+):
+    """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
+
+    Args:
+        gbuffer_dir: folder of ``gbuffer_NNNN.exr`` contract frames (possibly edited).
+        out_dir: output folder; refused if it overlaps ``gbuffer_dir``.
+        prompt: the look (embedded renderer: see :mod:`backend.renderers.prompt`).
+        renderer: registry name (``embedded``, ``controlnet``).
+        renderer_options: keyword options for the renderer factory.
+        frames: ``"A-B"`` input frame numbers (inclusive), default all.
+        previews, mp4, flicker: write PNG previews / the MP4 / the flicker metric.
+
+    Returns:
+        :class:`backend.jobs.runner.JobResult`.
+
+    Raises:
+        JobError: unsafe output, unreadable input (naming file and frame), write failure.
+        JobCancelled: SIGINT/SIGTERM.
+        ValueError: no frames in range, bad ``--frames``, or a prompt the renderer does
+            not understand (:class:`backend.renderers.prompt.PromptError`).
+    """
+    gbuffer_dir = Path(gbuffer_dir)
+    out_dir = Path(out_dir)
+    if not gbuffer_dir.is_dir():
+        raise JobError(f"G-buffer folder {gbuffer_dir} does not exist or is not a folder", file=gbuffer_dir)
+    check_output_safe(out_dir, [gbuffer_dir])
+    first, last = parse_frames(frames)
+    all_files = contract.list_frames(gbuffer_dir)
+    if not all_files:
+        raise JobError(f"no G-buffer frames ({contract.FILE_PREFIX}NNNN.exr) in {gbuffer_dir}",
+                       file=gbuffer_dir)
+    files = {n: p for n, p in all_files.items() if n >= first and (last is None or n <= last)}
+    if not files:
+        raise ValueError(f"--frames {frames}: no frames in range; {gbuffer_dir} has "
+                         f"{min(all_files)}-{max(all_files)}")
+
+    options = dict(renderer_options or {})
+    rend = get_renderer(renderer, **options)
+    describe = getattr(rend, "describe", None)
+    look_info = describe(prompt) if describe else {"prompt": prompt}  # validates the prompt early
+    gb_manifest = contract.read_manifest(gbuffer_dir)
+    fps = _source_fps(gb_manifest)
+
+    settings = {
+        "prompt": prompt,
+        "renderer": rend.settings(),
+        "inputs": _inputs_digest([all_files[n] for n in sorted(all_files)]),
+        "output_format": "rgba-half-v1",
+    }
+    state: Dict[str, Any] = {"prev": None, "prev_n": None}
+
+    def tasks():
+        for n, path in files.items():
+            def work(tmp_path: Path, shash: str, n=n, path=path):
+                try:
+                    frame = contract.read_frame(path)
+                except contract.ContractError as e:
+                    raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
+                prev = state["prev"] if state["prev_n"] == n - 1 else None
+                if prev is None and output_path(out_dir, n - 1).exists():
+                    try:
+                        prev = read_rgba_exr(output_path(out_dir, n - 1))
+                    except Exception:
+                        prev = None
+                t = frame.meta.get("timestamp")
+                time_s = float(t) if isinstance(t, (int, float)) and (t or n == 1) else (n - 1) / float(fps)
+                try:
+                    rgb = rend.render(frame, prompt, frame_index=n - 1, time_s=time_s, prev=prev)
+                except contract.ContractError as e:
+                    raise JobError(f"frame {n} ({path}): {e}", frame=n, file=path) from e
+                if rgb.shape != frame.shape + (3,) or not np.all(np.isfinite(rgb)):
+                    raise JobError(f"renderer {renderer!r} returned shape {rgb.shape} or non-finite "
+                                   f"values for frame {n} ({path})", frame=n, file=path)
+                header = {
+                    HEADER + "prompt": prompt,
+                    HEADER + "looks": look_info.get("looks", []),
+                    HEADER + "renderer": rend.settings(),
+                    HEADER + "settings_hash": shash,
+                    HEADER + "source_frame": str(path.name),
+                    contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
+                }
+                write_rgba_exr(tmp_path, rgb, frame.combined[..., 3], header)
+                if previews:
+                    write_png(preview_path(out_dir, n), rgb)
+                state["prev"], state["prev_n"] = rgb, n
+                entry = {"source": path.name, "mean_rgb": [round(float(x), 6) for x in rgb.mean(axis=(0, 1))]}
+                extra = getattr(rend, "last_info", None)
+                if extra:
+                    entry.update(extra)
+                return entry
+
+            yield n, work
+
+    manifest = {
+        "input": {"gbuffer_dir": str(gbuffer_dir.resolve()), "frames": [min(files), max(files)],
+                  "source": gb_manifest.get("source")},
+        "prompt": prompt,
+        "looks": look_info.get("looks"),
+        "look_params": look_info.get("params"),
+        "renderer": {"name": renderer, "settings": rend.settings()},
+        "output": {"exr": f"{OUT_PREFIX}NNNN.exr: single-part RGBA half float, scene-linear Rec.709",
+                   "preview_png": f"{PREVIEW_DIR}/{OUT_PREFIX}NNNN.png (sRGB)" if previews else None,
+                   "fps": str(fps)},
+    }
+    result = run_job(out_dir, tasks(), settings=settings, total=len(files), inputs=[gbuffer_dir],
+                     job="restyle", path_for=lambda n: output_path(out_dir, n), manifest=manifest,
+                     read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar)
+    man = result.manifest
+    done = sorted(int(e["frame"]) for e in man.get("frames", []))
+    if previews:
+        # previews of resumed frames may be missing (e.g. written by an older run)
+        for n in done:
+            if not preview_path(out_dir, n).exists() and output_path(out_dir, n).exists():
+                write_png(preview_path(out_dir, n), read_rgba_exr(output_path(out_dir, n)))
+    if mp4 and done:
+        import cv2
+
+        pngs = [preview_path(out_dir, n) for n in done if preview_path(out_dir, n).exists()]
+
+        def frames_iter():
+            for p in pngs:
+                yield cv2.imread(str(p), cv2.IMREAD_COLOR)[..., ::-1]
+
+        if pngs:
+            write_mp4(out_dir / MP4_NAME, frames_iter(), fps=fps)
+            man["preview_mp4"] = MP4_NAME
+    if flicker and len(done) > 1:
+        fl = flicker_metric(out_dir, done, all_files)
+        if fl:
+            man["flicker"] = fl
+    contract.write_manifest(out_dir, man)
+    result.manifest = man
+    return result
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _parse_option(text: str):
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--option {text!r}: expected KEY=VALUE")
+    k, v = text.split("=", 1)
+    try:
+        val = json.loads(v)
+    except ValueError:
+        val = v
+    return k.strip().replace("-", "_"), val
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``restyle`` subcommand on an argparse ``subparsers`` object."""
+    p = subparsers.add_parser(
+        "restyle", help="G-buffer EXR sequence + prompt -> re-rendered frames",
+        description="Re-render a G-buffer contract sequence with a prompt. The embedded "
+                    "renderer understands looks such as 'dense fog', 'murky underwater at "
+                    "night', 'heavy rain', 'golden hour', 'snow', 'overcast'; use "
+                    "--renderer controlnet for free-form prompts.")
+    p.add_argument("gbuffer_dir", help="folder of gbuffer_NNNN.exr (possibly edited)")
+    p.add_argument("--prompt", default="", help="look to render (default: neutral relight)")
+    p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
+    p.add_argument("--renderer", default=DEFAULT_RENDERER, help="renderer name (default: %(default)s)")
+    p.add_argument("--frames", help="1-based inclusive input frame numbers A-B (also A- or A)")
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (diffusion renderers; default auto)")
+    p.add_argument("--seed", type=int, default=None, help="seed (diffusion renderers)")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps (diffusion renderers)")
+    p.add_argument("--strength", type=float, default=None,
+                   help="img2img strength in (0, 1] (diffusion renderers)")
+    p.add_argument("--option", action="append", type=_parse_option, default=[], metavar="KEY=VALUE",
+                   help="renderer option (JSON value), repeatable, e.g. --option source_light=0")
+    p.add_argument("--no-mp4", action="store_true", help="skip the MP4 preview")
+    p.set_defaults(func=_run_cli)
+    return p
+
+
+def _run_cli(args) -> int:
+    import sys
+
+    opts = dict(args.option)
+    for key in ("device", "seed", "steps", "strength"):
+        v = getattr(args, key)
+        if v is None:
+            continue
+        if args.renderer == DEFAULT_RENDERER:  # CPU, deterministic: nothing to set
+            sys.stderr.write(f"note: --{key} is ignored by the {args.renderer} renderer\n")
+            continue
+        opts[key] = v
+    restyle(args.gbuffer_dir, args.out, args.prompt, renderer=args.renderer,
+            renderer_options=opts, frames=args.frames, mp4=not args.no_mp4)
+    return 0
