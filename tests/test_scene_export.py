@@ -70,6 +70,13 @@ def _shader_material(name, idname, **inputs):
     return m
 
 
+def _sun(scene):
+    import bpy
+
+    light = bpy.data.lights.new("sun", "SUN")
+    scene.collection.objects.link(bpy.data.objects.new("sun", light))
+
+
 def _plane(loc, size, mat=None):
     import bpy
 
@@ -91,6 +98,18 @@ def _render(scene, **kw):
         return gr.render_frame(scene.frame_current)
 
 
+def _erode(mask, r):
+    """``mask`` pixels whose whole (2r+1)^2 neighbourhood is in ``mask`` (image border excluded)."""
+    h, w = mask.shape
+    out = np.zeros_like(mask)
+    core = np.ones((h - 2 * r, w - 2 * r), bool)
+    for dy in range(2 * r + 1):
+        for dx in range(2 * r + 1):
+            core &= mask[dy:dy + h - 2 * r, dx:dx + w - 2 * r]
+    out[r:h - r, r:w - r] = core
+    return out
+
+
 def _pixel_box(frame, centre, half):
     """Integer pixel box (r0, r1, c0, c1) of a camera-facing square at camera-space ``centre``."""
     fx, fy, cx, cy = frame.meta["intrinsics"]
@@ -108,6 +127,7 @@ def _plane_scene():
     _camera(scene)
     m, _ = _principled("grey", (0.5, 0.5, 0.5), 0.0, 0.5)
     _plane((0, 0, -5), 40.0, m)
+    _sun(scene)
     return scene
 
 
@@ -181,13 +201,10 @@ def test_sphere_normals_match_analytic_camera_space_normals():
     p = cam_loc + t[..., None] * d_world
     n_world = (p - centre) / radius
     n_cam = n_world @ R  # R^T n
-    # interior pixels (all four neighbours hit too) that the export also calls surface
-    inner = hit.copy()
-    inner[1:-1, 1:-1] &= hit[:-2, 1:-1] & hit[2:, 1:-1] & hit[1:-1, :-2] & hit[1:-1, 2:]
-    inner[[0, -1], :] = False
-    inner[:, [0, -1]] = False
+    # interior pixels: the whole 5x5 neighbourhood hits (the pixel filter reaches ~1 px out)
+    inner = _erode(hit, 2)
     assert inner.sum() > 200
-    assert np.all(f.confidence[inner] > 0.99)
+    assert np.all(f.confidence[inner] > 0.99), (np.argwhere(inner & (f.confidence <= 0.99)), f.confidence[inner].min())
     cosang = np.clip((f.normal[inner] * n_cam[inner]).sum(-1), -1, 1)
     err = np.degrees(np.arccos(cosang))
     assert err.mean() < 1.0 and err.max() < 5.0
@@ -195,8 +212,7 @@ def test_sphere_normals_match_analytic_camera_space_normals():
     depth = -(p - cam_loc) @ R[:, 2]
     assert np.abs(f.depth[inner] - depth[inner]).max() < 0.01
     # sky: no surface -> far depth, (0,0,1), confidence 0
-    sky = ~hit
-    sky[1:-1, 1:-1] &= ~hit[:-2, 1:-1] & ~hit[2:, 1:-1] & ~hit[1:-1, :-2] & ~hit[1:-1, 2:]
+    sky = _erode(~hit, 2)
     assert sky.sum() > 500
     assert np.all(f.confidence[sky] == 0)
     assert np.allclose(f.normal[sky], (0, 0, 1))
