@@ -398,3 +398,54 @@ def export_scene_gbuffers(
             if progress is not None:
                 progress(i + 1, len(frames), path)
     return paths
+
+
+def _parse_frames(spec: str, scene) -> List[int]:
+    if not spec:
+        return list(range(scene.frame_start, scene.frame_end + 1))
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out.extend(range(int(a), int(b or a) + 1))
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m scene.export FILE.blend --out DIR [--frames 1-10] [--scene NAME] ...``
+
+    Exports a .blend file's frames to contract G-buffers (the file is opened,
+    never saved). Exit 0 on success, 1 with a one-line reason on failure.
+    """
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m scene.export", description=main.__doc__.split("\n")[0])
+    p.add_argument("blend")
+    p.add_argument("--out", required=True)
+    p.add_argument("--frames", default="", help="e.g. 1-10,15 (default: the scene's range)")
+    p.add_argument("--scene", default=None)
+    p.add_argument("--res", default=None, help="WIDTHxHEIGHT (default: the scene's)")
+    p.add_argument("--samples", type=int, default=None)
+    p.add_argument("--denoise", action="store_true")
+    p.add_argument("--motion-blur-steps", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None)
+    a = p.parse_args(argv)
+    try:
+        if not os.path.isfile(a.blend):
+            raise ExportError(f"{a.blend}: no such .blend file")
+        bpy.ops.wm.open_mainfile(filepath=os.path.abspath(a.blend))
+        scene = bpy.data.scenes[a.scene] if a.scene else bpy.context.scene
+        res = tuple(int(v) for v in a.res.lower().split("x")) if a.res else None
+        paths = export_scene_gbuffers(
+            scene, a.out, _parse_frames(a.frames, scene), resolution=res, samples=a.samples,
+            denoise=True if a.denoise else None, threads=a.threads, motion_blur_steps=a.motion_blur_steps,
+            progress=lambda d, n, pth: print(f"{d}/{n} {pth}", flush=True))
+    except (ExportError, KeyError, ValueError, RuntimeError) as e:
+        print(f"error: {a.blend}: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {len(paths)} frames to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -530,3 +530,27 @@ def test_key_exports_under_bpy_45():
     assert res["version"].startswith("4.5")
     assert res["depth_err"] < 1e-3
     assert res["unchanged"]
+
+
+@pytest.mark.blender
+def test_export_command_line_on_a_blend_file(tmp_path):
+    """``python -m scene.export FILE.blend --out DIR`` in a fresh process (same bpy)."""
+    import subprocess
+
+    import bpy
+    import bpy_util
+
+    _plane_scene()
+    bpy.context.scene.frame_start = bpy.context.scene.frame_end = 3
+    blend = tmp_path / "plane.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(blend))
+    env = bpy_util.isolated_env(tmp_path)
+    cmd = [sys.executable, "-m", "scene.export", str(blend), "--out", str(tmp_path / "gb"), "--res", "32x24",
+           "--samples", "1", "--threads", "1"]
+    proc = subprocess.run(cmd, cwd=bpy_util.REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    f = contract.read_frame(tmp_path / "gb" / "gbuffer_0003.exr", validate=True)
+    assert f.shape == (24, 32) and np.abs(f.depth - 5.0).max() < 1e-3
+    bad = subprocess.run(cmd[:3] + [str(tmp_path / "missing.blend"), "--out", str(tmp_path / "x")],
+                         cwd=bpy_util.REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "missing.blend" in bad.stderr
