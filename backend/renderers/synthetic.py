@@ -57,7 +57,7 @@ def sphere_scene(h: int = 48, w: int = 64, *, albedo=(0.6, 0.45, 0.3), ground=(0
     ts = np.where(disc > 0, b - np.sqrt(np.maximum(disc, 0)), np.inf).astype(F32)
     hit = (ts > 0) & (ts < t_hit)
     t_hit = np.where(hit, ts, t_hit)
-    pts = d * t_hit[..., None]
+    pts = d * np.where(np.isfinite(t_hit), t_hit, F32(far * 10))[..., None]
     ns = (pts - c) / sphere_radius
     normal[hit] = ns[hit]
     alb[hit] = albedo

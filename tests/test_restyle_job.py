@@ -1,0 +1,256 @@
+"""Restyle job and CLI: outputs, metadata, previews, resume, cancel, safety, errors."""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend import contract
+from backend.jobs.restyle import (MP4_NAME, output_path, preview_path, read_rgba_exr, restyle)
+from backend.jobs.runner import JobError
+from backend.renderers.embedded import EmbeddedRenderer
+from backend.renderers.prompt import PromptError
+from backend.renderers.synthetic import sphere_scene
+
+REPO = Path(__file__).resolve().parent.parent
+F32 = np.float32
+
+
+def make_gbuffers(folder: Path, n: int = 3, h: int = 48, w: int = 64, kind: str = "relative") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        # the sphere moves right a little each frame
+        f = sphere_scene(h, w, depth_kind=kind, sphere_center=(-0.6 + 0.3 * i, 1.0, -6.0))
+        f.meta["timestamp"] = i / 24.0
+        f.meta["frame_index"] = i
+        contract.write_frame(contract.frame_path(folder, i + 1), f)
+    contract.write_manifest(folder, {"source": {"fps": "24"}})
+    return folder
+
+
+def events(stream: io.StringIO):
+    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def gb(tmp_path):
+    return make_gbuffers(tmp_path / "gb")
+
+
+def test_outputs_metadata_and_previews(gb, tmp_path):
+    out = tmp_path / "out"
+    s = io.StringIO()
+    res = restyle(gb, out, "dense fog", stream=s)
+    assert sorted(res.written) == [1, 2, 3]
+    ev = events(s)
+    assert ev[0]["event"] == "start" and ev[-1]["event"] == "done"
+    assert [e["frame"] for e in ev if e["event"] == "progress"] == [1, 2, 3]
+    import OpenEXR
+
+    for n in (1, 2, 3):
+        p = output_path(out, n)
+        assert p.name == f"restyle_{n:04d}.exr"
+        with OpenEXR.File(str(p), separate_channels=True) as f:
+            assert len(f.parts) == 1
+            assert set(f.channels()) == {"R", "G", "B", "A"}
+        with OpenEXR.File(str(p)) as f:
+            hdr = dict(f.header())
+        assert hdr["restyle/prompt"] == "dense fog"
+        assert json.loads(hdr["restyle/looks"]) == [{"name": "fog", "strength": 1.6}]
+        assert hdr["restyle/settings_hash"] == res.settings_hash
+        assert hdr["restyle/source_frame"] == f"gbuffer_{n:04d}.exr"
+        # the EXR holds the renderer's output (half precision)
+        frame = contract.read_frame(contract.frame_path(gb, n))
+        want = EmbeddedRenderer().render(frame, "dense fog", frame_index=n - 1, time_s=(n - 1) / 24)
+        np.testing.assert_allclose(read_rgba_exr(p), want, rtol=2e-3, atol=1e-3)
+        png = preview_path(out, n)
+        import cv2
+
+        img = cv2.imread(str(png))
+        assert img.shape == (48, 64, 3) and img.std() > 1
+    man = contract.read_manifest(out)
+    assert man["job"] == "restyle" and man["complete"] is True
+    assert man["prompt"] == "dense fog" and man["looks"] == [{"name": "fog", "strength": 1.6}]
+    assert man["look_params"]["fog_tau"] > 0
+    assert man["renderer"]["name"] == "embedded"
+    assert man["preview_mp4"] == MP4_NAME
+    assert "output" in man["flicker"] and man["flicker"]["output"] >= 0
+    import av
+
+    with av.open(str(out / MP4_NAME)) as c:
+        vs = c.streams.video[0]
+        frames = [fr.to_ndarray(format="rgb24") for fr in c.decode(vs)]
+        assert vs.codec_context.name == "h264" and vs.codec_context.pix_fmt == "yuv420p"
+    assert len(frames) == 3 and frames[0].shape == (48, 64, 3)
+
+
+def test_odd_size_mp4_is_padded(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=2, h=35, w=51)
+    out = tmp_path / "out"
+    restyle(gb, out, "underwater", stream=io.StringIO())
+    import av
+
+    with av.open(str(out / MP4_NAME)) as c:
+        frames = [fr.to_ndarray(format="rgb24") for fr in c.decode(video=0)]
+    assert len(frames) == 2 and frames[0].shape == (36, 52, 3)
+    assert read_rgba_exr(output_path(out, 1)).shape == (35, 51, 3)
+
+
+def test_resume_skips_and_settings_change_rerenders(gb, tmp_path):
+    out = tmp_path / "out"
+    restyle(gb, out, "fog", stream=io.StringIO())
+    mtimes = {n: output_path(out, n).stat().st_mtime_ns for n in (1, 2, 3)}
+    s = io.StringIO()
+    res = restyle(gb, out, "fog", stream=s)
+    assert res.written == [] and sorted(res.skipped) == [1, 2, 3]
+    assert all(e.get("skipped") for e in events(s) if e["event"] == "progress")
+    assert {n: output_path(out, n).stat().st_mtime_ns for n in (1, 2, 3)} == mtimes
+    # editing one input frame changes the input digest -> everything re-renders
+    f = contract.read_frame(contract.frame_path(gb, 2))
+    f.albedo = np.clip(f.albedo * 1.5, 0, 1).astype(F32)
+    time.sleep(0.01)
+    contract.write_frame(contract.frame_path(gb, 2), f)
+    res = restyle(gb, out, "fog", stream=io.StringIO())
+    assert sorted(res.written) == [1, 2, 3]
+    # another prompt re-renders too
+    res = restyle(gb, out, "snow", stream=io.StringIO())
+    assert sorted(res.written) == [1, 2, 3]
+    assert contract.read_manifest(out)["prompt"] == "snow"
+
+
+def test_frame_range(gb, tmp_path):
+    out = tmp_path / "out"
+    res = restyle(gb, out, "night", frames="2-3", stream=io.StringIO())
+    assert sorted(res.written) == [2, 3]
+    assert not output_path(out, 1).exists()
+    with pytest.raises(ValueError, match="no frames in range"):
+        restyle(gb, tmp_path / "o2", "night", frames="7-9", stream=io.StringIO())
+
+
+def test_refuses_to_overwrite_input(gb, tmp_path):
+    before = sorted(p.name for p in gb.iterdir())
+    with pytest.raises(JobError, match="refusing"):
+        restyle(gb, gb, "fog", stream=io.StringIO())
+    with pytest.raises(JobError, match="refusing"):
+        restyle(gb, gb / "sub", "fog", stream=io.StringIO())
+    assert sorted(p.name for p in gb.iterdir()) == before
+
+
+def test_bad_prompt_fails_before_writing(gb, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(PromptError, match="--renderer controlnet"):
+        restyle(gb, out, "a cyberpunk city", stream=io.StringIO())
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_corrupt_input_names_file_and_frame(gb, tmp_path):
+    bad = contract.frame_path(gb, 2)
+    bad.write_bytes(b"not an exr")
+    out = tmp_path / "out"
+    with pytest.raises(JobError) as ei:
+        restyle(gb, out, "fog", stream=io.StringIO())
+    assert ei.value.frame == 2 and "gbuffer_0002.exr" in str(ei.value)
+    assert output_path(out, 1).exists() and not output_path(out, 2).exists()
+    assert not list(out.glob(".tmp*"))
+
+
+def _cli(*args, **kw):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "backend", "restyle", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300, **kw)
+
+
+def test_cli_success_and_errors(gb, tmp_path):
+    out = tmp_path / "cli_out"
+    r = _cli(gb, "--prompt", "light fog at golden hour", "--out", out, "--no-mp4")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines[-1]["event"] == "done" and lines[-1]["written"] == 3
+    assert not (out / MP4_NAME).exists() and output_path(out, 3).exists()
+    r = _cli(gb, "--prompt", "cyberpunk neon", "--out", tmp_path / "x")
+    assert r.returncode == 2
+    err = json.loads(r.stdout.splitlines()[-1])
+    assert err["event"] == "error" and "controlnet" in err["message"] and "cyberpunk" in err["message"]
+    r = _cli(gb, "--prompt", "fog", "--out", gb)
+    assert r.returncode == 1 and "refusing" in r.stderr
+    r = _cli(gb, "--prompt", "fog", "--out", tmp_path / "y", "--renderer", "nope")
+    assert r.returncode == 2 and "unknown renderer" in r.stderr
+    r = _cli(gb, "--prompt", "fog", "--out", tmp_path / "z", "--option", "source_light=0.0",
+             "--device", "cpu", "--frames", "1")
+    assert r.returncode == 0, r.stderr
+    assert "ignored" in r.stderr
+    man = contract.read_manifest(tmp_path / "z")
+    assert man["renderer"]["settings"]["overrides"] == {"source_light": 0.0}
+
+
+def test_cli_cancel_keeps_only_complete_frames(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=40, h=96, w=128)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "backend", "restyle", str(gb), "--prompt", "underwater",
+                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=REPO, env=env)
+    for line in p.stdout:
+        if json.loads(line).get("event") == "progress":
+            break
+    p.send_signal(signal.SIGTERM)
+    rest, _ = p.communicate(timeout=120)
+    assert p.returncode == 130
+    assert json.loads(rest.splitlines()[-1])["event"] == "cancelled"
+    done = sorted(out.glob("restyle_*.exr"))
+    assert 1 <= len(done) < 40
+    for f in done:
+        assert read_rgba_exr(f).shape == (96, 128, 3)
+    assert not list(out.glob(".tmp*"))
+    # resume finishes the rest without redoing the complete ones
+    res = restyle(gb, out, "underwater", stream=io.StringIO(), mp4=False, flicker=False)
+    assert len(res.skipped) == len(done) and len(res.written) == 40 - len(done)
+
+
+def test_real_footage_fog_and_underwater(tmp_path, footage):
+    """Boat clip at reduced size with a crude ground-plane depth: fog veils far more than near,
+    underwater turns the frame blue-green and removes red with distance."""
+    from backend.footage import open_footage
+    from backend.geometry import intrinsics_from_fov, normals_from_depth
+
+    gb = tmp_path / "boat_gb"
+    gb.mkdir()
+    with open_footage(footage("boat"), max_size=160) as fo:
+        for sf in fo:
+            if sf.index >= 2:
+                break
+            rgb = sf.rgb
+            h, w = rgb.shape[:2]
+            intr = intrinsics_from_fov(w, h, 60.0)
+            rows = np.arange(h, dtype=F32)[:, None] + 0.5
+            hz = 0.42 * h
+            metres = np.where(rows > hz + 1, np.minimum(1.5 * intr[1] / np.maximum(rows - hz, 1e-3), 150.0), 150.0)
+            metres = np.broadcast_to(metres, (h, w)).astype(F32)
+            depth = (1.0 + (metres - metres.min()) / (metres.max() - metres.min()) * 99.0).astype(F32)
+            f = contract.GBufferFrame(
+                combined=np.concatenate([rgb, np.ones((h, w, 1), F32)], -1), depth=depth,
+                normal=normals_from_depth(metres, intr).astype(F32), albedo=np.clip(rgb, 0, 1),
+                metallic=np.zeros((h, w), F32), roughness=np.full((h, w), 0.5, F32),
+                meta=contract.make_meta(estimator="test", intrinsics=intr, timestamp=sf.pts_s))
+            contract.write_frame(contract.frame_path(gb, sf.index + 1), f)
+    src = contract.read_frame(contract.frame_path(gb, 1)).combined[..., :3]
+    h = src.shape[0]
+    top, bottom = slice(0, int(0.35 * h)), slice(int(0.8 * h), h)
+    restyle(gb, tmp_path / "fog", "dense fog", stream=io.StringIO())
+    fog = read_rgba_exr(output_path(tmp_path / "fog", 1))
+    # contrast (std of luminance) kept near, crushed far
+    lum = lambda x: x @ np.array([0.2126, 0.7152, 0.0722], F32)  # noqa: E731
+    keep_far = lum(fog[top]).std() / lum(src[top]).std()
+    keep_near = lum(fog[bottom]).std() / lum(src[bottom]).std()
+    assert keep_far < 0.35 and keep_near > 0.6 and keep_near > 2 * keep_far
+    restyle(gb, tmp_path / "uw", "underwater", stream=io.StringIO())
+    uw = read_rgba_exr(output_path(tmp_path / "uw", 1))
+    m = uw.reshape(-1, 3).mean(0)
+    assert m[2] > m[0] * 3 and m[1] > m[0] * 3
+    assert uw[top, :, 0].mean() / uw[top, :, 2].mean() < uw[bottom, :, 0].mean() / uw[bottom, :, 2].mean()
