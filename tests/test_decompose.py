@@ -238,3 +238,60 @@ def test_cli_sigterm_keeps_only_complete_frames_then_resumes(tmp_path):
     skipped = [e["frame"] for e in prog if e["event"] == "progress" and e["skipped"]]
     assert skipped == sorted(done)
     assert list(contract.list_frames(out)) == list(range(1, 9))
+
+
+def test_runner_sigint_finishes_current_frame_then_cancels(tmp_path):
+    from backend.jobs.runner import JobCancelled
+
+    out = tmp_path / "sig"
+
+    def tasks():
+        for n in range(1, 6):
+            def work(tmp, shash, n=n):
+                if n == 2:
+                    os.kill(os.getpid(), signal.SIGINT)  # arrives while frame 2 is computed
+                tmp.write_text(str(n))
+            yield n, work
+
+    with pytest.raises(JobCancelled) as ei:
+        run_job(out, tasks(), settings={}, total=5, path_for=lambda n: out / f"f{n}.txt",
+                stream=io.StringIO())
+    assert ei.value.written == 2  # frame 2 was finished, frame 3 never started
+    assert sorted(p.name for p in out.iterdir()) == ["f1.txt", "f2.txt", "manifest.json"]
+    assert json.loads((out / "manifest.json").read_text())["complete"] is False
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+def test_runner_terminal_gets_a_bar_not_json(tmp_path, capsys):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = tmp_path / "tty"
+    tty = Tty()
+    tasks = ((n, lambda tmp, h, n=n: tmp.write_text("x")) for n in (1, 2))
+    run_job(out, tasks, settings={}, total=2, path_for=lambda n: out / f"{n}.txt", stream=tty)
+    assert tty.getvalue() == ""
+    assert "2/2" in capsys.readouterr().err
+
+
+def test_frames_beyond_source_is_a_clear_error(tmp_path):
+    from backend.footage import FootageError
+
+    src = _clip(tmp_path, n=2)
+    with pytest.raises(FootageError, match=r"--frames starts at 5 but the source has 2 frame"):
+        decompose(src, tmp_path / "o", estimator="tiny", frames="5-6", stream=io.StringIO())
+
+
+EMBEDDED_ONNX = Path(__file__).resolve().parents[1] / "backend" / "model" / "weights" / "embedded.onnx"
+
+
+@pytest.mark.skipif(not EMBEDDED_ONNX.exists(), reason="embedded model weights not built yet")
+def test_cli_default_estimator_on_boat(tmp_path, footage):
+    out = tmp_path / "default"
+    p = subprocess.run(cli_cmd("decompose", footage("boat"), "--out", out, "--frames", "1-2"),
+                       env=cli_env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    fr = contract.read_frame(contract.frame_path(out, 2), validate=True)
+    assert fr.shape == (448, 832) and fr.meta["estimator"] == "embedded"
+    assert contract.read_manifest(out)["estimator"]["name"] == "embedded"

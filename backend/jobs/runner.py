@@ -339,7 +339,8 @@ def run_job(
                 os.close(fd)
                 tmp = Path(tmp)
                 try:
-                    info = work(tmp, shash) or {}
+                    info = work(tmp, shash)
+                    info = info if isinstance(info, dict) else {}
                     if not tmp.exists() or tmp.stat().st_size == 0:
                         raise JobError(f"job wrote nothing for frame {number} ({final})",
                                        frame=number, file=final)
