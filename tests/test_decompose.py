@@ -295,3 +295,21 @@ def test_cli_default_estimator_on_boat(tmp_path, footage):
     fr = contract.read_frame(contract.frame_path(out, 2), validate=True)
     assert fr.shape == (448, 832) and fr.meta["estimator"] == "embedded"
     assert contract.read_manifest(out)["estimator"]["name"] == "embedded"
+
+
+def test_named_colorspace_goes_through_opencolorio(tmp_path):
+    from backend import colour
+
+    img = np.zeros((6, 8, 3), np.uint8)
+    img[..., 0] = 200
+    src = write_image(tmp_path / "red.png", img)
+    p = _run(["decompose", src, "--out", tmp_path / "o", "--estimator", "tiny",
+              "--colorspace", "sRGB Encoded AP1"])
+    assert p.returncode == 0, p.stderr
+    fr = contract.read_frame(contract.frame_path(tmp_path / "o", 1), validate=True)
+    assert fr.meta["source_colorspace"] == "sRGB Encoded AP1"
+    want = colour.to_scene_linear(img.astype(np.float32) / 255, "sRGB Encoded AP1")
+    np.testing.assert_allclose(fr.combined[..., :3], np.clip(want, 0, None), rtol=2e-3, atol=1e-4)
+    assert want[0, 0, 0] > colour.srgb_to_linear(np.float32(200 / 255)) * 1.05  # AP1 red is wider
+    p = _run(["decompose", src, "--out", tmp_path / "o2", "--estimator", "tiny", "--colorspace", "Nope"])
+    assert p.returncode == 2 and "unknown colour space 'Nope'" in p.stderr

@@ -305,7 +305,8 @@ def decompose(
                 normal_f[sky_f] = contract.SKY_NORMAL
             depth_f = np.clip(depth_f, near, far).astype(np.float32)
             alpha = sf.alpha if sf.alpha is not None else np.ones((H, W), np.float32)
-            combined = np.concatenate([np.maximum(rgb_full, 0), alpha[..., None]], axis=-1)
+            # Combined is stored as half: clamp to [0, 65504] so HDR input stays finite
+            combined = np.concatenate([np.clip(rgb_full, 0, 65504.0), alpha[..., None]], axis=-1)
             meta = contract.make_meta(
                 estimator=estimator, models=out.models, depth_kind=out.depth_kind,
                 depth_near=near, depth_far=far, source=info.path, frame_index=sf.index,
