@@ -313,3 +313,14 @@ def test_named_colorspace_goes_through_opencolorio(tmp_path):
     assert want[0, 0, 0] > colour.srgb_to_linear(np.float32(200 / 255)) * 1.05  # AP1 red is wider
     p = _run(["decompose", src, "--out", tmp_path / "o2", "--estimator", "tiny", "--colorspace", "Nope"])
     assert p.returncode == 2 and "unknown colour space 'Nope'" in p.stderr
+
+
+def test_cli_stabilize_flag_anywhere(tmp_path):
+    src = _clip(tmp_path, n=3)
+    out = tmp_path / "s"
+    p = _run(["decompose", "--stabilize", src, "--out", out, "--estimator", "tiny", "--max-size", "32",
+              "--stabilize-strength", "0.3"])
+    assert p.returncode == 0, p.stderr
+    man = contract.read_manifest(out)
+    assert man["settings"]["stabilize"] is True and man["settings"]["strength"] == 0.3
+    assert man["flicker"]["stabilized"] < man["flicker"]["raw"]

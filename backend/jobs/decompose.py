@@ -393,10 +393,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="long-side cap of the processing resolution in pixels; 0 = full size "
                         "(default: %(default)s). Output is always full size.")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto)")
-    p.add_argument("--stabilize", nargs="?", type=float, const=DEFAULT_STRENGTH, default=None,
-                   metavar="STRENGTH",
-                   help=f"temporal stabilisation with optical flow; optional history weight in [0,1) "
-                        f"(default {DEFAULT_STRENGTH})")
+    p.add_argument("--stabilize", action="store_true",
+                   help="temporal stabilisation with optical flow (flicker metric in manifest.json)")
+    p.add_argument("--stabilize-strength", type=float, default=DEFAULT_STRENGTH, metavar="W",
+                   help="history weight for --stabilize, in [0, 1) (default: %(default)s)")
     p.add_argument("--colorspace", default=None,
                    help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
@@ -409,8 +409,7 @@ def _run_cli(args) -> int:
     decompose(
         args.input, args.out, frames=args.frames, estimator=args.estimator,
         max_size=args.max_size or None, device=args.device,
-        stabilize=args.stabilize is not None,
-        strength=args.stabilize if args.stabilize is not None else DEFAULT_STRENGTH,
+        stabilize=args.stabilize, strength=args.stabilize_strength,
         colorspace=args.colorspace, hfov_deg=args.hfov,
     )
     return 0
