@@ -61,8 +61,11 @@ def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
             first = last = int(s)
     except ValueError:
         raise ValueError(f"--frames {spec!r}: expected A-B with 1-based frame numbers") from None
-    if first < 1 or (last is not None and last < first):
-        raise ValueError(f"--frames {spec!r}: expected 1 <= A <= B")
+    if first < 1:
+        raise ValueError(f"--frames {spec!r}: frame numbers are 1-based "
+                         "(1 = the first source frame = gbuffer_0001.exr)")
+    if last is not None and last < first:
+        raise ValueError(f"--frames {spec!r}: expected A <= B")
     return first, last
 
 
