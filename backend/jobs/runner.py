@@ -8,7 +8,7 @@ jobs:
 
       {"event": "start", "total": N, "out": DIR, "settings_hash": H}
       {"event": "progress", "frame": n, "done": k, "total": N, "fps": x, "eta_s": y, "skipped": bool}
-      {"event": "done", "written": w, "skipped": s, "total": N, "elapsed_s": t, "out": DIR}
+      {"event": "done", "done": k, "written": w, "skipped": s, "total": N, "elapsed_s": t, "out": DIR}
 
   (``error`` / ``cancelled`` lines are printed by :func:`backend.cli.main`). When
   stdout is a terminal a tqdm bar goes to stderr instead.
@@ -397,6 +397,6 @@ def run_job(
     result.elapsed_s = time.monotonic() - t0
     _write_manifest(out, man, None)
     result.manifest = man
-    prog.event(event="done", job=job, written=len(result.written), skipped=len(result.skipped),
+    prog.event(event="done", job=job, done=done, written=len(result.written), skipped=len(result.skipped),
                total=total, elapsed_s=round(result.elapsed_s, 3), out=str(out))
     return result
