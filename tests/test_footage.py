@@ -213,3 +213,29 @@ def test_sequence_size_change_is_a_clear_error(tmp_path):
     write_image(tmp_path / "s_0002.png", np.zeros((5, 4, 3), np.uint8))
     with open_footage(tmp_path) as r, pytest.raises(FootageError, match=r"s_0002\.png \(frame 1\)"):
         list(r)
+
+
+@pytest.mark.parametrize("codec,pix_fmt,opts,bits", [
+    ("png", "rgba", None, 8),
+    ("prores_ks", "yuva444p10le", {"profile": "4444"}, 12),  # ProRes 4444 decodes as 12-bit
+])
+def test_movie_with_alpha(tmp_path, codec, pix_fmt, opts, bits):
+    import av
+
+    img = np.zeros((8, 16, 4), np.uint8)
+    img[..., 0] = 200
+    img[..., 3] = np.arange(16, dtype=np.uint8)[None] * 16
+    p = tmp_path / "alpha.mov"
+    with av.open(str(p), "w") as c:
+        s = c.add_stream(codec, rate=10, options=opts or {})
+        s.width, s.height, s.pix_fmt = 16, 8, pix_fmt
+        for _ in range(2):
+            for pk in s.encode(av.VideoFrame.from_ndarray(img, format="rgba")):
+                c.mux(pk)
+        for pk in s.encode():
+            c.mux(pk)
+    with open_footage(p) as r:
+        assert r.info.has_alpha and r.info.bit_depth == bits
+        f = next(iter(r))
+    np.testing.assert_allclose(f.alpha[3], np.arange(16) * 16 / 255, atol=2e-3)
+    assert f.rgb[..., 0].mean() == pytest.approx(float(colour.srgb_to_linear(np.float32(200 / 255))), abs=0.01)
