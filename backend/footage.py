@@ -41,7 +41,6 @@ when known, the frame.
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 from dataclasses import dataclass, field
