@@ -72,10 +72,12 @@ class SourceFrame:
             position in the sorted image sequence).
         pts_s: presentation time in seconds (container PTS for movies, so variable
             frame rate is kept; ``index / fps`` for images).
-        rgb: ``H x W x 3`` ``float32`` scene-linear Rec.709, display orientation.
-            Linear input (EXR) may exceed 1; never NaN/Inf.
-        alpha: ``H x W`` ``float32`` in [0, 1] (straight alpha), or ``None`` when the
-            source has none.
+        rgb: ``H x W x 3`` ``float32`` scene-linear Rec.709, display orientation,
+            straight (not premultiplied) colour. Linear input (EXR) may exceed 1;
+            never NaN/Inf.
+        alpha: ``H x W`` ``float32`` in [0, 1], or ``None`` when the source has none.
+            Premultiplied EXR input is un-premultiplied on read (colour / alpha where
+            alpha > 0, else 0).
         path: file the frame came from (the movie, or the sequence's image file).
     """
 
@@ -215,6 +217,10 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
     if ext == ".exr":
         rgb, alpha, dtype = _read_exr(path)
         _check_finite(rgb, alpha, path, index)
+        if alpha is not None:  # OpenEXR stores premultiplied colour: un-premultiply
+            alpha = np.clip(alpha, 0.0, 1.0)
+            rgb = np.where(alpha[..., None] > 1e-6, rgb / np.maximum(alpha[..., None], 1e-6), 0.0)
+            rgb = rgb.astype(np.float32)
         rgb = colour.to_scene_linear(rgb, colorspace, is_linear_file=True)
         bits = 16 if dtype == "float16" else 32
         return rgb, alpha, f"exr-{dtype}", bits, True

@@ -93,8 +93,10 @@ def test_estimator_normals_used_and_metric_depth_kept(tmp_path):
     decompose(src, out, estimator=_use(est), max_size=None, frames="2-2", stream=io.StringIO())
     assert list(contract.list_frames(out)) == [2]
     fr = contract.read_frame(contract.frame_path(out, 2), validate=True)
-    raw = est.predict(np.zeros((1, 1, 3), np.float32))  # noqa: F841 (exercise)
     assert fr.meta["depth_kind"] == "metric" and fr.meta["filled"] == []
+    assert 0.0 < fr.meta["normal_depth_angle_deg"] < 180.0  # consistency check recorded
+    man = contract.read_manifest(out)
+    assert man["frames"][0]["normal_depth_angle_deg"] == fr.meta["normal_depth_angle_deg"]
     surf = fr.confidence > 0
     assert fr.meta["depth_near"] == pytest.approx(fr.depth[surf].min(), rel=1e-6)
     assert fr.meta["depth_far"] == pytest.approx(fr.depth[surf].max(), rel=1e-6)
@@ -323,3 +325,35 @@ def test_cli_stabilize_flag_anywhere(tmp_path):
     man = contract.read_manifest(out)
     assert man["settings"]["stabilize"] is True and man["settings"]["strength"] == 0.3
     assert man["flicker"]["stabilized"] < man["flicker"]["raw"]
+
+
+class _PlaneEstimator(TinyEstimator):
+    """Metric depth of a tilted plane plus its exact normal (consistent geometry)."""
+
+    name = "plane"
+    N = np.array([0.3, 0.2, 1.0]) / np.linalg.norm([0.3, 0.2, 1.0])
+
+    def predict(self, rgb):
+        from backend import geometry
+
+        h, w = rgb.shape[:2]
+        fx, fy, cx, cy = geometry.intrinsics_from_fov(w, h, 60.0)
+        x = (np.arange(w) + 0.5 - cx) / fx
+        y = (np.arange(h) + 0.5 - cy) / fy
+        rx, ry = np.meshgrid(x, -y)
+        n = self.N
+        depth = (-(4.0 * n[2]) / (n[0] * rx + n[1] * ry - n[2])).astype(np.float32)
+        from backend.estimators.base import EstimatorOutput
+
+        return EstimatorOutput(depth=depth, depth_kind="metric",
+                               normal=np.broadcast_to(n, (h, w, 3)).astype(np.float32))
+
+
+def test_normals_consistent_with_depth_give_small_angle(tmp_path):
+    src = write_image(tmp_path / "img.png", gradient_rgb(30, 40))
+    out = tmp_path / "plane"
+    decompose(src, out, estimator=_use(_PlaneEstimator(), "plane"), max_size=None, stream=io.StringIO())
+    fr = contract.read_frame(contract.frame_path(out, 1), validate=True)
+    assert fr.meta["normal_depth_angle_deg"] < 0.5
+    np.testing.assert_allclose(fr.normal[15, 20], _PlaneEstimator.N, atol=1e-6)
+    assert fr.depth[15, 20] == pytest.approx(4.0, rel=0.02)  # plane through (0, 0, -4)

@@ -127,7 +127,9 @@ def test_rgba_png_alpha_goes_to_combined(tmp_path):
     assert fr.shape == (9, 11)
     np.testing.assert_allclose(fr.combined[:, :4, 3], 0.0)
     np.testing.assert_allclose(fr.combined[:, 4:, 3], 1.0)
-    np.testing.assert_allclose(fr.combined[..., :3], colour.srgb_to_linear(np.full((9, 11, 3), 100 / 255)),
+    # premultiplied: transparent columns hold 0, opaque ones the linearised colour
+    np.testing.assert_array_equal(fr.combined[:, :4, :3], 0.0)
+    np.testing.assert_allclose(fr.combined[:, 4:, :3], colour.srgb_to_linear(np.full((9, 7, 3), 100 / 255)),
                                rtol=1e-3)  # half float on disk
 
 

@@ -187,8 +187,13 @@ def test_exr_half_float_is_linear_passthrough(tmp_path, dtype):
         assert r.info.colorspace == colour.LINEAR and r.info.has_alpha
         assert r.info.bit_depth == (16 if dtype == np.float16 else 32)
         f = next(iter(r))
-    np.testing.assert_array_equal(f.rgb, rgb.astype(np.float32))
     np.testing.assert_array_equal(f.alpha, alpha.astype(np.float32))
+    # EXR colour is premultiplied; the reader returns straight colour
+    a = alpha.astype(np.float32)[..., None]
+    want = np.where(a > 1e-6, rgb.astype(np.float32) / np.maximum(a, 1e-6), 0.0)
+    np.testing.assert_allclose(f.rgb, want, rtol=1e-6)
+    with open_footage(write_exr(tmp_path / "opaque.exr", rgb, None, dtype)) as r:
+        np.testing.assert_array_equal(next(iter(r)).rgb, rgb.astype(np.float32))  # no alpha: exact
 
 
 def test_sequences_folder_and_patterns(tmp_path):

@@ -12,7 +12,10 @@ Per frame (see ``docs/gbuffer-contract.md`` for what is written):
    (:mod:`backend.temporal`); the flicker metric goes into the manifest.
 5. Resample every pass back to the full frame size (bilinear; normals re-normalised;
    the no-surface mask nearest-neighbour).
-6. Missing passes: normals from depth (:func:`backend.geometry.normals_from_depth`,
+6. Normals given by the estimator are checked against normals derived from its
+   depth: the mean angle on surface pixels is recorded as ``normal_depth_angle_deg``
+   (header and manifest; indicative only for relative depth, whose affine mapping
+   bends geometry). Missing passes: normals from depth (:func:`backend.geometry.normals_from_depth`,
    intrinsics from an assumed 60 degree horizontal FOV unless known); albedo = the
    source colour clipped to [0, 1]; metallic = 0; roughness = 0.5. Which ones were
    filled is recorded in the header (``filled``) and the manifest.
@@ -250,8 +253,13 @@ def decompose(
                 near, far = float(vals.min()), float(max(vals.max(), vals.min() * 1.0001))
             passes = {"depth": depth}
             intr_proc = geometry.scale_intrinsics(intr_full, (W, H), (pw, ph))
+            extra: Dict[str, Any] = {}
             if out.normal is not None:
                 passes["normal"] = np.asarray(out.normal, np.float32)
+                # consistency check: estimator normals vs normals derived from its depth
+                from_depth = geometry.normals_from_depth(depth, intr_proc)
+                extra["normal_depth_angle_deg"] = round(geometry.normal_consistency(
+                    passes["normal"], from_depth, surface), 3)
             else:
                 passes["normal"] = geometry.normals_from_depth(depth, intr_proc)
                 filled.append("normal")
@@ -267,7 +275,6 @@ def decompose(
                     filled.append(k)
                 else:
                     passes[k] = np.clip(v, 0, 1).astype(np.float32)
-            extra: Dict[str, Any] = {}
             if stabilize and state.passes is not None and state.rgb is not None:
                 pair = temporal.FlowPair.compute(state.rgb, rgb)
                 warped_prev = temporal.warp_passes(state.passes, pair)
@@ -308,8 +315,10 @@ def decompose(
                 normal_f[sky_f] = contract.SKY_NORMAL
             depth_f = np.clip(depth_f, near, far).astype(np.float32)
             alpha = sf.alpha if sf.alpha is not None else np.ones((H, W), np.float32)
-            # Combined is stored as half: clamp to [0, 65504] so HDR input stays finite
-            combined = np.concatenate([np.clip(rgb_full, 0, 65504.0), alpha[..., None]], axis=-1)
+            # Combined: premultiplied alpha (the OpenEXR / Blender convention), stored as
+            # half: clamp to [0, 65504] so HDR input stays finite
+            rgb_c = np.clip(rgb_full, 0, 65504.0) * (alpha[..., None] if sf.alpha is not None else 1.0)
+            combined = np.concatenate([rgb_c, alpha[..., None]], axis=-1)
             meta = contract.make_meta(
                 estimator=estimator, models=out.models, depth_kind=out.depth_kind,
                 depth_near=near, depth_far=far, source=info.path, frame_index=sf.index,
@@ -323,7 +332,7 @@ def decompose(
                     "rotation": info.rotation,
                     "filled": filled,
                     "processing_size": [pw, ph],
-                    **{k: v for k, v in extra.items() if k == "flicker"},
+                    **{k: v for k, v in extra.items() if k in ("flicker", "normal_depth_angle_deg")},
                 },
             )
             frame = contract.GBufferFrame(
