@@ -44,7 +44,9 @@ PHOTOS = (
     ("immunohistochemistry", "tile"), ("clock", "photo"), ("colorwheel", "photo"),
 )
 SCENE_KINDS = ("room", "outdoor", "tabletop")
-SCENE_WEIGHTS = (0.4, 0.42, 0.18)
+SCENE_WEIGHTS = (0.5, 0.32, 0.18)
+#: bumped when the generated scenes change (stored in every frame header)
+GENERATOR_VERSION = 2
 
 
 # ----------------------------------------------------------------------------------------
@@ -235,6 +237,63 @@ class MaterialFactory:
         tree.links.new(fac, b.inputs["Height"])
         tree.links.new(b.outputs["Normal"], bsdf.inputs["Normal"])
 
+    def _painted(self, m, tree, bsdf, vec):
+        """Painted wall / plaster: light desaturated colour, subtle noise, matte."""
+        rng = self.rng
+        base = np.array(_srgb_to_lin(_hsv(_u(rng, 0.0, 1.0), _u(rng, 0.0, 0.25) ** 1.5, _u(rng, 0.55, 0.95))))
+        noise = tree.nodes.new("ShaderNodeTexNoise")
+        noise.inputs["Scale"].default_value = _logu(rng, 2, 40)
+        tree.links.new(vec, noise.inputs["Vector"])
+        col = self._ramp(tree, noise.outputs["Fac"], tuple(base * _u(rng, 0.85, 0.97)), tuple(np.minimum(base * 1.03, 1)))
+        tree.links.new(col, bsdf.inputs["Base Color"])
+        bsdf.inputs["Roughness"].default_value = _u(rng, 0.5, 0.95)
+        bsdf.inputs["Metallic"].default_value = 0.0
+        if rng.random() < 0.5:
+            self._bump(tree, bsdf, noise.outputs["Fac"], _u(rng, 0.02, 0.15))
+        return m
+
+    def _floor(self, m, tree, bsdf, vec):
+        """Wood planks, tiles or carpet."""
+        rng = self.rng
+        r = rng.random()
+        if r < 0.45:  # wood: stretched noise/wave between two browns
+            t = tree.nodes.new("ShaderNodeTexWave")
+            t.inputs["Scale"].default_value = _u(rng, 1, 6)
+            t.inputs["Distortion"].default_value = _u(rng, 2, 12)
+            t.inputs["Detail"].default_value = _u(rng, 2, 8)
+            tree.links.new(vec, t.inputs["Vector"])
+            h, v = _u(rng, 0.04, 0.11), _u(rng, 0.2, 0.75)
+            c1 = _srgb_to_lin(_hsv(h, _u(rng, 0.4, 0.75), v))
+            c2 = _srgb_to_lin(_hsv(h, _u(rng, 0.4, 0.75), v * _u(rng, 0.5, 0.85)))
+            col = self._ramp(tree, t.outputs["Fac"], c2, c1)
+            rough = self._map_range(tree, t.outputs["Fac"], _u(rng, 0.15, 0.4), _u(rng, 0.35, 0.7))
+        elif r < 0.75:  # tiles
+            t = tree.nodes.new("ShaderNodeTexBrick")
+            t.inputs["Scale"].default_value = _u(rng, 0.8, 3.0)
+            t.inputs["Color1"].default_value = (*_natural_colour(rng), 1)
+            c2 = np.array(t.inputs["Color1"].default_value[:3]) * _u(rng, 0.8, 1.0)
+            t.inputs["Color2"].default_value = (*c2, 1)
+            t.inputs["Mortar"].default_value = (*_srgb_to_lin(_hsv(0, 0, _u(rng, 0.3, 0.9))), 1)
+            t.inputs["Mortar Size"].default_value = _u(rng, 0.005, 0.03)
+            t.inputs["Brick Width"].default_value = _u(rng, 0.3, 1.0)
+            t.inputs["Row Height"].default_value = t.inputs["Brick Width"].default_value * _u(rng, 0.5, 1.0)
+            tree.links.new(vec, t.inputs["Vector"])
+            col = t.outputs["Color"]
+            rough = self._map_range(tree, t.outputs["Fac"], _u(rng, 0.05, 0.4), _u(rng, 0.6, 0.9))
+            self._bump(tree, bsdf, t.outputs["Fac"], _u(rng, 0.1, 0.4))
+        else:  # carpet
+            t = tree.nodes.new("ShaderNodeTexNoise")
+            t.inputs["Scale"].default_value = _u(rng, 20, 200)
+            tree.links.new(vec, t.inputs["Vector"])
+            c = np.array(_natural_colour(rng))
+            col = self._ramp(tree, t.outputs["Fac"], tuple(c * 0.7), tuple(c))
+            rough = self._map_range(tree, t.outputs["Fac"], 0.85, 1.0)
+            self._bump(tree, bsdf, t.outputs["Fac"], _u(rng, 0.2, 0.6))
+        tree.links.new(col, bsdf.inputs["Base Color"])
+        tree.links.new(rough, bsdf.inputs["Roughness"])
+        bsdf.inputs["Metallic"].default_value = 0.0
+        return m
+
     def make(self, role: str = "object", scale: float = 1.0) -> bpy.types.Material:
         """A random material. ``role``: object / floor / wall / ground / picture:NAME.
 
@@ -255,6 +314,10 @@ class MaterialFactory:
             bsdf.inputs["Metallic"].default_value = 0.0
             return m
         vec = self._coords(tree, scale * _logu(rng, 0.5, 2.0))
+        if role == "wall" and rng.random() < 0.55:
+            return self._painted(m, tree, bsdf, vec)
+        if role == "floor" and rng.random() < 0.65:
+            return self._floor(m, tree, bsdf, vec)
         r = rng.random()
         metal = rng.random() < (0.08 if role in ("floor", "wall", "ground") else 0.25)
         tile_photos = [n for n, k in PHOTOS if k == "tile"]
@@ -431,6 +494,59 @@ def _table(rng, loc, mats, rot_z):
     return obs, h
 
 
+def _local(loc, rot_z, dx, dy):
+    c, s = math.cos(rot_z), math.sin(rot_z)
+    return loc[0] + c * dx - s * dy, loc[1] + s * dx + c * dy
+
+
+def _sofa(rng, loc, mats, rot_z):
+    w, d = _u(rng, 1.4, 2.4), _u(rng, 0.8, 1.0)
+    seat_h, back_h, arm = _u(rng, 0.35, 0.5), _u(rng, 0.35, 0.5), _u(rng, 0.1, 0.25)
+    mat = mats.make("object", 3.0)
+    _box("sofa_seat", (w, d, seat_h), (*_local(loc, rot_z, 0, 0), seat_h / 2), rot_z, mat)
+    _box("sofa_back", (w, 0.2, back_h), (*_local(loc, rot_z, 0, d / 2 - 0.1), seat_h + back_h / 2), rot_z, mat)
+    for sx in (-1, 1):
+        _box("sofa_arm", (arm, d, seat_h + 0.2), (*_local(loc, rot_z, sx * (w / 2 - arm / 2), 0), (seat_h + 0.2) / 2),
+             rot_z, mat)
+    return seat_h + back_h
+
+
+def _chair(rng, loc, mats, rot_z):
+    s, h = _u(rng, 0.4, 0.55), _u(rng, 0.42, 0.5)
+    mat = mats.make("object", 3.0)
+    _box("chair_seat", (s, s, 0.05), (*_local(loc, rot_z, 0, 0), h), rot_z, mat)
+    _box("chair_back", (s, 0.04, _u(rng, 0.4, 0.6)), (*_local(loc, rot_z, 0, s / 2), h + 0.25), rot_z, mat)
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            _box("chair_leg", (0.04, 0.04, h), (*_local(loc, rot_z, sx * (s / 2 - 0.03), sy * (s / 2 - 0.03)), h / 2),
+                 rot_z, mat)
+
+
+def _bookshelf(rng, loc, mats, rot_z):
+    w, d, h = _u(rng, 0.6, 1.6), _u(rng, 0.25, 0.4), _u(rng, 1.0, 2.2)
+    frame = mats.make("object", 2.0)
+    n_shelves = int(rng.integers(3, 6))
+    t = 0.03
+    for sx in (-1, 1):
+        _box("shelf_side", (t, d, h), (*_local(loc, rot_z, sx * (w / 2 - t / 2), 0), h / 2), rot_z, frame)
+    _box("shelf_back", (w, t, h), (*_local(loc, rot_z, 0, d / 2 - t / 2), h / 2), rot_z, frame)
+    for k in range(n_shelves + 1):
+        z = k * (h - t) / n_shelves + t / 2
+        _box("shelf_board", (w, d, t), (*_local(loc, rot_z, 0, 0), z), rot_z, frame)
+        if k == n_shelves:
+            break
+        gap = (h - t) / n_shelves - t
+        x = -w / 2 + t
+        book_mats = [mats.make("object", 8.0) for _ in range(3)]
+        while x < w / 2 - t - 0.05 and rng.random() < 0.93:
+            bw = _u(rng, 0.02, 0.07)
+            bh = gap * _u(rng, 0.6, 0.95)
+            _box("book", (bw, d * _u(rng, 0.6, 0.9), bh), (*_local(loc, rot_z, x + bw / 2, 0), z + t / 2 + bh / 2),
+                 rot_z, book_mats[int(rng.integers(3))])
+            x += bw + _u(rng, 0.0, 0.05)
+    return h
+
+
 def _shelf(rng, loc, mats, rot_z):
     w, d, h = _u(rng, 0.6, 2.0), _u(rng, 0.3, 0.6), _u(rng, 0.8, 2.2)
     mat = mats.make("object", 2.0)
@@ -569,23 +685,59 @@ def _build_room(rng, scene, mats, hdrs):
         _link(ob, mats.make(f"picture:{name}"))
     # furniture along walls and in the room
     cam_xy = (_u(rng, -W / 2 + 0.6, W / 2 - 0.6) * 0.6, -D / 2 + _u(rng, 0.5, min(2.0, D / 2)))
-    n_items = int(rng.integers(3, 9))
+    n_items = int(rng.integers(5, 14))
     for _ in range(n_items):
         for _try in range(10):
             x, y = _u(rng, -W / 2 + 0.4, W / 2 - 0.4), _u(rng, -D / 2 + 0.4, D / 2 - 0.4)
             if math.hypot(x - cam_xy[0], y - cam_xy[1]) > 1.2:
                 break
         r = rng.random()
-        rot_z = float(rng.choice([0, math.pi / 2])) + _u(rng, -0.2, 0.2)
-        if r < 0.3:
+        rot_z = float(rng.choice([0, math.pi / 2, math.pi, -math.pi / 2])) + _u(rng, -0.2, 0.2)
+        if r < 0.22:
             obs, h = _table(rng, (x, y), mats, rot_z)
-            for _ in range(int(rng.integers(0, 3))):  # things on the table
-                _primitive(rng, (x + _u(rng, -0.3, 0.3), y + _u(rng, -0.2, 0.2), h), _u(rng, 0.1, 0.35),
+            for _ in range(int(rng.integers(0, 4))):  # things on the table
+                _primitive(rng, (x + _u(rng, -0.3, 0.3), y + _u(rng, -0.2, 0.2), h), _u(rng, 0.08, 0.35),
                            mats.make("object", 4.0))
-        elif r < 0.55:
+            for k in range(int(rng.integers(0, 4))):  # chairs around it
+                a = rot_z + k * math.pi / 2
+                _chair(rng, (x + 0.8 * math.sin(a), y - 0.8 * math.cos(a)), mats, a)
+        elif r < 0.37:
             _shelf(rng, (x, y), mats, rot_z)
+        elif r < 0.52:
+            _sofa(rng, (x, y), mats, rot_z)
+        elif r < 0.65:
+            _chair(rng, (x, y), mats, rot_z)
+        elif r < 0.8:
+            _primitive(rng, (x, y, 0), _u(rng, 0.2, 1.0), mats.make("object", 2.0))
         else:
-            _primitive(rng, (x, y, 0), _u(rng, 0.3, 1.2), mats.make("object", 2.0))
+            _rock(rng, (x, y, 0.1), _u(rng, 0.1, 0.4))
+            _link(bpy.context.active_object, mats.make("object", 3.0))
+    # against the walls: bookshelves, cabinets, doors, rug
+    for _ in range(int(rng.integers(0, 4))):
+        side = int(rng.integers(4))
+        if side < 2:
+            along = _u(rng, -W / 2 + 0.8, W / 2 - 0.8)
+            pos, rot_z = (along, (D / 2 - 0.25) * (1 if side == 0 else -1)), (0.0 if side == 0 else math.pi)
+        else:
+            along = _u(rng, -D / 2 + 0.8, D / 2 - 0.8)
+            pos, rot_z = (((W / 2 - 0.25) * (1 if side == 2 else -1)), along), (-math.pi / 2 if side == 2 else math.pi / 2)
+        if math.hypot(pos[0] - cam_xy[0], pos[1] - cam_xy[1]) < 1.0:
+            continue
+        if rng.random() < 0.6:
+            _bookshelf(rng, pos, mats, rot_z)
+        else:
+            _shelf(rng, pos, mats, rot_z)
+    if rng.random() < 0.5:  # door on the far wall
+        dw = _u(rng, 0.8, 1.0)
+        _box("door", (dw, 0.06, 2.05), (_u(rng, -W / 2 + 0.6, W / 2 - 0.6), D / 2 - 0.02, 1.025), 0,
+             mats.make("object", 2.0))
+    if rng.random() < 0.4:  # rug
+        _box("rug", (_u(rng, 1, 3), _u(rng, 1, 3), 0.01), (_u(rng, -1, 1), _u(rng, -1, 2), 0.005),
+             _u(rng, -0.3, 0.3), mats.make("floor", 3.0))
+    if rng.random() < 0.5:  # baseboards
+        bmat = mats.make("wall", 1.0)
+        for size, loc in ((W, D / 2 - 0.01), (W, -D / 2 + 0.01)):
+            _box("baseboard", (size, 0.02, 0.08), (0, loc, 0.04), 0, bmat)
     # lights
     col = _light_colour(rng)
     lights = {"colour": list(col)}
@@ -608,11 +760,14 @@ def _build_room(rng, scene, mats, hdrs):
                rot=(_u(rng, 0.1, 0.9), 0, _u(rng, 0, 6.28)))
     # camera: eye level near one wall, looking into the room
     height = _u(rng, 1.1, 1.8) if rng.random() < 0.85 else _u(rng, 0.4, min(2.2, H - 0.3))
-    yaw = _u(rng, -0.5, 0.5)
-    pitch = _u(rng, -0.35, 0.1)
+    # look at a point in the far half of the room (mostly across it, not into a wall)
+    tx, ty = _u(rng, -W / 2, W / 2) * 0.7, _u(rng, 0.0, D / 2)
+    yaw = math.atan2(-(tx - cam_xy[0]), ty - cam_xy[1]) + _u(rng, -0.15, 0.15)
+    pitch = _u(rng, -0.4, 0.05)
     cam = dict(loc=(cam_xy[0], cam_xy[1], height), yaw=yaw, pitch=pitch, roll=_u(rng, -0.05, 0.05),
-               lens=_u(rng, 16, 35), max_step=0.12)
-    return {"layout": "room", "size": [W, D, H], "ceiling": ceiling, "lights": lights}, cam
+               lens=_u(rng, 18, 36), max_step=0.12)
+    return {"layout": "room", "size": [W, D, H], "ceiling": ceiling, "lights": lights,
+            "world": lights["world"]}, cam
 
 
 def _build_outdoor(rng, scene, mats, hdrs):
@@ -733,6 +888,7 @@ def build_scene(scene, rng: np.random.Generator, cache_dir: os.PathLike, kind: O
     scene.camera = cob
     info["camera"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cam.items()}
     info["n_objects"] = len(scene.objects)
+    info["generator_version"] = GENERATOR_VERSION
     return info
 
 
