@@ -54,7 +54,7 @@ from .prompt import parse_prompt
 F32 = np.float32
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
-#: detail is faded where log-depth departs from its local mean (1/e at 1/this)
+#: detail is faded where log-depth departs from its local mean (by half at 1/this)
 DETAIL_DEPTH_GATE = 25.0
 #: linear albedo of fresh snow (slightly blue, high; Warren 1982 ~0.9 in the visible)
 SNOW_ALBEDO = (0.9, 0.91, 0.93)
@@ -120,6 +120,7 @@ class EmbeddedRenderer(Renderer):
             raise TypeError(f"EmbeddedRenderer: unknown option(s) {bad}; "
                             f"known: fov_y_deg, {', '.join(sorted(fields))}")
         self.fov_y_deg = float(fov_y_deg)
+        sh.tune_allocator()
         self.overrides = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
                           for k, v in overrides.items()}
 
@@ -203,19 +204,20 @@ class EmbeddedRenderer(Renderer):
         np.clip(s_src, 0.0, MAX_SOURCE_SHADING, out=s_src)
         detail = None
         if p.detail > 0:
-            # normalised convolution over surface pixels only, so the sky does not
-            # leak into the local mean (halos at the horizon)
-            # and gated by depth: at depth discontinuities the ratio would halo
+            # gated by depth: at depth discontinuities (objects against the background,
+            # the horizon against the sky) the ratio would halo
             lum = sh.luminance(s_src)
-            surf = (~sky).astype(F32)
             logd = np.log(np.maximum(depth, F32(1e-3)))
             scale = max(2, int(round(w / 320)))
-            stack = sh.lowpass(np.stack([lum * surf, logd * surf, surf]), scale=scale, radius=1)
-            inv_m = F32(1.0) / np.maximum(stack[2], F32(1e-3))
-            base = stack[0] * inv_m
-            gate = np.exp(np.abs(logd - stack[1] * inv_m) * F32(-DETAIL_DEPTH_GATE))
-            detail = np.clip(lum / np.maximum(base, F32(1e-3)), 0.33, 3.0)
-            detail = one + (detail - one) * gate
+            stack = sh.lowpass(np.stack([lum, logd]), scale=scale, radius=1)
+            x = np.abs(logd - stack[1]) * F32(DETAIL_DEPTH_GATE)
+            gate = one / (one + x * x)
+            detail = lum / np.maximum(stack[0], F32(1e-3))
+            np.minimum(detail, F32(3.0), out=detail)
+            np.maximum(detail, F32(0.33), out=detail)
+            detail -= one
+            detail *= gate
+            detail += one
             if p.detail != 1.0:
                 detail = np.power(detail, F32(p.detail))
 
