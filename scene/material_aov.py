@@ -17,12 +17,14 @@ Diffuse BSDF                   Color input          1.0 (no spec.)  0
 Glossy / Anisotropic BSDF      Color input          Roughness       1
 Glass / Refraction BSDF        Color input          Roughness       0
 Emission, Background, other    0.5 grey             0.5             0
-material without node tree     ``diffuse_color``    ``roughness``   ``metallic``
+material without nodes (4.x)   0.8 (default)        0.5             0
 =============================  ===================  ==============  ==========
 
 "First found" walks from the Material Output's Surface input through Mix/Add
 Shader nodes (and reroutes), depth first, first input first, and prefers a
-Principled BSDF anywhere in that walk over the other shader types. Objects
+Principled BSDF anywhere in that walk over the other shader types; when only
+node groups are found it searches inside them (AOV nodes are then added to the
+group's tree, once per group, and removed afterwards). Objects
 with no material, or with a material that cannot be edited (linked from a
 library), have mask 0 and are given Blender's default surface: albedo 0.8,
 roughness 0.5, metallic 0.
@@ -86,58 +88,90 @@ def _shader_nodes(socket, seen=None) -> List[bpy.types.Node]:
     return out
 
 
-def find_surface_bsdf(material) -> Optional[bpy.types.Node]:
-    """The BSDF node whose inputs define the material's G-buffer values.
+def _group_output(tree):
+    outs = [n for n in tree.nodes if n.bl_idname == "NodeGroupOutput"]
+    active = [n for n in outs if getattr(n, "is_active_output", False)]
+    return (active or outs or [None])[0]
 
-    Returns the first Principled BSDF reachable from the active Cycles material
-    output's Surface input, else the first Diffuse/Glossy/Glass-type BSDF, else
-    the first shader node found (emission, group, ...), else ``None``.
-    """
-    tree = material.node_tree
-    if tree is None:
-        return None
-    out = tree.get_output_node("CYCLES")
-    if out is None:
-        return None
-    nodes = _shader_nodes(out.inputs["Surface"])
+
+def _find_bsdf(tree, sockets, depth=0):
+    """``(tree, node)``: the defining BSDF upstream of ``sockets``, entering node groups."""
+    nodes = []
+    seen = set()
+    for sock in sockets:
+        nodes.extend(_shader_nodes(sock, seen))
     for kind in ("ShaderNodeBsdfPrincipled", *_FALLBACK):
         for n in nodes:
             if n.bl_idname == kind:
-                return n
-    return nodes[0] if nodes else None
+                return tree, n
+    for n in nodes:
+        if n.bl_idname == "ShaderNodeGroup" and n.node_tree is not None and depth < 4:
+            gout = _group_output(n.node_tree)
+            if gout is not None:
+                t, b = _find_bsdf(n.node_tree, [i for i in gout.inputs if i.type == "SHADER"], depth + 1)
+                if b is not None and b.bl_idname != "ShaderNodeGroup":
+                    return t, b
+    return tree, (nodes[0] if nodes else None)
+
+
+def find_surface_bsdf_in_tree(material):
+    """``(node_tree, node)`` of the BSDF that defines the material's G-buffer values.
+
+    The first Principled BSDF reachable from the active Cycles material output's
+    Surface input (through Mix/Add Shader and reroute nodes), else the first
+    Diffuse/Glossy/Glass-type BSDF, else the same search inside node groups
+    (``node_tree`` is then the group's tree), else the first shader node found
+    (emission, ...), else ``(tree, None)``.
+    """
+    tree = material.node_tree
+    if tree is None:
+        return None, None
+    out = tree.get_output_node("CYCLES")
+    if out is None:
+        return tree, None
+    return _find_bsdf(tree, [out.inputs["Surface"]])
+
+
+def find_surface_bsdf(material) -> Optional[bpy.types.Node]:
+    """The BSDF node whose inputs define the material's G-buffer values (see
+    :func:`find_surface_bsdf_in_tree`), or ``None``."""
+    return find_surface_bsdf_in_tree(material)[1]
 
 
 def material_sources(material):
     """How albedo, metallic and roughness of ``material`` are obtained.
 
     Returns:
-        dict ``{"albedo": src, "metallic": src, "roughness": src}`` where each
-        ``src`` is either an input socket of the material's node tree (use its
-        link, or its default value) or a constant (tuple for colour, float).
+        ``(tree, sources)``: the node tree holding the sockets (the material's,
+        or a node group's) and a dict ``{"albedo": src, "metallic": src,
+        "roughness": src}`` where each ``src`` is either an input socket of
+        ``tree`` (use its link, or its default value) or a constant (tuple for
+        colour, float).
     """
+    unknown = {"albedo": UNKNOWN_ALBEDO, "metallic": 0.0, "roughness": UNKNOWN_ROUGHNESS}
     if not uses_nodes(material):
-        return {
+        return None, {
             "albedo": tuple(material.diffuse_color[:3]),
             "metallic": float(material.metallic),
             "roughness": float(material.roughness),
         }
-    bsdf = find_surface_bsdf(material)
-    if bsdf is None:
-        return {"albedo": UNKNOWN_ALBEDO, "metallic": 0.0, "roughness": UNKNOWN_ROUGHNESS}
+    tree, bsdf = find_surface_bsdf_in_tree(material)
+    if bsdf is None or getattr(tree, "library", None) is not None:
+        return material.node_tree, unknown
     if bsdf.bl_idname == "ShaderNodeBsdfPrincipled":
-        return {
+        return tree, {
             "albedo": bsdf.inputs["Base Color"],
             "metallic": bsdf.inputs["Metallic"],
             "roughness": bsdf.inputs["Roughness"],
         }
     if bsdf.bl_idname in _FALLBACK:
         col, rough, metal = _FALLBACK[bsdf.bl_idname]
-        return {
+        return tree, {
             "albedo": bsdf.inputs[col],
             "metallic": float(metal),
             "roughness": bsdf.inputs[rough] if isinstance(rough, str) else float(rough),
         }
-    return {"albedo": UNKNOWN_ALBEDO, "metallic": 0.0, "roughness": UNKNOWN_ROUGHNESS}
+    return material.node_tree, unknown
 
 
 def _feed(tree, src, dst_socket, is_colour: bool) -> None:
@@ -176,9 +210,10 @@ class MaterialAOVs:
     On enter it
       * adds view-layer AOVs :data:`AOVS` (colour ``_gbx_albedo``; values
         ``_gbx_metallic``, ``_gbx_roughness``, ``_gbx_mask``),
-      * adds four Shader AOV Output nodes to every editable node-based material
-        used by the view layer, linked from the sockets that feed the surface
-        BSDF (see module docstring), and temporarily enables nodes for none.
+      * adds Shader AOV Output nodes to every editable node-based material used
+        by the view layer: the mask AOV in the material, and albedo / metallic /
+        roughness next to the surface BSDF (inside its node group when the BSDF
+        is in one), linked from the sockets that feed the BSDF inputs.
 
     On exit it removes exactly the nodes (and so their links) and AOVs it added.
     """
@@ -188,6 +223,7 @@ class MaterialAOVs:
         self.view_layer = view_layer
         self._nodes: List[Tuple[bpy.types.Material, str]] = []
         self._aovs: List[str] = []
+        self._groups = set()
         self.injected: Dict[str, str] = {}  # material name -> shader kind used
 
     def __enter__(self):
@@ -207,41 +243,52 @@ class MaterialAOVs:
             raise
         return self
 
+    def _add_aov(self, owner, tree, index, name, location):
+        node = tree.nodes.new("ShaderNodeOutputAOV")
+        node.name = f"_gbx_aov_{index}"
+        node.aov_name = name
+        node.location = location
+        self._nodes.append((owner, node.name))
+        return node
+
     def _inject(self, mat) -> None:
         if mat.library is not None or mat.node_tree is None:
             return
         if not uses_nodes(mat):
             return  # rendered without nodes: no AOV possible; mask stays 0
-        tree = mat.node_tree
-        out = tree.get_output_node("CYCLES")
+        mtree = mat.node_tree
+        out = mtree.get_output_node("CYCLES")
         if out is None:
             return
-        src = material_sources(mat)
+        tree, src = material_sources(mat)
         bsdf = find_surface_bsdf(mat)
         self.injected[mat.name_full] = bsdf.bl_idname if bsdf is not None else "none"
         x, y = out.location
-        for i, (name, key) in enumerate(
-            ((AOV_ALBEDO, "albedo"), (AOV_METALLIC, "metallic"), (AOV_ROUGHNESS, "roughness"), (AOV_MASK, None))
-        ):
-            node = tree.nodes.new("ShaderNodeOutputAOV")
-            node.name = f"_gbx_aov_{i}"
-            node.aov_name = name
-            node.location = (x, y - 200 * (i + 1))
-            self._nodes.append((mat, node.name))
-            if key is None:
-                node.inputs["Value"].default_value = 1.0
-            elif key == "albedo":
+        mask = self._add_aov(mat, mtree, 3, AOV_MASK, (x, y - 800))
+        mask.inputs["Value"].default_value = 1.0
+        if tree is not mtree:  # the BSDF lives in a node group: inject there, once per group
+            if tree.name in self._groups:
+                return
+            self._groups.add(tree.name)
+            owner = tree
+        else:
+            owner = mat
+        for i, (name, key) in enumerate(((AOV_ALBEDO, "albedo"), (AOV_METALLIC, "metallic"),
+                                         (AOV_ROUGHNESS, "roughness"))):
+            node = self._add_aov(owner, tree, i, name, (x, y - 200 * (i + 1)))
+            if key == "albedo":
                 _feed(tree, src[key], node.inputs["Color"], True)
             else:
                 _feed(tree, src[key], node.inputs["Value"], False)
 
     def __exit__(self, *exc):
-        for mat, node_name in reversed(self._nodes):
-            tree = mat.node_tree
+        for owner, node_name in reversed(self._nodes):
+            tree = owner.node_tree if isinstance(owner, bpy.types.Material) else owner
             node = tree.nodes.get(node_name) if tree is not None else None
             if node is not None:
                 tree.nodes.remove(node)
         self._nodes.clear()
+        self._groups.clear()
         for name in reversed(self._aovs):
             for aov in self.view_layer.aovs:
                 if aov.name == name:

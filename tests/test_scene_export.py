@@ -413,6 +413,40 @@ def test_third_party_blend_export_leaves_file_unchanged(tmp_path):
 
 
 @pytest.mark.blender
+def test_principled_inside_node_group():
+    """A material wrapped in a node group (common in asset libraries): values from inside it."""
+    import bpy
+
+    scene = _fresh()
+    _camera(scene)
+    _sun(scene)
+    g = bpy.data.node_groups.new("wrapped", "ShaderNodeTree")
+    g.interface.new_socket("Tint", in_out="INPUT", socket_type="NodeSocketColor")
+    g.interface.new_socket("Shader", in_out="OUTPUT", socket_type="NodeSocketShader")
+    gin, gout = g.nodes.new("NodeGroupInput"), g.nodes.new("NodeGroupOutput")
+    p = g.nodes.new("ShaderNodeBsdfPrincipled")
+    p.inputs["Metallic"].default_value = 0.6
+    p.inputs["Roughness"].default_value = 0.35
+    g.links.new(gin.outputs["Tint"], p.inputs["Base Color"])
+    g.links.new(p.outputs[0], gout.inputs["Shader"])
+    m = bpy.data.materials.new("grouped")
+    if bpy.app.version < (5, 0, 0):
+        m.use_nodes = True
+    m.node_tree.nodes.clear()
+    out = m.node_tree.nodes.new("ShaderNodeOutputMaterial")
+    node = m.node_tree.nodes.new("ShaderNodeGroup")
+    node.node_tree = g
+    node.inputs["Tint"].default_value = (0.3, 0.2, 0.1, 1.0)
+    m.node_tree.links.new(node.outputs["Shader"], out.inputs["Surface"])
+    _plane((0, 0, -5), 40.0, m)
+    n_group, n_mat = len(g.nodes), len(m.node_tree.nodes)
+    f = _render(scene, samples=1)
+    assert np.abs(f.albedo - (0.3, 0.2, 0.1)).max() < 1e-3
+    assert np.abs(f.metallic - 0.6).max() < 1e-3 and np.abs(f.roughness - 0.35).max() < 1e-3
+    assert (len(g.nodes), len(m.node_tree.nodes)) == (n_group, n_mat)
+
+
+@pytest.mark.blender
 def test_scene_without_camera_raises():
     import bpy
     from scene.export import ExportError, export_scene_gbuffers
