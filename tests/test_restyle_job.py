@@ -254,3 +254,23 @@ def test_real_footage_fog_and_underwater(tmp_path, footage):
     m = uw.reshape(-1, 3).mean(0)
     assert m[2] > m[0] * 3 and m[1] > m[0] * 3
     assert uw[top, :, 0].mean() / uw[top, :, 2].mean() < uw[bottom, :, 0].mean() / uw[bottom, :, 2].mean()
+
+
+def test_alpha_is_kept_and_rgb_premultiplied(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=1)
+    f = contract.read_frame(contract.frame_path(gb, 1))
+    f.combined[:, :32, 3] = 0.5
+    f.combined[:, :32, :3] *= 0.5  # premultiplied source
+    contract.write_frame(contract.frame_path(gb, 1), f)
+    out = tmp_path / "out"
+    restyle(gb, out, "", stream=io.StringIO(), mp4=False)
+    chans, _ = contract.read_channels(output_path(out, 1))
+    np.testing.assert_allclose(chans["A"][:, :32], 0.5)
+    np.testing.assert_allclose(chans["A"][:, 32:], 1.0)
+    straight = EmbeddedRenderer().render(contract.read_frame(contract.frame_path(gb, 1)), "")
+    np.testing.assert_allclose(chans["R"][:, :32].astype(F32), 0.5 * straight[:, :32, 0], rtol=3e-3, atol=1e-3)
+    # the straight colour under alpha 0.5 is the same as the opaque render of the same pixels
+    f.combined[:, :32, :3] *= 2.0
+    f.combined[:, :32, 3] = 1.0
+    opaque = EmbeddedRenderer().render(f, "")
+    np.testing.assert_allclose(straight, opaque, rtol=1e-4, atol=1e-4)

@@ -4,7 +4,7 @@ Output folder layout (``--out DIR``; it may not be, contain or lie inside the in
 
     DIR/restyle_NNNN.exr      scene-linear Rec.709 RGBA, single part, half float, ZIP;
                               NNNN = the input frame number (gbuffer_NNNN.exr). A is the
-                              source Combined alpha. Header: restyle/prompt,
+                              source Combined alpha; RGB is premultiplied by it. Header: restyle/prompt,
                               restyle/looks (JSON), restyle/renderer (JSON settings),
                               restyle/settings_hash, restyle/source_frame,
                               gbuffer/contract_version.
@@ -77,6 +77,9 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
                    header: Optional[Dict[str, Any]] = None) -> Path:
     """Write scene-linear RGB(A) as a single-part half-float EXR (R, G, B, A channels).
 
+    RGB is stored premultiplied by alpha (the EXR / Blender convention, as the
+    contract's Combined pass).
+
     Args:
         path: destination (written directly; callers pass a temporary path).
         rgb: ``H x W x 3`` float32 scene-linear Rec.709.
@@ -86,8 +89,8 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
     import OpenEXR
 
     h, w = rgb.shape[:2]
-    a = np.ones((h, w), np.float32) if alpha is None else alpha
-    rgb16 = np.clip(rgb, 0.0, 65000.0).astype(np.float16)
+    a = np.ones((h, w), np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
+    rgb16 = np.clip(rgb * a[..., None], 0.0, 65000.0).astype(np.float16)  # premultiplied
     chans = {c: np.ascontiguousarray(rgb16[..., i]) for i, c in enumerate("RGB")}
     chans["A"] = np.ascontiguousarray(np.clip(a, 0.0, 1.0).astype(np.float16))
     hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
@@ -335,7 +338,8 @@ def restyle(
                     HEADER + "source_frame": str(path.name),
                     contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
                 }
-                write_rgba_exr(tmp_path, rgb, frame.combined[..., 3], header)
+                alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
+                write_rgba_exr(tmp_path, rgb, alpha, header)
                 if previews:
                     write_png(preview_path(out_dir, n), rgb)
                 state["prev"], state["prev_n"] = rgb, n

@@ -67,7 +67,7 @@ class RenderLayers:
     """Intermediate layers of one embedded render (all float32, scene-linear).
 
     Attributes:
-        rgb: H x W x 3 final output (>= 0, finite).
+        rgb: H x W x 3 final output (>= 0, finite), straight (not premultiplied) colour.
         surface: 3 x H x W (channel-first) lit surfaces before media and post (sky
             pixels: the source sky times the look's sky gain).
         diffuse: 3 x H x W diffuse part of ``surface`` (0 on sky pixels).
@@ -173,7 +173,13 @@ class EmbeddedRenderer(Renderer):
         planar, ray_len, view = sh.camera_rays(h, w, meta.get("intrinsics"), self.fov_y_deg)
         one = F32(1.0)
 
-        src = sh.chw(frame.combined[..., :3])
+        # Combined is premultiplied (EXR convention): shade the straight colour
+        comb = frame.combined
+        if comb.shape[2] == 4 and float(comb[..., 3].min()) < 1.0:
+            a = comb[..., 3:4]
+            src = sh.chw(np.where(a > 1e-4, comb[..., :3] / np.maximum(a, F32(1e-4)), F32(0.0)))
+        else:
+            src = sh.chw(comb[..., :3])
         albedo = np.clip(sh.chw(frame.albedo), 0.0, 1.0)
         normal = sh.chw(frame.normal)
         rough = np.clip(np.asarray(frame.roughness, dtype=F32), 0.0, 1.0)
