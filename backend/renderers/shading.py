@@ -384,13 +384,27 @@ def linear_to_srgb(x: np.ndarray) -> np.ndarray:
                     F32(1.055) * np.power(x, F32(1.0 / 2.4)) - F32(0.055)).astype(F32)
 
 
+_PREVIEW_LUT_SCALE = 4096.0
+_PREVIEW_LUT_MAX = 8.0
+
+
+@lru_cache(maxsize=1)
+def _preview_lut() -> np.ndarray:
+    x = np.arange(int(_PREVIEW_LUT_MAX * _PREVIEW_LUT_SCALE) + 1, dtype=np.float64) / _PREVIEW_LUT_SCALE
+    y = np.where(x > 0.8, 0.8 + 0.2 * np.tanh((x - 0.8) * 5.0), x)
+    y = np.clip(y, 0.0, 1.0)
+    s = np.where(y <= 0.0031308, y * 12.92, 1.055 * np.power(y, 1.0 / 2.4) - 0.055)
+    return np.round(s * 255.0).astype(np.uint8)
+
+
 def preview_8bit(rgb: np.ndarray, exposure: float = 1.0) -> np.ndarray:
     """Scene-linear H x W x 3 -> sRGB uint8 H x W x 3 for previews.
 
     A soft shoulder above 0.8 (``0.8 + 0.2 * tanh((x - 0.8) / 0.2)``) keeps highlights
-    from clipping hard, then the sRGB transfer.
+    from clipping hard, then the sRGB transfer; evaluated through a lookup table with
+    1/4096 steps (values above 8 map to white; NaN to black).
     """
-    x = np.maximum(rgb * F32(exposure), 0.0).astype(F32)
-    hi = x > F32(0.8)
-    x = np.where(hi, F32(0.8) + F32(0.2) * np.tanh((x - F32(0.8)) * F32(5.0)), x)
-    return np.round(linear_to_srgb(x) * F32(255.0)).astype(np.uint8)
+    x = np.asarray(rgb, dtype=F32) * F32(exposure * _PREVIEW_LUT_SCALE)
+    np.fmax(x, F32(0.0), out=x)
+    np.minimum(x, F32(_PREVIEW_LUT_MAX * _PREVIEW_LUT_SCALE), out=x)
+    return _preview_lut()[(x + F32(0.5)).astype(np.int32)]
