@@ -199,6 +199,23 @@ def normalise_relative_depth(
     return np.clip(out, near, far if clip_max is None else clip_max).astype(np.float32)
 
 
+def _robust_scale_shift(pred: np.ndarray, ref: np.ndarray, mask: np.ndarray, iters: int = 3):
+    """Scale/shift robust to outliers: a quantile-based start, then least squares on the
+    80 % of pixels with the smallest residuals, ``iters`` times."""
+    p, r = pred[mask].astype(np.float64), ref[mask].astype(np.float64)
+    pq = np.percentile(p, [25, 50, 75])
+    rq = np.percentile(r, [25, 50, 75])
+    s = (rq[2] - rq[0]) / (pq[2] - pq[0]) if pq[2] > pq[0] else 1.0
+    t = rq[1] - s * pq[1]
+    for _ in range(iters):
+        res = np.abs(s * p + t - r)
+        keep = res <= np.percentile(res, 80)
+        if keep.sum() < 4:
+            break
+        s, t = align_scale_shift(p[keep], r[keep])
+    return s, t
+
+
 class TemporalDepthAligner:
     """Keeps relative depth from pumping: each frame is scale/shift-aligned to the previous.
 
@@ -206,8 +223,10 @@ class TemporalDepthAligner:
     :func:`normalise_relative_depth` (the rest of the range is headroom, so surfaces
     that recede later are not clipped into the sky value ``far``).
     Every later frame's raw prediction gets the ``(s, t)`` from :func:`align_scale_shift`
-    against the previous *aligned* frame (over pixels that have a surface in both), then
-    is clipped to ``[near, far]``. If the fit is degenerate (``s <= 0``) or covers too few
+    against the previous *aligned* frame (over pixels that have a surface in both and
+    were not clipped), fitted robustly (quantile start, then least squares on the 80 %
+    best-fitting pixels, three rounds) so moving objects and occlusions do not skew it,
+    then is clipped to ``[near, far]``. If the fit is degenerate (``s <= 0``) or covers too few
     pixels, the frame falls back to per-frame normalisation.
 
     Args:
@@ -243,7 +262,7 @@ class TemporalDepthAligner:
             # pixels clipped to near/far in the previous frame carry no scale information
             both &= (self.prev > self.near) & (self.prev < self.far)
             if both.sum() >= max(4, 0.05 * d.size):
-                s, t = align_scale_shift(d, self.prev, both)
+                s, t = _robust_scale_shift(d, self.prev, both)
                 if s > 0:
                     out = np.clip(s * d + t, self.near, self.far).astype(np.float32)
         if out is None:

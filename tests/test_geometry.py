@@ -80,3 +80,14 @@ def test_temporal_depth_aligner_removes_pumping():
         np.testing.assert_allclose(out, first, atol=1e-3)
     # without alignment each frame normalises on its own; with clipping it still matches
     assert math.isclose(float(g.normalise_relative_depth(base * 2, 1, 100).max()), 100.0)
+
+
+def test_temporal_aligner_ignores_a_moving_object():
+    rng = np.random.default_rng(4)
+    base = 1.0 + rng.random((30, 40)).astype(np.float32)
+    al = g.TemporalDepthAligner(1.0, 100.0)
+    first = al(base)
+    nxt = 2.0 * base + 1.0
+    nxt[:10, :10] = 0.2  # an object moved close to the camera in 8 % of the frame
+    out = al(nxt)
+    np.testing.assert_allclose(out[10:, 10:], first[10:, 10:], rtol=1e-3)
