@@ -21,8 +21,9 @@ Supported input
 Metadata honoured
 -----------------
 * **Rotation** (display-matrix side data, which FFmpeg also fills from the legacy
-  ``rotate`` tag): frames are rotated to display orientation, so a portrait phone
-  clip yields portrait frames. :attr:`FootageInfo.width`/``height`` are the
+  ``rotate`` tag; the EXIF orientation tag of JPEG/TIFF/PNG/WebP images, all eight
+  values incl. mirroring): frames are turned to display orientation, so a portrait
+  phone clip yields portrait frames. :attr:`FootageInfo.width`/``height`` are the
   display (rotated) size.
 * **Non-square pixels**: the sample aspect ratio is reported in
   :attr:`FootageInfo.sar` and recorded in the output header; pixels are *not*
@@ -211,6 +212,32 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype
 
 
+#: EXIF orientation -> transform to display orientation (matches PIL.ImageOps.exif_transpose)
+_EXIF_TRANSFORMS = {
+    2: lambda a: a[:, ::-1],
+    3: lambda a: a[::-1, ::-1],
+    4: lambda a: a[::-1],
+    5: lambda a: np.swapaxes(a, 0, 1),
+    6: lambda a: np.rot90(a, -1),
+    7: lambda a: np.swapaxes(np.rot90(a, 2), 0, 1),
+    8: lambda a: np.rot90(a, 1),
+}
+#: counter-clockwise degrees of the rotation part of each orientation (for FootageInfo)
+EXIF_ROTATION = {1: 0, 2: 0, 3: 180, 4: 0, 5: 270, 6: 270, 7: 90, 8: 90}
+
+
+def exif_orientation(path: str) -> int:
+    """EXIF orientation tag (1..8) of an image file, 1 when absent or unreadable."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            o = int(im.getexif().get(0x0112, 1) or 1)
+        return o if 1 <= o <= 8 else 1
+    except Exception:
+        return 1
+
+
 def _read_image(path: str, colorspace: Optional[str], index: int):
     """Decode one image file -> (linear rgb float32, alpha or None, pix_fmt, bits, linear?)."""
     ext = Path(path).suffix.lower()
@@ -235,6 +262,10 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
         raise FootageError(f"{path} (frame {index}): not a readable image (corrupt or truncated?)")
     if img.ndim == 2:
         img = img[..., None]
+    if Path(path).suffix.lower() in (".jpg", ".jpeg", ".tif", ".tiff", ".png", ".webp"):
+        o = exif_orientation(path)
+        if o != 1:
+            img = np.ascontiguousarray(_EXIF_TRANSFORMS[o](img))
     chans = img.shape[2]
     if chans == 1:
         rgb_raw, a_raw = np.repeat(img, 3, axis=2), None
@@ -322,9 +353,11 @@ class _ImageFootage(Footage):
         h, w = rgb.shape[:2]
         ow, oh = fit_long_side(w, h, max_size)
         self._first = (rgb, alpha)
+        ext = Path(self._files[0]).suffix.lower()
+        rot = EXIF_ROTATION[exif_orientation(self._files[0])] if ext != ".exr" else 0
         self.info = FootageInfo(
             path=path, kind=kind, width=w, height=h, out_width=ow, out_height=oh,
-            fps=SEQUENCE_FPS, n_frames=len(self._files), pix_fmt=pix_fmt, bit_depth=bits,
+            fps=SEQUENCE_FPS, n_frames=len(self._files), rotation=rot, pix_fmt=pix_fmt, bit_depth=bits,
             codec=Path(self._files[0]).suffix.lower().lstrip("."),
             colorspace=colour.canonical_name(colorspace, is_linear_file=linear),
             has_alpha=alpha is not None, files=self._files,

@@ -244,3 +244,23 @@ def test_movie_with_alpha(tmp_path, codec, pix_fmt, opts, bits):
         f = next(iter(r))
     np.testing.assert_allclose(f.alpha[3], np.arange(16) * 16 / 255, atol=2e-3)
     assert f.rgb[..., 0].mean() == pytest.approx(float(colour.srgb_to_linear(np.float32(200 / 255))), abs=0.01)
+
+
+@pytest.mark.parametrize("orientation", [1, 2, 3, 5, 6, 8])
+def test_jpeg_exif_orientation_matches_pillow(tmp_path, orientation):
+    from PIL import Image, ImageOps
+
+    img = np.zeros((16, 24, 3), np.uint8)
+    img[:8, :8] = (255, 0, 0)  # red block top-left
+    img[8:, 16:] = (0, 0, 255)  # blue block bottom-right
+    im = Image.fromarray(img)
+    exif = im.getexif()
+    exif[0x0112] = orientation
+    path = tmp_path / f"o{orientation}.jpg"
+    im.save(path, exif=exif, quality=100)
+    with Image.open(path) as src:
+        ref = np.asarray(ImageOps.exif_transpose(src)).astype(np.float32) / 255.0
+    with open_footage(path) as r:
+        assert (r.info.width, r.info.height) == (ref.shape[1], ref.shape[0])
+        f = next(iter(r))
+    np.testing.assert_allclose(colour.linear_to_srgb(f.rgb), ref, atol=2 / 255)
