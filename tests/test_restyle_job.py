@@ -274,3 +274,17 @@ def test_alpha_is_kept_and_rgb_premultiplied(tmp_path):
     f.combined[:, :32, 3] = 1.0
     opaque = EmbeddedRenderer().render(f, "")
     np.testing.assert_allclose(straight, opaque, rtol=1e-4, atol=1e-4)
+
+
+def test_flicker_measured_in_run_equals_from_disk(gb, tmp_path):
+    from backend.jobs.restyle import flicker_metric
+
+    out = tmp_path / "out"
+    restyle(gb, out, "underwater", stream=io.StringIO(), mp4=False)
+    in_run = contract.read_manifest(out)["flicker"]
+    from_disk = flicker_metric(out, [1, 2, 3], contract.list_frames(gb))
+    assert set(in_run["per_frame"]) == {"2", "3"}
+    # in-run values use the float output, disk values the half-float EXR
+    assert in_run["output"] == pytest.approx(from_disk["output"], abs=2e-3)
+    assert in_run["source"] == pytest.approx(from_disk["source"], abs=1e-6)
+    assert from_disk["output"] > 0

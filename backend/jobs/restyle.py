@@ -198,7 +198,35 @@ def _source_fps(gb_manifest: Dict[str, Any]) -> Fraction:
         return DEFAULT_FPS
 
 
-def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Dict[int, Path]) -> Optional[Dict[str, Any]]:
+def _small(src: np.ndarray, out: np.ndarray):
+    """Downscaled (long side <= FLICKER_MAX_SIDE) source (linear) and output (sRGB) for flicker."""
+    import cv2
+
+    from ..renderers.shading import linear_to_srgb
+
+    h, w = out.shape[:2]
+    s = min(1.0, FLICKER_MAX_SIDE / max(h, w))
+    size = (max(1, round(w * s)), max(1, round(h * s)))
+    src = cv2.resize(np.ascontiguousarray(src, np.float32), size, interpolation=cv2.INTER_AREA)
+    out = linear_to_srgb(cv2.resize(np.ascontiguousarray(out, np.float32), size, interpolation=cv2.INTER_AREA))
+    return src, out
+
+
+def _pair_error(prev, cur) -> Optional[tuple]:
+    """``(output error, source error)`` between consecutive ``_small`` frames, or None."""
+    from .. import temporal
+    from ..renderers.shading import linear_to_srgb
+
+    pair = temporal.FlowPair.compute(prev[0], cur[0])
+    if not pair.mask.any():
+        return None
+    e_out = np.abs(cur[1] - temporal.warp(prev[1], pair.back)).mean(-1)[pair.mask].mean()
+    e_src = np.abs(linear_to_srgb(cur[0]) - linear_to_srgb(temporal.warp(prev[0], pair.back))).mean(-1)
+    return float(e_out), float(e_src[pair.mask].mean())
+
+
+def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Dict[int, Path],
+                   known: Optional[Dict[int, tuple]] = None) -> Optional[Dict[str, Any]]:
     """Temporal flicker of the result: mean absolute warping error on consistent pixels.
 
     Flow is computed on the *source* frames (Combined pass, DIS, downscaled so the long
@@ -206,34 +234,36 @@ def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Dict[int, P
     is warped into the current one and compared on flow-consistent pixels
     (forward-backward check, :mod:`backend.temporal`). Reported for the output and
     for the source itself (the floor a steady re-render can reach).
+
+    Args:
+        known: frame number -> ``(output error, source error)`` already measured during
+            the run (frames rendered after their predecessor); the others (resumed
+            frames) are measured from the files on disk.
     """
-    import cv2
-
-    from .. import temporal
-    from ..renderers.shading import linear_to_srgb
-
+    known = dict(known or {})
     numbers = sorted(numbers)
-    rows = []
-    prev = None
-    for n in numbers:
-        if n not in gbuffer_files or not output_path(out_dir, n).exists():
-            prev = None
-            continue
+    have = set(numbers)
+
+    def load(n):
         src = contract.read_frame(gbuffer_files[n]).combined[..., :3]
-        out = read_rgba_exr(output_path(out_dir, n))
-        h, w = out.shape[:2]
-        s = min(1.0, FLICKER_MAX_SIDE / max(h, w))
-        size = (max(1, round(w * s)), max(1, round(h * s)))
-        src = cv2.resize(src, size, interpolation=cv2.INTER_AREA)
-        out = linear_to_srgb(cv2.resize(out, size, interpolation=cv2.INTER_AREA))
-        src_s = linear_to_srgb(src)
-        if prev is not None and prev[0] == n - 1:
-            pair = temporal.FlowPair.compute(prev[1], src)
-            if pair.mask.any():
-                e_out = np.abs(out - temporal.warp(prev[2], pair.back)).mean(-1)[pair.mask].mean()
-                e_src = np.abs(src_s - temporal.warp(prev[3], pair.back)).mean(-1)[pair.mask].mean()
-                rows.append((n, float(e_out), float(e_src)))
-        prev = (n, src, out, src_s)
+        return _small(src, read_rgba_exr(output_path(out_dir, n)))
+
+    rows = []
+    last = None  # (frame number, small frames) of the last frame loaded from disk
+    for n in numbers:
+        if n - 1 not in have:
+            continue
+        if n in known:
+            rows.append((n,) + tuple(known[n]))
+            continue
+        if n not in gbuffer_files or n - 1 not in gbuffer_files:
+            continue
+        prev = last[1] if last is not None and last[0] == n - 1 else load(n - 1)
+        cur = load(n)
+        last = (n, cur)
+        r = _pair_error(prev, cur)
+        if r is not None:
+            rows.append((n,) + r)
     if not rows:
         return None
     return {
@@ -308,6 +338,7 @@ def restyle(
         "output_format": "rgba-half-v1",
     }
     state: Dict[str, Any] = {"prev": None, "prev_n": None}
+    flick: Dict[int, tuple] = {}  # frame -> (output, source) warping errors measured in the run
 
     def tasks():
         for n, path in files.items():
@@ -343,6 +374,13 @@ def restyle(
                 write_rgba_exr(tmp_path, rgb, alpha, header)
                 if previews:
                     write_png(preview_path(out_dir, n), rgb)
+                if flicker:
+                    cur = _small(frame.combined[..., :3], rgb)
+                    if state.get("small_n") == n - 1:
+                        r = _pair_error(state["small"], cur)
+                        if r is not None:
+                            flick[n] = r
+                    state["small"], state["small_n"] = cur, n
                 state["prev"], state["prev_n"] = rgb, n
                 entry = {"source": path.name, "mean_rgb": [round(float(x), 6) for x in rgb.mean(axis=(0, 1))]}
                 extra = getattr(rend, "last_info", None)
@@ -386,7 +424,7 @@ def restyle(
             write_mp4(out_dir / MP4_NAME, frames_iter(), fps=fps)
             man["preview_mp4"] = MP4_NAME
     if flicker and len(done) > 1:
-        fl = flicker_metric(out_dir, done, all_files)
+        fl = flicker_metric(out_dir, done, all_files, known=flick)
         if fl:
             man["flicker"] = fl
     contract.write_manifest(out_dir, man)
