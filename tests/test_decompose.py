@@ -357,3 +357,18 @@ def test_normals_consistent_with_depth_give_small_angle(tmp_path):
     assert fr.meta["normal_depth_angle_deg"] < 0.5
     np.testing.assert_allclose(fr.normal[15, 20], _PlaneEstimator.N, atol=1e-6)
     assert fr.depth[15, 20] == pytest.approx(4.0, rel=0.02)  # plane through (0, 0, -4)
+
+
+def test_cli_estimator_options(tmp_path):
+    from backend.jobs.decompose import parse_options
+
+    assert parse_options(["a=3", "b=null", "c=/x/y", "d=[1,2]"]) == {"a": 3, "b": None, "c": "/x/y", "d": [1, 2]}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_options(["novalue"])
+    src = _clip(tmp_path, n=1)
+    p = _run(["decompose", src, "--out", tmp_path / "o", "--estimator", "tiny", "--max-size", "32",
+              "--estimator-option", "seed=7", "--estimator-option", "depth_kind=metric"])
+    assert p.returncode == 0, p.stderr
+    man = contract.read_manifest(tmp_path / "o")
+    assert man["estimator"]["settings"]["seed"] == 7
+    assert contract.read_frame(contract.frame_path(tmp_path / "o", 1)).meta["depth_kind"] == "metric"

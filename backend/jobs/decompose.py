@@ -405,6 +405,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="long-side cap of the processing resolution in pixels; 0 = full size "
                         "(default: %(default)s). Output is always full size.")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto)")
+    p.add_argument("--estimator-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra estimator option, repeatable; VALUE is JSON when it parses "
+                        "(e.g. num_inference_steps=4, normals=null), else a string "
+                        "(e.g. depth=/models/marigold-depth)")
     p.add_argument("--stabilize", action="store_true",
                    help="temporal stabilisation with optical flow (flicker metric in manifest.json)")
     p.add_argument("--stabilize-strength", type=float, default=DEFAULT_STRENGTH, metavar="W",
@@ -417,9 +421,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def parse_options(items) -> Dict[str, Any]:
+    """``["k=v", ...]`` -> dict; values parsed as JSON when possible, else kept as strings.
+
+    Raises:
+        ValueError: an item without ``=``.
+    """
+    import json
+
+    out: Dict[str, Any] = {}
+    for item in items or []:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--estimator-option {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(val)
+        except ValueError:
+            out[key.strip()] = val
+    return out
+
+
 def _run_cli(args) -> int:
     decompose(
         args.input, args.out, frames=args.frames, estimator=args.estimator,
+        estimator_options=parse_options(args.estimator_option),
         max_size=args.max_size or None, device=args.device,
         stabilize=args.stabilize, strength=args.stabilize_strength,
         colorspace=args.colorspace, hfov_deg=args.hfov,
