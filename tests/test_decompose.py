@@ -296,6 +296,15 @@ def test_cli_default_estimator_on_boat(tmp_path, footage):
     fr = contract.read_frame(contract.frame_path(out, 2), validate=True)
     assert fr.shape == (448, 832) and fr.meta["estimator"] == "embedded"
     assert contract.read_manifest(out)["estimator"]["name"] == "embedded"
+    # Blender 5.0 and 4.5 load the sequence with the passes as sockets
+    from bpy_util import run_bpy, venv_python
+    from test_contract import EXPECTED_SOCKETS, SOCKETS_SNIPPET
+
+    for venv in (".venv", ".venv45"):
+        if venv_python(venv).exists():
+            res = run_bpy(SOCKETS_SNIPPET.format(first=str(contract.frame_path(out, 1)), n=2),
+                          python=venv_python(venv), timeout=300)
+            assert all([tuple(x) for x in socks] == EXPECTED_SOCKETS for socks in res["sockets"])
 
 
 def test_named_colorspace_goes_through_opencolorio(tmp_path):
