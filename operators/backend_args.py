@@ -1,0 +1,154 @@
+"""From Blender settings to backend command lines: preferences, output folders, argv.
+
+Shared by the operators and the headless ``--command`` so both start identical workers.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import bpy
+
+from .. import worker
+
+
+
+class _DefaultPrefs:
+    backend_python = ""
+    device = "AUTO"
+    precision = "fp32"
+    model_dir = ""
+    offline_mode = True
+
+
+def preferences():
+    """The add-on preferences (``preferences.py``), or defaults when not registered."""
+    from .. import preferences as prefs_mod
+
+    prefs = prefs_mod.get_preferences()
+    return prefs if prefs is not None else _DefaultPrefs()
+
+
+def worker_python(prefs=None) -> tuple:
+    """``(python executable, is_external)``: the preferences' backend Python when set, else
+    Blender's own (``sys.executable``)."""
+    import sys
+
+    prefs = prefs or preferences()
+    py = bpy.path.abspath(getattr(prefs, "backend_python", "") or "")
+    if py:
+        return py, True
+    return sys.executable, False
+
+
+def worker_environment(prefs=None) -> Dict[str, str]:
+    """Worker environment: :func:`worker.worker_env` plus the preferences.
+
+    * ``GBUFFER_EXTRA_SITE``: the on-demand diffusion packages folder (Blender's Python
+      only), appended to the worker's ``sys.path`` by ``dependencies.append_extra_site_paths``;
+    * ``GBUFFER_EDITOR_MODEL_DIR``, ``GBUFFER_EDITOR_PRECISION``;
+    * ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1 in offline mode or when Blender's
+      online access is off.
+    """
+    from .. import dependencies
+    from .. import preferences as prefs_mod
+
+    prefs = prefs or preferences()
+    _, external = worker_python(prefs)
+    extra = {}
+    user_prefs = None if isinstance(prefs, _DefaultPrefs) else prefs
+    try:
+        if not external:
+            extra[dependencies.EXTRA_SITE_ENV] = prefs_mod.diffusion_site_dir()
+        extra["GBUFFER_EDITOR_MODEL_DIR"] = prefs_mod.model_dir(user_prefs) if user_prefs else ""
+    except (ValueError, RuntimeError, TypeError):
+        pass  # not installed as an extension (e.g. tests importing the source folder)
+    if getattr(prefs, "model_dir", ""):
+        extra["GBUFFER_EDITOR_MODEL_DIR"] = bpy.path.abspath(prefs.model_dir)
+    if not extra.get("GBUFFER_EDITOR_MODEL_DIR"):
+        extra.pop("GBUFFER_EDITOR_MODEL_DIR", None)
+    extra["GBUFFER_EDITOR_PRECISION"] = str(getattr(prefs, "precision", "fp32")).lower()
+    if getattr(prefs, "offline_mode", True) or not bpy.app.online_access:
+        extra["HF_HUB_OFFLINE"] = "1"
+        extra["TRANSFORMERS_OFFLINE"] = "1"
+    return worker.worker_env(external_python=external, extra=extra)
+
+
+def device_args(prefs=None) -> List[str]:
+    """``["--device", D]`` unless the preference is ``auto``."""
+    prefs = prefs or preferences()
+    dev = (getattr(prefs, "device", "") or "auto").lower()
+    return [] if dev == "auto" else ["--device", dev]
+
+
+def output_root(settings) -> Path:
+    """Absolute output folder of the scene settings (``//`` resolved; a temp folder for
+    unsaved files)."""
+    raw = settings.output_dir or "//gbuffer_editor/"
+    if raw.startswith("//") and not bpy.data.filepath:
+        import tempfile
+
+        return Path(tempfile.gettempdir()) / "gbuffer_editor" / raw[2:]
+    return Path(os.path.abspath(bpy.path.abspath(raw)))
+
+
+def next_numbered_dir(root: os.PathLike, stem: str) -> Path:
+    """The first free ``root/<stem>_NNN`` (001, 002, ...), created empty. Never reuses one."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    pat = re.compile(rf"^{re.escape(stem)}_(\d+)$")
+    taken = [int(m.group(1)) for p in root.iterdir() if (m := pat.match(p.name))]
+    n = max(taken, default=0) + 1
+    while True:
+        d = root / f"{stem}_{n:03d}"
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            n += 1
+
+
+def frames_arg(first: int, last: int) -> List[str]:
+    """``["--frames", "A-B"]`` with 0-based source frame indices, inclusive."""
+    if last < first:
+        raise ValueError(f"frame range {first}-{last} is empty")
+    return ["--frames", f"{first}-{last}"]
+
+
+def decompose_argv(
+    source: str,
+    out_dir: os.PathLike,
+    *,
+    estimator: str,
+    max_size: int,
+    frames: Optional[tuple] = None,
+    stabilize: bool = False,
+    prefs=None,
+) -> List[str]:
+    """Full command line for ``python -m backend decompose``."""
+    args = [source, "--out", str(out_dir), "--estimator", estimator, "--max-size", str(max_size)]
+    if frames is not None:
+        args += frames_arg(*frames)
+    if stabilize:
+        args.append("--stabilize")
+    args += device_args(prefs)
+    py, _ = worker_python(prefs)
+    return worker.backend_command("decompose", args, python=py)
+
+
+def restyle_argv(
+    gbuffer_dir: os.PathLike,
+    out_dir: os.PathLike,
+    *,
+    prompt: str,
+    extra: Optional[List[str]] = None,
+    prefs=None,
+) -> List[str]:
+    """Full command line for ``python -m backend restyle`` (``--renderer`` etc. in ``extra``)."""
+    args = [str(gbuffer_dir), "--prompt", prompt, "--out", str(out_dir)]
+    args += list(extra or [])
+    args += device_args(prefs)
+    py, _ = worker_python(prefs)
+    return worker.backend_command("restyle", args, python=py)

@@ -1,0 +1,281 @@
+"""Where the compositor gets wired: source footage, G-buffer sequence, "Material edits", outputs.
+
+Layout built by :func:`setup_gbuffer` (left to right)::
+
+    [Image "G-buffers"] --pass--> [Material edits frame: Reroute In.<Pass> -> Reroute Out.<Pass>]
+                                        --> [File Output "G-buffer output" (multilayer EXR)]
+                                        --> [Viewer] (chosen pass)   --> Composite / Group Output
+
+Artists insert their nodes between ``In.<Pass>`` and ``Out.<Pass>`` inside the frame.
+Restyle renders the compositor with the File Output unmuted, which writes the edited
+passes under the contract's pass names.
+
+Nodes are found again by a ``gbuffer_editor_role`` custom property, so re-running a
+step updates the existing setup instead of stacking duplicates. All version
+differences go through :mod:`..compat`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import bpy
+
+from .. import compat
+from ..backend.contract import FILE_PREFIX, PASSES, list_frames
+
+ROLE_KEY = "gbuffer_editor_role"
+ROLE_SOURCE = "source"
+ROLE_GBUFFER = "gbuffer"
+ROLE_EDITS = "edits_frame"
+ROLE_OUTPUT = "gbuffer_output"
+ROLE_VIEWER = "viewer"
+ROLE_PREVIEW = "preview_normalize"
+ROLE_RESULT = "result"
+EDITS_LABEL = "Material edits"
+#: pass name -> contract socket type, in contract order
+PASS_TYPES = {name: spec[2] for name, spec in PASSES.items()}
+
+
+def find_tree(scene):
+    """The scene's compositor tree, or ``None`` (never creates one)."""
+    return compat.compositor_tree(scene, create=False)
+
+
+def find_node(tree, role: str, pass_name: str = ""):
+    """The node tagged with ``role`` (and ``pass_name`` for per-pass reroutes), or ``None``."""
+    key = f"{role}:{pass_name}" if pass_name else role
+    for n in tree.nodes:
+        if n.get(ROLE_KEY) == key:
+            return n
+    return None
+
+
+def _node(tree, role: str, bl_idname: str, pass_name: str = "", factory=None):
+    node = find_node(tree, role, pass_name)
+    if node is None and role == ROLE_VIEWER:  # adopt the tree's existing Viewer
+        node = next((n for n in tree.nodes if n.bl_idname == bl_idname and not n.get(ROLE_KEY)), None)
+        if node is not None:
+            node[ROLE_KEY] = role
+    if node is not None and node.bl_idname != bl_idname and factory is None:
+        tree.nodes.remove(node)
+        node = None
+    if node is None:
+        node = factory() if factory else tree.nodes.new(bl_idname)
+        node[ROLE_KEY] = f"{role}:{pass_name}" if pass_name else role
+    return node
+
+
+def _link(tree, from_socket, to_socket) -> None:
+    for l in list(to_socket.links):
+        tree.links.remove(l)
+    tree.links.new(from_socket, to_socket)
+
+
+def setup_source(scene, clip) -> bpy.types.Node:
+    """Movie Clip node for the imported footage, shown by the Viewer and the final output.
+
+    Returns:
+        The ``CompositorNodeMovieClip`` node.
+    """
+    tree = compat.compositor_tree(scene)
+    node = _node(tree, ROLE_SOURCE, "CompositorNodeMovieClip")
+    node.clip = clip
+    node.name = node.label = "Footage"
+    node.location = (-700, 300)
+    out = compat.output_socket(tree)
+    out.node.location = (700, 300)
+    viewer = _node(tree, ROLE_VIEWER, "CompositorNodeViewer")
+    viewer.location = (700, -100)
+    if find_node(tree, ROLE_GBUFFER) is None:
+        _link(tree, node.outputs["Image"], out)
+        _link(tree, node.outputs["Image"], viewer.inputs["Image"])
+    return node
+
+
+def load_sequence_image(folder: os.PathLike, prefix: str = FILE_PREFIX):
+    """Load the EXR frames ``folder/<prefix>NNNN.exr`` as one image sequence.
+
+    Returns:
+        ``(image, first_number, count)``.
+
+    Raises:
+        FileNotFoundError: no frame in ``folder`` (names the folder).
+    """
+    frames = list_frames(folder, prefix=prefix)
+    if not frames:
+        raise FileNotFoundError(f"no {prefix}NNNN.exr frames in {folder}")
+    first = next(iter(frames))
+    img = bpy.data.images.load(str(frames[first]), check_existing=False)
+    img.source = "SEQUENCE"
+    img.name = f"{Path(folder).name} G-buffers"
+    return img, first, len(frames)
+
+
+def _configure_sequence_node(node, img, first: int, count: int, scene_start: int) -> None:
+    node.image = img
+    node.frame_start = scene_start
+    node.frame_duration = count
+    node.frame_offset = first - 1
+    node.use_auto_refresh = True
+
+
+def setup_gbuffer(scene, gbuffer_dir: os.PathLike, preview_pass: str = "Combined"):
+    """Wire the G-buffer sequence in ``gbuffer_dir`` into the compositor (idempotent).
+
+    The Image node reads the EXR sequence (source ``SEQUENCE``, layer ``GBuffer``), so
+    every contract pass is an output socket; it starts at the scene's first frame.
+
+    Returns:
+        The Image node.
+
+    Raises:
+        FileNotFoundError: no frames in the folder.
+    """
+    tree = compat.compositor_tree(scene)
+    img, first, count = load_sequence_image(gbuffer_dir)
+    image_node = _node(tree, ROLE_GBUFFER, "CompositorNodeImage")
+    image_node.name = image_node.label = "G-buffers"
+    image_node.location = (-400, 0)
+    _configure_sequence_node(image_node, img, first, count, scene.frame_start)
+    if image_node.has_layers:
+        try:
+            image_node.layer = "GBuffer"
+        except TypeError:
+            pass  # single-layer files: the only layer is already selected
+
+    frame = _node(tree, ROLE_EDITS, "NodeFrame")
+    frame.label = frame.name = EDITS_LABEL
+    frame.label_size = 20
+    frame.use_custom_color = True
+    frame.color = (0.25, 0.35, 0.25)
+
+    output = find_node(tree, ROLE_OUTPUT)
+    if output is None:
+        output = compat.new_multilayer_file_output(tree, list(PASS_TYPES.items()))
+        output[ROLE_KEY] = ROLE_OUTPUT
+        output.mute = True  # only Restyle turns it on; a plain render writes nothing
+        if hasattr(output, "save_as_render"):
+            output.save_as_render = False
+    output.location = (700, -400)
+    fo_inputs = compat.file_output_inputs(output)
+
+    for i, name in enumerate(PASS_TYPES):
+        src = image_node.outputs.get(name)
+        r_in = _node(tree, "in", "NodeReroute", name)
+        r_out = _node(tree, "out", "NodeReroute", name)
+        for r, x in ((r_in, 0), (r_out, 400)):
+            r.parent = frame
+            r.label = name
+            r.name = f"{name} {'in' if x == 0 else 'out'}"
+            r.location = (x, 200 - 60 * i)
+        if src is not None and not r_in.inputs[0].is_linked:
+            tree.links.new(src, r_in.inputs[0])
+        if not r_out.inputs[0].is_linked:
+            tree.links.new(r_in.outputs[0], r_out.inputs[0])
+        if name in fo_inputs and not fo_inputs[name].is_linked:
+            tree.links.new(r_out.outputs[0], fo_inputs[name])
+
+    out = compat.output_socket(tree)
+    out.node.location = (700, 300)
+    _link(tree, find_node(tree, "out", "Combined").outputs[0], out)
+    show_pass(tree, preview_pass)
+    return image_node
+
+
+def pass_socket(tree, pass_name: str):
+    """The socket carrying ``pass_name`` after the material edits (end of the edits frame)."""
+    r_out = find_node(tree, "out", pass_name)
+    if r_out is not None:
+        return r_out.outputs[0]
+    node = find_node(tree, ROLE_GBUFFER)
+    return node.outputs[pass_name] if node is not None else None
+
+
+def show_pass(tree, pass_name: str) -> None:
+    """Connect the Viewer to ``pass_name`` (after edits); Depth goes through a Normalize node."""
+    viewer = _node(tree, ROLE_VIEWER, "CompositorNodeViewer")
+    viewer.location = (700, -100)
+    sock = pass_socket(tree, pass_name)
+    if sock is None:
+        return
+    if pass_name == "Depth":
+        norm = _node(tree, ROLE_PREVIEW, "CompositorNodeNormalize")
+        norm.location = (550, -100)
+        _link(tree, sock, norm.inputs[0])
+        sock = norm.outputs[0]
+    _link(tree, sock, viewer.inputs["Image"])
+
+
+def gbuffer_range(tree) -> tuple:
+    """``(first scene frame, frame count)`` of the G-buffer Image node."""
+    node = find_node(tree, ROLE_GBUFFER)
+    if node is None or node.image is None:
+        raise LookupError("no G-buffer Image node in the compositor; run Decompose first")
+    return node.frame_start, node.frame_duration
+
+
+def gbuffer_folder(tree) -> Path:
+    """Folder the G-buffer Image node reads."""
+    node = find_node(tree, ROLE_GBUFFER)
+    if node is None or node.image is None:
+        raise LookupError("no G-buffer Image node in the compositor; run Decompose first")
+    return Path(bpy.path.abspath(node.image.filepath)).parent
+
+
+def gbuffer_output(tree):
+    """The File Output node of the setup (``LookupError`` when missing)."""
+    node = find_node(tree, ROLE_OUTPUT)
+    if node is None:
+        raise LookupError("no G-buffer output node in the compositor; run Decompose first")
+    return node
+
+
+_SEQ_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)\.(?P<ext>png|exr|jpe?g|tiff?)$", re.IGNORECASE)
+
+
+def find_sequence(folder: os.PathLike) -> tuple:
+    """The longest numbered image sequence in ``folder``.
+
+    Returns:
+        ``(prefix, {frame number: path})``, sorted by number; ``("", {})`` when none.
+    """
+    groups: dict = {}
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "", {}
+    for p in folder.iterdir():
+        m = _SEQ_RE.match(p.name)
+        if m and not p.name.startswith("."):
+            key = (m.group("prefix"), m.group("ext").lower())
+            groups.setdefault(key, {})[int(m.group("num"))] = p
+    if not groups:
+        return "", {}
+    key = max(groups, key=lambda k: (len(groups[k]), k[1] == "exr"))
+    return key[0], dict(sorted(groups[key].items()))
+
+
+def load_result(scene, folder: os.PathLike) -> bpy.types.Node:
+    """Show a Restyle result sequence: an Image node feeding the final output.
+
+    Returns:
+        The Image node.
+
+    Raises:
+        FileNotFoundError: no numbered image sequence in ``folder``.
+    """
+    tree = compat.compositor_tree(scene)
+    _, frames = find_sequence(folder)
+    if not frames:
+        raise FileNotFoundError(f"no numbered image frames in {folder}")
+    first = next(iter(frames))
+    img = bpy.data.images.load(str(frames[first]), check_existing=False)
+    img.source = "SEQUENCE"
+    img.name = f"{Path(folder).name} result"
+    node = _node(tree, ROLE_RESULT, "CompositorNodeImage")
+    node.name = node.label = "Restyle result"
+    node.location = (350, 450)
+    _configure_sequence_node(node, img, first, len(frames), scene.frame_start)
+    _link(tree, node.outputs["Image"], compat.output_socket(tree))
+    return node

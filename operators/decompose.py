@@ -1,0 +1,131 @@
+"""Decompose: footage -> G-buffer EXR sequence, by the backend worker, then wire the compositor."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import bpy
+
+from . import backend_args, compositor
+from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep
+
+
+def first_frame_index(gbuffer_dir: os.PathLike) -> int:
+    """0-based source frame index of the first G-buffer frame (its ``frame_index`` header)."""
+    from ..backend.contract import list_frames, read_channels, _decode_meta
+
+    frames = list_frames(gbuffer_dir)
+    if not frames:
+        return 0
+    _, header = read_channels(next(iter(frames.values())))
+    return int(_decode_meta(header).get("frame_index", 0) or 0)
+
+
+def footage_start(scene) -> int:
+    """Scene frame showing source frame 0 (the Movie Clip's start frame, else 1)."""
+    tree = compositor.find_tree(scene)
+    node = compositor.find_node(tree, compositor.ROLE_SOURCE) if tree is not None else None
+    if node is not None and node.clip is not None:
+        return node.clip.frame_start
+    return 1
+
+
+def wire_gbuffers(scene, gbuffer_dir: os.PathLike):
+    """Point the compositor's G-buffer setup at ``gbuffer_dir`` (Image node starts at the
+    scene frame of the first decomposed source frame) and remember the folder."""
+    s = scene.gbuffer_editor
+    node = compositor.setup_gbuffer(scene, gbuffer_dir, s.preview_pass)
+    node.frame_start = footage_start(scene) + first_frame_index(gbuffer_dir)
+    s.gbuffer_dir = str(gbuffer_dir)
+    return node
+
+
+def decompose_job(scene, argv: List[str], out_dir: os.PathLike, *, wire: bool = True, env=None) -> JobController:
+    """Controller running ``argv`` (a backend decompose command) then wiring the result."""
+    out_dir = Path(out_dir)
+    steps = [WorkerStep("Decomposing", argv, out_dir / "decompose.log", env=env)]
+    if wire:
+
+        def _wire(ctl):
+            try:
+                wire_gbuffers(ctl.scene, out_dir)
+            except FileNotFoundError as e:
+                raise JobFailed(f"decompose wrote no frames: {e}; log: {out_dir / 'decompose.log'}") from e
+
+        steps.append(CallStep("Wiring compositor", _wire))
+    return JobController(scene, "Decompose", steps)
+
+
+class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
+    """Estimate depth, normals, albedo, metallic and roughness for every frame in a worker
+    process (Esc cancels), then load them into the compositor"""
+
+    bl_idname = "gbuffer.decompose"
+    bl_label = "Decompose"
+    bl_options = {"REGISTER"}
+
+    @classmethod
+    def poll(cls, context):
+        scene = context.scene
+        if scene is None:
+            return False
+        s = scene.gbuffer_editor
+        if not s.source_path:
+            cls.poll_message_set("Import footage first")
+            return False
+        if s.is_running:
+            cls.poll_message_set("A G-Buffer job is running")
+            return False
+        return True
+
+    def build_job(self, context) -> JobController:
+        scene = context.scene
+        s = scene.gbuffer_editor
+        source = os.path.abspath(bpy.path.abspath(s.source_path))
+        if not os.path.exists(source):
+            raise JobFailed(f"footage not found: {source}")
+        if s.use_scene_range:
+            first, last = scene.frame_start, scene.frame_end
+        else:
+            first, last = s.frame_start, s.frame_end
+        start = footage_start(scene)
+        frames = (max(0, first - start), max(0, last - start))
+        prefs = backend_args.preferences()
+        out_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "decompose")
+        argv = backend_args.decompose_argv(
+            source,
+            out_dir,
+            estimator=s.estimator,
+            max_size=s.max_size,
+            frames=frames,
+            stabilize=s.stabilize,
+            prefs=prefs,
+        )
+        return decompose_job(scene, argv, out_dir, env=backend_args.worker_environment(prefs))
+
+
+class GBUFFER_OT_load_gbuffers(bpy.types.Operator):
+    """Load an existing folder of G-buffer EXR frames into the compositor"""
+
+    bl_idname = "gbuffer.load_gbuffers"
+    bl_label = "Load G-Buffers"
+    bl_options = {"REGISTER", "UNDO"}
+
+    directory: bpy.props.StringProperty(subtype="DIR_PATH")
+
+    def invoke(self, context, event):
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        folder = Path(bpy.path.abspath(self.directory or context.scene.gbuffer_editor.gbuffer_dir))
+        try:
+            wire_gbuffers(context.scene, folder)
+        except (FileNotFoundError, LookupError) as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        return {"FINISHED"}
+
+
+classes = (GBUFFER_OT_decompose, GBUFFER_OT_load_gbuffers)

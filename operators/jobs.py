@@ -1,0 +1,344 @@
+"""Long jobs as a list of steps driven one tick at a time, modal or blocking.
+
+A :class:`JobController` runs :class:`Step` objects in order. Each :meth:`JobController.tick`
+does a small amount of work (drain the worker's progress queue, render one compositor
+frame) and returns at once, so the same controller serves:
+
+* the modal operators (a window-manager timer calls ``tick``; Esc calls ``cancel``),
+* the blocking path for background mode, headless ``--command`` and tests
+  (:meth:`JobController.run_blocking` loops over ``tick``).
+
+Status and progress are mirrored into ``scene.gbuffer_editor`` so the sidebar and the
+status bar show them. The one running controller per scene is kept in
+:data:`_ACTIVE` (runtime state: a process handle cannot live in a property).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, List, Optional
+
+import bpy
+
+from .. import worker as worker_mod
+
+_ACTIVE: Dict[str, "JobController"] = {}
+
+
+def active_job(scene) -> Optional["JobController"]:
+    """The controller running for ``scene``, if any."""
+    job = _ACTIVE.get(scene.name)
+    return job if job is not None and not job.finished else None
+
+
+class JobFailed(RuntimeError):
+    """A step failed; the message is meant for the user (reason, frame, file, log)."""
+
+
+class Step:
+    """One stage of a job. Subclasses override :meth:`start` / :meth:`tick` / :meth:`cancel`."""
+
+    label = "Working"
+
+    def start(self, ctl: "JobController") -> None:
+        """Begin (must return quickly)."""
+
+    def tick(self, ctl: "JobController") -> bool:
+        """Advance; return ``True`` when the step is complete. Raise :class:`JobFailed` on error."""
+        return True
+
+    def cancel(self, ctl: "JobController") -> None:
+        """Stop as soon as possible, keeping only complete output."""
+
+    def progress(self) -> tuple:
+        """``(done, total)`` for the progress bar."""
+        return 0, 0
+
+
+class CallStep(Step):
+    """Run a function once (quick work on the main thread: wiring nodes, loading results)."""
+
+    def __init__(self, label: str, fn: Callable[["JobController"], None]):
+        self.label = label
+        self.fn = fn
+
+    def tick(self, ctl):
+        self.fn(ctl)
+        return True
+
+
+class WorkerStep(Step):
+    """Run a backend worker process; progress comes from its JSON lines."""
+
+    def __init__(self, label: str, argv: List[str], log_path, env=None):
+        self.label = label
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.job: Optional[worker_mod.WorkerJob] = None
+
+    def start(self, ctl):
+        try:
+            self.job = worker_mod.WorkerJob(self.argv, log_path=self.log_path, env=self.env).start()
+        except OSError as e:
+            raise JobFailed(f"{e}; log: {self.log_path}") from e
+        ctl.log_path = str(self.log_path)
+
+    def tick(self, ctl):
+        self.job.poll()
+        if not self.job.finished:
+            return False
+        if self.job.state == worker_mod.DONE:
+            return True
+        if self.job.state == worker_mod.CANCELLED:
+            ctl.cancelled = True
+            return True
+        raise JobFailed(self.job.describe_error())
+
+    def cancel(self, ctl):
+        if self.job is not None:
+            self.job.cancel()
+            self.job.poll()
+
+    def progress(self):
+        if self.job is None:
+            return 0, 0
+        return self.job.done, self.job.total
+
+
+class JobController:
+    """Runs steps in order for one scene and mirrors status into ``scene.gbuffer_editor``.
+
+    Attributes:
+        state: ``RUNNING``, ``DONE``, ``ERROR`` or ``CANCELLED`` (as in :mod:`..worker`).
+        message: final message for the user (error reason with log path, or summary).
+    """
+
+    def __init__(self, scene, label: str, steps: List[Step], on_done: Optional[Callable] = None):
+        self.scene_name = scene.name
+        self.label = label
+        self.steps = list(steps)
+        self.on_done = on_done
+        self.index = -1
+        self.state = worker_mod.RUNNING
+        self.message = ""
+        self.log_path = ""
+        self.cancelled = False
+        self.data: dict = {}
+
+    @property
+    def scene(self):
+        return bpy.data.scenes[self.scene_name]
+
+    @property
+    def finished(self) -> bool:
+        return self.state != worker_mod.RUNNING
+
+    @property
+    def step(self) -> Optional[Step]:
+        return self.steps[self.index] if 0 <= self.index < len(self.steps) else None
+
+    def start(self) -> "JobController":
+        other = _ACTIVE.get(self.scene_name)
+        if other is not None and not other.finished:
+            raise JobFailed(f"'{other.label}' is still running; cancel it first")
+        _ACTIVE[self.scene_name] = self
+        s = self.scene.gbuffer_editor
+        s.is_running = True
+        s.job_label = self.label
+        s.progress = 0.0
+        s.status = f"{self.label}: starting"
+        self._advance()
+        return self
+
+    def _advance(self) -> None:
+        self.index += 1
+        if self.step is None:
+            self._end(worker_mod.DONE, f"{self.label}: done")
+            return
+        try:
+            self.step.start(self)
+        except JobFailed as e:
+            self._end(worker_mod.ERROR, str(e))
+
+    def tick(self) -> str:
+        """Advance the current step a little; returns the controller state."""
+        if self.finished:
+            return self.state
+        try:
+            complete = self.step.tick(self)
+        except JobFailed as e:
+            self._end(worker_mod.ERROR, str(e))
+            return self.state
+        except Exception as e:  # a bug or a Blender error: report it, never leave a zombie job
+            self._cancel_steps()
+            self._end(worker_mod.ERROR, f"{self.label}: {type(e).__name__}: {e}")
+            return self.state
+        if self.cancelled:
+            self._end(worker_mod.CANCELLED, f"{self.label}: cancelled; complete frames kept")
+        elif complete:
+            self._advance()
+        if not self.finished:
+            self._update_status()
+        return self.state
+
+    def _update_status(self) -> None:
+        done, total = self.step.progress()
+        s = self.scene.gbuffer_editor
+        n = len(self.steps)
+        frac = (done / total) if total else 0.0
+        s.progress = min(1.0, (self.index + frac) / n)
+        count = f" {done}/{total}" if total else ""
+        s.status = f"{self.label}: {self.step.label}{count}"
+        tag_redraw()
+
+    @property
+    def returncode(self) -> Optional[int]:
+        """Exit status of the last worker process that ended (``None`` if none did)."""
+        codes = [st.job.returncode for st in self.steps if isinstance(st, WorkerStep) and st.job is not None]
+        codes = [c for c in codes if c is not None]
+        return codes[-1] if codes else None
+
+    def cancel(self) -> None:
+        """Stop the running step (SIGTERM for a worker); complete frames stay on disk."""
+        if self.finished:
+            return
+        self.cancelled = True
+        self._cancel_steps()
+        self._end(worker_mod.CANCELLED, f"{self.label}: cancelled; complete frames kept")
+
+    def _cancel_steps(self) -> None:
+        if self.step is not None:
+            try:
+                self.step.cancel(self)
+            except Exception:
+                pass
+
+    def _end(self, state: str, message: str) -> None:
+        self.state = state
+        self.message = message
+        if _ACTIVE.get(self.scene_name) is self:
+            del _ACTIVE[self.scene_name]
+        try:
+            s = self.scene.gbuffer_editor
+        except KeyError:  # scene deleted while running
+            return
+        s.is_running = False
+        s.status = message
+        s.log_path = self.log_path
+        if state == worker_mod.DONE:
+            s.progress = 1.0
+        tag_redraw()
+
+    def run_blocking(self, poll_interval: float = 0.1, on_tick: Optional[Callable] = None) -> str:
+        """Start (if needed) and tick until finished; for background mode and tests.
+
+        ``on_tick(controller)`` is called after every tick (headless progress printing).
+        """
+        if self.index < 0:
+            self.start()
+        while not self.finished:
+            self.tick()
+            if on_tick is not None:
+                on_tick(self)
+            if not self.finished and isinstance(self.step, WorkerStep):
+                time.sleep(poll_interval)
+        return self.state
+
+
+def tag_redraw() -> None:
+    """Redraw the areas that show job status (sidebars and the status bar)."""
+    wm = getattr(bpy.context, "window_manager", None)
+    if wm is None:
+        return
+    for window in wm.windows:
+        for area in window.screen.areas:
+            if area.type in {"NODE_EDITOR", "CLIP_EDITOR", "STATUSBAR"}:
+                area.tag_redraw()
+
+
+class ModalJobMixin:
+    """Modal driving for an operator whose ``build_job(context)`` returns a controller.
+
+    ``invoke`` starts it with a window-manager timer (UI stays live); ``execute`` runs
+    it to completion (background mode, scripts). Esc or the Cancel button cancels.
+    """
+
+    _timer = None
+    _job = None  # JobController while modal
+
+    def build_job(self, context) -> JobController:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _finish(self, job: JobController) -> set:
+        if job.state == worker_mod.DONE:
+            self.report({"INFO"}, job.message)
+            return {"FINISHED"}
+        if job.state == worker_mod.CANCELLED:
+            self.report({"WARNING"}, job.message)
+            return {"CANCELLED"}
+        self.report({"ERROR"}, job.message)
+        return {"CANCELLED"}
+
+    def _start(self, context) -> Optional[JobController]:
+        try:
+            return self.build_job(context).start()
+        except (JobFailed, LookupError, OSError, ValueError) as e:
+            self.report({"ERROR"}, str(e))
+            return None
+
+    def execute(self, context):
+        job = self._start(context)
+        if job is None:
+            return {"CANCELLED"}
+        job.run_blocking()
+        return self._finish(job)
+
+    def invoke(self, context, event):
+        if bpy.app.background or context.window is None:
+            return self.execute(context)
+        job = self._start(context)
+        if job is None:
+            return {"CANCELLED"}
+        if job.finished:
+            return self._finish(job)
+        self._job = job
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.2, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        job = self._job
+        if event.type == "ESC" and event.value == "PRESS":
+            job.cancel()
+        elif event.type == "TIMER" and event.timer is self._timer:
+            job.tick()
+        if not job.finished:
+            return {"PASS_THROUGH"}
+        context.window_manager.event_timer_remove(self._timer)
+        self._timer = None
+        return self._finish(job)
+
+
+class GBUFFER_OT_cancel_job(bpy.types.Operator):
+    """Stop the running Decompose or Restyle job; frames already written are kept"""
+
+    bl_idname = "gbuffer.cancel_job"
+    bl_label = "Cancel"
+    bl_options = {"INTERNAL"}
+
+    @classmethod
+    def poll(cls, context):
+        if context.scene is None or active_job(context.scene) is None:
+            cls.poll_message_set("No G-Buffer job is running")
+            return False
+        return True
+
+    def execute(self, context):
+        job = active_job(context.scene)
+        job.cancel()
+        self.report({"WARNING"}, job.message)
+        return {"FINISHED"}
+
+
+classes = (GBUFFER_OT_cancel_job,)

@@ -1,0 +1,247 @@
+"""Restyle: bake the compositor's material edits into G-buffers, re-render them with a prompt.
+
+Steps (one :class:`..jobs.JobController`):
+
+1. :class:`EditsStep` renders the compositor one frame per tick with the "G-buffer output"
+   File Output node switched on, then rewrites each file as a contract frame in
+   ``restyle_NNN/edited_gbuffer/`` (same frame numbers as the source G-buffers, header
+   metadata copied from them; Blender 5.0's multi-part layout and 4.x's single part are
+   both read by :func:`..compat.read_gbuffer_frame`).
+2. The backend worker: ``python -m backend restyle edited_gbuffer --prompt ... --out
+   restyle_NNN/result --renderer NAME``.
+3. The result sequence is loaded into an Image node feeding the compositor output.
+
+Each run gets a new ``restyle_NNN`` folder, so earlier results are never overwritten.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import List, Optional
+
+import bpy
+import numpy as np
+
+from .. import compat
+from . import backend_args, compositor
+from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, Step, WorkerStep
+
+EDITED_DIR = "edited_gbuffer"
+RESULT_DIR = "result"
+
+
+def sanitize(frame) -> None:
+    """Bring artist-edited passes back inside the contract, in place.
+
+    NaN/Inf -> 0; Albedo, Metallic, Roughness, Confidence clipped to [0, 1]; Depth
+    clamped to >= 1e-4; Normals re-normalised (zero vectors become (0, 0, 1)).
+    """
+    for name in ("combined", "depth", "normal", "albedo", "metallic", "roughness", "confidence"):
+        arr = getattr(frame, name)
+        if arr is not None:
+            setattr(frame, name, np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32))
+    for name in ("albedo", "metallic", "roughness", "confidence"):
+        arr = getattr(frame, name)
+        if arr is not None:
+            setattr(frame, name, np.clip(arr, 0.0, 1.0))
+    frame.combined = np.maximum(frame.combined, 0.0)
+    frame.depth = np.maximum(frame.depth, 1e-4)
+    n = frame.normal
+    length = np.linalg.norm(n, axis=-1, keepdims=True)
+    safe = np.where(length > 1e-6, n / np.maximum(length, 1e-6), np.array([0.0, 0.0, 1.0], np.float32))
+    frame.normal = safe.astype(np.float32)
+
+
+class EditsStep(Step):
+    """Render the compositor's edited passes frame by frame into contract files."""
+
+    label = "Applying material edits"
+
+    def __init__(self, edited_dir: os.PathLike, frames: Optional[List[int]] = None):
+        self.edited_dir = Path(edited_dir)
+        self.render_dir = self.edited_dir / "_render"
+        self.frames = frames  # scene frames; None = all G-buffer frames in the scene range
+        self.i = 0
+        self._saved = None
+
+    def start(self, ctl):
+        from ..backend.contract import list_frames, read_channels
+
+        scene = ctl.scene
+        tree = compat.compositor_tree(scene, create=False)
+        if tree is None:
+            raise JobFailed("the scene has no compositor; run Decompose first")
+        try:
+            self.output = compositor.gbuffer_output(tree)
+            start, count = compositor.gbuffer_range(tree)
+            self.source_dir = compositor.gbuffer_folder(tree)
+        except LookupError as e:
+            raise JobFailed(str(e)) from None
+        image_node = compositor.find_node(tree, compositor.ROLE_GBUFFER)
+        self.offset = image_node.frame_offset
+        self.source_frames = list_frames(self.source_dir)
+        if not self.source_frames:
+            raise JobFailed(f"no G-buffer frames in {self.source_dir}")
+        if self.frames is None:
+            lo, hi = max(start, scene.frame_start), min(start + count - 1, scene.frame_end)
+            self.frames = list(range(lo, hi + 1))
+        self.frames = [f for f in self.frames if self.file_number(f, start) in self.source_frames]
+        if not self.frames:
+            raise JobFailed("no G-buffer frame lies in the scene's frame range")
+        self.start_frame = start
+        chans, _ = read_channels(next(iter(self.source_frames.values())))
+        h, w = next(iter(chans.values())).shape
+        self.render_dir.mkdir(parents=True, exist_ok=True)
+        r = scene.render
+        self._saved = (r.resolution_x, r.resolution_y, r.resolution_percentage, scene.frame_current,
+                       self.output.mute, compat.file_output_path(self.output))
+        r.resolution_x, r.resolution_y, r.resolution_percentage = w, h, 100
+        compat.set_file_output_path(self.output, str(self.render_dir), "gbuffer_")
+        self.output.mute = False
+
+    def file_number(self, scene_frame: int, start: Optional[int] = None) -> int:
+        """Source file number the G-buffer Image node shows at ``scene_frame``."""
+        start = self.start_frame if start is None else start
+        return scene_frame - start + 1 + self.offset
+
+    def tick(self, ctl):
+        from ..backend import contract
+
+        scene = ctl.scene
+        f = self.frames[self.i]
+        scene.frame_set(f)
+        with bpy.context.temp_override(scene=scene):
+            bpy.ops.render.render(write_still=False, scene=scene.name)
+        rendered = self.render_dir / f"gbuffer_{f:04d}.exr"
+        if not rendered.exists():
+            raise JobFailed(f"the compositor wrote no file for frame {f} (expected {rendered})")
+        num = self.file_number(f)
+        try:
+            frame = compat.read_gbuffer_frame(rendered)
+            src_meta = contract.read_frame(self.source_frames[num]).meta
+        except contract.ContractError as e:
+            raise JobFailed(f"frame {f}: {e}") from None
+        sanitize(frame)
+        frame.meta = dict(src_meta, edited=True)
+        contract.write_frame(contract.frame_path(self.edited_dir, num), frame, validate=False)
+        rendered.unlink()
+        self.i += 1
+        if self.i < len(self.frames):
+            return False
+        self._restore(ctl)
+        manifest = contract.read_manifest(self.source_dir)
+        manifest.update(edited_from=str(self.source_dir), frames=len(self.frames))
+        contract.write_manifest(self.edited_dir, manifest)
+        shutil.rmtree(self.render_dir, ignore_errors=True)
+        return True
+
+    def _restore(self, ctl):
+        if self._saved is None:
+            return
+        scene = ctl.scene
+        r = scene.render
+        rx, ry, pct, cur, mute, (d, prefix) = self._saved
+        r.resolution_x, r.resolution_y, r.resolution_percentage = rx, ry, pct
+        self.output.mute = mute
+        compat.set_file_output_path(self.output, d or str(self.edited_dir), prefix or "gbuffer_")
+        scene.frame_set(cur)
+        self._saved = None
+
+    def cancel(self, ctl):
+        self._restore(ctl)
+        shutil.rmtree(self.render_dir, ignore_errors=True)
+
+    def progress(self):
+        return self.i, len(self.frames or ())
+
+
+def restyle_job(
+    scene,
+    result_dir: os.PathLike,
+    *,
+    prompt: str,
+    renderer: Optional[str] = None,
+    extra_args: Optional[List[str]] = None,
+    edited_dir: Optional[os.PathLike] = None,
+    gbuffer_dir: Optional[os.PathLike] = None,
+    load: bool = True,
+    prefs=None,
+) -> JobController:
+    """Controller for a full Restyle writing its frames into ``result_dir``.
+
+    Args:
+        edited_dir: when given, the compositor's material edits are rendered into this
+            folder first (needs the G-buffer setup) and it is what the worker restyles;
+            otherwise ``gbuffer_dir`` goes to the worker unchanged.
+        renderer: backend renderer name (``None``: the backend's default).
+        extra_args: further backend CLI arguments (``--frames``, ``--seed``, ...).
+        load: load the result into the compositor when done.
+    """
+    result_dir = Path(result_dir)
+    steps: List[Step] = []
+    if edited_dir is not None:
+        steps.append(EditsStep(edited_dir))
+        source = Path(edited_dir)
+    elif gbuffer_dir is not None:
+        source = Path(gbuffer_dir)
+    else:
+        raise ValueError("restyle needs edited_dir or gbuffer_dir")
+    # restyle_NNN/restyle.log next to result/ (operator), else inside the --out folder (CLI)
+    log = (result_dir.parent if result_dir.name == RESULT_DIR else result_dir) / "restyle.log"
+    extra = list(extra_args or [])
+    if renderer:
+        extra = ["--renderer", renderer] + extra
+    argv = backend_args.restyle_argv(source, result_dir, prompt=prompt, extra=extra, prefs=prefs)
+    steps.append(WorkerStep("Restyling", argv, log, env=backend_args.worker_environment(prefs)))
+
+    def _load(ctl):
+        s = ctl.scene.gbuffer_editor
+        s.result_dir = str(result_dir)
+        if load:
+            try:
+                compositor.load_result(ctl.scene, result_dir)
+            except FileNotFoundError as e:
+                raise JobFailed(f"restyle wrote no frames: {e}; log: {log}") from e
+
+    steps.append(CallStep("Loading result", _load))
+    return JobController(scene, "Restyle", steps)
+
+
+class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
+    """Apply the compositor's material edits to the G-buffers and re-render every frame
+    from them with the prompt (worker process; Esc cancels). Each run writes a new
+    restyle_NNN folder"""
+
+    bl_idname = "gbuffer.restyle"
+    bl_label = "Restyle"
+    bl_options = {"REGISTER"}
+
+    @classmethod
+    def poll(cls, context):
+        scene = context.scene
+        if scene is None:
+            return False
+        s = scene.gbuffer_editor
+        if s.is_running:
+            cls.poll_message_set("A G-Buffer job is running")
+            return False
+        tree = compositor.find_tree(scene)
+        if tree is None or compositor.find_node(tree, compositor.ROLE_GBUFFER) is None:
+            cls.poll_message_set("Decompose footage first (no G-buffers in the compositor)")
+            return False
+        if not s.prompt.strip():
+            cls.poll_message_set("Type a prompt first")
+            return False
+        return True
+
+    def build_job(self, context) -> JobController:
+        scene = context.scene
+        s = scene.gbuffer_editor
+        run_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "restyle")
+        return restyle_job(
+            scene, run_dir / RESULT_DIR, prompt=s.prompt, renderer=s.renderer, edited_dir=run_dir / EDITED_DIR
+        )
+
+
+classes = (GBUFFER_OT_restyle,)

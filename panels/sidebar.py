@@ -1,0 +1,123 @@
+"""The "G-Buffer" sidebar tab, in the Compositor and in the Movie Clip Editor.
+
+The same four panels (Footage, Decompose, Restyle, Status) are generated for both
+editors; their drawing code is shared (``draw_*`` functions taking a layout).
+"""
+from __future__ import annotations
+
+import os
+
+import bpy
+
+CATEGORY = "G-Buffer"
+
+
+def settings(context):
+    return context.scene.gbuffer_editor
+
+
+def draw_footage(layout, context) -> None:
+    s = settings(context)
+    layout.operator("gbuffer.import_footage", icon="FILE_MOVIE")
+    if s.source_path:
+        layout.label(text=os.path.basename(bpy.path.abspath(s.source_path)), icon="SEQUENCE")
+    layout.prop(s, "output_dir")
+
+
+def draw_decompose(layout, context) -> None:
+    s = settings(context)
+    col = layout.column()
+    col.use_property_split = True
+    col.use_property_decorate = False
+    col.prop(s, "estimator")
+    col.prop(s, "max_size")
+    col.prop(s, "use_scene_range")
+    if not s.use_scene_range:
+        sub = col.column(align=True)
+        sub.prop(s, "frame_start")
+        sub.prop(s, "frame_end")
+    col.prop(s, "stabilize")
+    row = layout.row()
+    row.scale_y = 1.4
+    row.enabled = not s.is_running
+    row.operator("gbuffer.decompose", icon="RENDERLAYERS")
+    layout.operator("gbuffer.load_gbuffers", icon="FILE_FOLDER")
+    box = layout.box()
+    box.label(text="Preview", icon="HIDE_OFF")
+    box.prop(s, "preview_pass", text="Pass")
+
+
+def draw_restyle(layout, context) -> None:
+    s = settings(context)
+    layout.prop(s, "prompt", text="", icon="TEXT")
+    col = layout.column()
+    col.use_property_split = True
+    col.use_property_decorate = False
+    col.prop(s, "renderer")
+    row = layout.row()
+    row.scale_y = 1.4
+    row.enabled = not s.is_running
+    row.operator("gbuffer.restyle", icon="SHADERFX")
+    if s.result_dir:
+        layout.label(text=os.path.basename(os.path.dirname(s.result_dir.rstrip("/\\"))) or s.result_dir,
+                     icon="CHECKMARK")
+
+
+def draw_status(layout, context) -> None:
+    s = settings(context)
+    if s.is_running:
+        layout.progress(factor=s.progress, type="BAR", text=s.status)
+        layout.operator("gbuffer.cancel_job", icon="CANCEL")
+    else:
+        layout.label(text=s.status or "Ready", icon="INFO")
+    if s.log_path:
+        layout.prop(s, "log_path", text="Log")
+
+
+class _Sidebar:
+    bl_region_type = "UI"
+    bl_category = CATEGORY
+
+
+class _CompositorSidebar(_Sidebar):
+    bl_space_type = "NODE_EDITOR"
+
+    @classmethod
+    def poll(cls, context):
+        space = context.space_data
+        return getattr(space, "tree_type", "") == "CompositorNodeTree" and context.scene is not None
+
+
+class _ClipSidebar(_Sidebar):
+    bl_space_type = "CLIP_EDITOR"
+
+    @classmethod
+    def poll(cls, context):
+        return context.scene is not None
+
+
+_SECTIONS = (
+    ("footage", "Footage", draw_footage),
+    ("decompose", "Decompose", draw_decompose),
+    ("restyle", "Restyle", draw_restyle),
+    ("status", "Status", draw_status),
+)
+
+
+def _make_panel(space_cls, space_key: str, key: str, label: str, fn):
+    def draw(self, context):
+        fn(self.layout, context)
+
+    return type(
+        f"GBUFFER_PT_{space_key}_{key}",
+        (space_cls, bpy.types.Panel),
+        {"bl_label": label, "bl_idname": f"GBUFFER_PT_{space_key}_{key}", "draw": draw,
+         "__doc__": f"G-Buffer {label} ({space_key})"},
+    )
+
+
+classes = tuple(
+    _make_panel(space_cls, space_key, key, label, fn)
+    for space_cls, space_key in ((_CompositorSidebar, "compositor"), (_ClipSidebar, "clip"))
+    for key, label, fn in _SECTIONS
+)

@@ -1,0 +1,137 @@
+"""Per-scene settings and job status: ``scene.gbuffer_editor`` (:class:`GBufferEditorSettings`).
+
+User-level settings (backend Python, device, precision, model folder, offline mode)
+live in the add-on preferences instead (``preferences.py``).
+"""
+from __future__ import annotations
+
+import bpy
+from bpy.props import (
+    BoolProperty,
+    EnumProperty,
+    FloatProperty,
+    IntProperty,
+    PointerProperty,
+    StringProperty,
+)
+
+from .backend.contract import PASSES
+
+# Dynamic enum items must stay referenced from Python while Blender uses them.
+_ESTIMATOR_ITEMS: list = []
+_RENDERER_ITEMS: list = []
+
+
+def estimator_names() -> list:
+    """Registry names of the backend's estimators (``backend.estimators``), sorted."""
+    from .backend.estimators import available_estimators
+
+    return list(available_estimators())
+
+
+def renderer_names() -> list:
+    """Registry names of the backend's renderers (``backend.renderers``), sorted."""
+    from .backend.renderers import available_renderers
+
+    return list(available_renderers())
+
+
+def _default_first(names: list, preferred: str) -> list:
+    return sorted(names, key=lambda n: (n != preferred, n))
+
+
+def _estimator_items(self, context):
+    if not _ESTIMATOR_ITEMS:
+        for n in _default_first(estimator_names(), "embedded"):
+            _ESTIMATOR_ITEMS.append((n, n.replace("_", " ").title(), f"Estimator '{n}' from the backend registry"))
+    return _ESTIMATOR_ITEMS
+
+
+def _renderer_items(self, context):
+    if not _RENDERER_ITEMS:
+        for n in _default_first(renderer_names(), "embedded"):
+            _RENDERER_ITEMS.append((n, n.replace("_", " ").title(), f"Renderer '{n}' from the backend registry"))
+    return _RENDERER_ITEMS
+
+
+PASS_ITEMS = [(name, name, f"Show the {name} pass in the Viewer") for name in PASSES]
+
+
+def _preview_pass_update(self, context):
+    from .operators import compositor
+
+    scene = self.id_data
+    tree = compositor.find_tree(scene)
+    if tree is not None and compositor.find_node(tree, compositor.ROLE_GBUFFER) is not None:
+        compositor.show_pass(tree, self.preview_pass)
+
+
+class GBufferEditorSettings(bpy.types.PropertyGroup):
+    """Everything the G-Buffer sidebar edits, stored in the .blend with the scene."""
+
+    # -- footage -------------------------------------------------------------
+    source_path: StringProperty(
+        name="Footage", subtype="FILE_PATH", description="Movie file or first image of a sequence"
+    )
+    output_dir: StringProperty(
+        name="Output Folder",
+        subtype="DIR_PATH",
+        default="//gbuffer_editor/",
+        description="Decompose and Restyle results go into numbered sub-folders here "
+        "(decompose_001, restyle_001, ...); earlier results are never overwritten",
+    )
+    # -- decompose -------------------------------------------------------------
+    estimator: EnumProperty(name="Estimator", items=_estimator_items, description="G-buffer estimator")
+    max_size: IntProperty(
+        name="Max Size",
+        default=768,
+        min=32,
+        soft_max=4096,
+        subtype="PIXEL",
+        description="Longest side of the G-buffers in pixels (footage is downscaled, never upscaled)",
+    )
+    use_scene_range: BoolProperty(
+        name="Scene Frame Range", default=True, description="Decompose the scene's frame range"
+    )
+    frame_start: IntProperty(name="Start", default=1, min=0, description="First scene frame to decompose")
+    frame_end: IntProperty(name="End", default=250, min=0, description="Last scene frame to decompose")
+    stabilize: BoolProperty(
+        name="Stabilise",
+        default=False,
+        description="Temporally stabilise depth and normals across frames (reduces flicker)",
+    )
+    preview_pass: EnumProperty(
+        name="Preview Pass",
+        items=PASS_ITEMS,
+        default="Combined",
+        update=_preview_pass_update,
+        description="Pass shown by the Viewer node",
+    )
+    gbuffer_dir: StringProperty(
+        name="G-Buffers", subtype="DIR_PATH", description="Folder of G-buffer EXR frames the compositor reads"
+    )
+    # -- restyle -------------------------------------------------------------
+    prompt: StringProperty(name="Prompt", default="", description='Look to render, e.g. "dense fog", "underwater"')
+    renderer: EnumProperty(name="Renderer", items=_renderer_items, description="Restyle renderer")
+    result_dir: StringProperty(name="Result", subtype="DIR_PATH", description="Folder of the last Restyle result")
+    # -- job status (written by the running job) ----------------------------
+    is_running: BoolProperty(name="Running", default=False, options={"SKIP_SAVE"})
+    job_label: StringProperty(name="Job", default="", options={"SKIP_SAVE"})
+    status: StringProperty(name="Status", default="Ready")
+    progress: FloatProperty(name="Progress", default=0.0, min=0.0, max=1.0, subtype="FACTOR")
+    log_path: StringProperty(name="Log", subtype="FILE_PATH", description="Log file of the last job")
+
+
+_classes = (GBufferEditorSettings,)
+
+
+def register():
+    for cls in _classes:
+        bpy.utils.register_class(cls)
+    bpy.types.Scene.gbuffer_editor = PointerProperty(type=GBufferEditorSettings)
+
+
+def unregister():
+    del bpy.types.Scene.gbuffer_editor
+    for cls in reversed(_classes):
+        bpy.utils.unregister_class(cls)
