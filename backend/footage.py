@@ -555,6 +555,16 @@ def open_footage(
     return _MovieFootage(p, colorspace, max_size)
 
 
+def probe_footage(path: os.PathLike, colorspace: Optional[str] = None) -> FootageInfo:
+    """:class:`FootageInfo` of a source (decodes only its first frame).
+
+    Raises:
+        FootageError: as :func:`open_footage`.
+    """
+    with open_footage(path, colorspace=colorspace) as f:
+        return f.info
+
+
 def read_frames(path: os.PathLike, **kw) -> Iterator[SourceFrame]:
     """Convenience generator: open, yield every frame, close."""
     with open_footage(path, **kw) as f:

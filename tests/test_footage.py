@@ -36,6 +36,14 @@ def test_ocio_named_space_matches_and_converts():
 
 # ------------------------------------------------------------------ real footage
 
+def test_probe_reads_metadata_only(footage):
+    from backend.footage import probe_footage
+
+    info = probe_footage(footage("phone_office"))
+    assert (info.width, info.height, info.n_frames) == (320, 240, 36)
+    assert info.fps == Fraction(45000, 1499) and info.to_dict()["fps"] == "45000/1499"
+
+
 def test_boat_streams_all_frames_downscaled(footage):
     path = footage("boat")
     with open_footage(path, max_size=128) as r:
