@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
@@ -340,19 +341,31 @@ def restyle(
     state: Dict[str, Any] = {"prev": None, "prev_n": None}
     flick: Dict[int, tuple] = {}  # frame -> (output, source) warping errors measured in the run
 
+    # I/O overlaps rendering: the next input frame is read and PNG previews are written
+    # on worker threads (EXR reading/writing, PNG encoding and numpy release the GIL).
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="restyle-io")
+    prefetch: Dict[int, Future] = {}
+    png_jobs: List[tuple] = []
+    order = list(files)
+    following = dict(zip(order, order[1:]))
+
+    def get_frame(n: int, path: Path) -> contract.GBufferFrame:
+        fut = prefetch.pop(n, None)
+        nxt = following.get(n)
+        if nxt is not None and nxt not in prefetch:
+            prefetch[nxt] = pool.submit(contract.read_frame, files[nxt])
+        try:
+            return fut.result() if fut is not None else contract.read_frame(path)
+        except contract.ContractError as e:
+            raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
+
     def tasks():
         for n, path in files.items():
             def work(tmp_path: Path, shash: str, n=n, path=path):
-                try:
-                    frame = contract.read_frame(path)
-                except contract.ContractError as e:
-                    raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
+                frame = get_frame(n, path)
+                # previous output, for temporal renderers (only when rendered in this run:
+                # they also need the previous source, which a resume does not have)
                 prev = state["prev"] if state["prev_n"] == n - 1 else None
-                if prev is None and output_path(out_dir, n - 1).exists():
-                    try:
-                        prev = read_rgba_exr(output_path(out_dir, n - 1))
-                    except Exception:
-                        prev = None
                 t = frame.meta.get("timestamp")
                 time_s = float(t) if isinstance(t, (int, float)) and (t or n == 1) else (n - 1) / float(fps)
                 try:
@@ -373,7 +386,7 @@ def restyle(
                 alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
                 write_rgba_exr(tmp_path, rgb, alpha, header)
                 if previews:
-                    write_png(preview_path(out_dir, n), rgb)
+                    png_jobs.append((n, pool.submit(write_png, preview_path(out_dir, n), rgb)))
                 if flicker:
                     cur = _small(frame.combined[..., :3], rgb)
                     if state.get("small_n") == n - 1:
@@ -401,9 +414,20 @@ def restyle(
                    "preview_png": f"{PREVIEW_DIR}/{OUT_PREFIX}NNNN.png (sRGB)" if previews else None,
                    "fps": str(fps)},
     }
-    result = run_job(out_dir, tasks(), settings=settings, total=len(files), inputs=[gbuffer_dir],
-                     job="restyle", path_for=lambda n: output_path(out_dir, n), manifest=manifest,
-                     read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar)
+    try:
+        result = run_job(out_dir, tasks(), settings=settings, total=len(files), inputs=[gbuffer_dir],
+                         job="restyle", path_for=lambda n: output_path(out_dir, n), manifest=manifest,
+                         read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar)
+    finally:
+        for fut in prefetch.values():
+            fut.cancel()
+        pool.shutdown(wait=True)  # previews are atomic; never leave a half-written one
+    for n, fut in png_jobs:
+        try:
+            fut.result()
+        except Exception as e:
+            raise JobError(f"cannot write preview {preview_path(out_dir, n)} (frame {n}): {e}",
+                           frame=n, file=preview_path(out_dir, n)) from e
     man = result.manifest
     done = sorted(int(e["frame"]) for e in man.get("frames", []))
     if previews:
