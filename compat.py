@@ -139,7 +139,11 @@ def file_output_inputs(node) -> dict:
 
 
 def set_file_output_path(node, directory: str, prefix: str) -> None:
-    """Make ``node`` write ``directory/<prefix><frame:04d>.exr``."""
+    """Make ``node`` write into ``directory`` with file name ``prefix``.
+
+    Put ``####`` in ``prefix`` for the frame number: both versions then number still
+    renders too (5.0 appends no number to a still render otherwise).
+    """
     directory = os.path.abspath(bpy.path.abspath(directory))
     if IS_50:
         node.directory = directory + os.sep

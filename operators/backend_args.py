@@ -111,8 +111,8 @@ def next_numbered_dir(root: os.PathLike, stem: str) -> Path:
 
 
 def frames_arg(first: int, last: int) -> List[str]:
-    """``["--frames", "A-B"]`` with 0-based source frame indices, inclusive."""
-    if last < first:
+    """``["--frames", "A-B"]``: 1-based source frame numbers, inclusive (backend CLI convention)."""
+    if first < 1 or last < first:
         raise ValueError(f"frame range {first}-{last} is empty")
     return ["--frames", f"{first}-{last}"]
 

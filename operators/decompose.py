@@ -90,7 +90,7 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         else:
             first, last = s.frame_start, s.frame_end
         start = footage_start(scene)
-        frames = (max(0, first - start), max(0, last - start))
+        frames = (max(1, first - start + 1), max(1, last - start + 1))  # 1-based source numbers
         prefs = backend_args.preferences()
         out_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "decompose")
         argv = backend_args.decompose_argv(

@@ -1,8 +1,8 @@
 """Footage metadata for Import Footage: size, frame rate, frame count, pixel aspect, colour.
 
-:func:`probe` prefers the backend's own probing (``backend.footage``, the same code the
-Decompose worker decodes with) and falls back to PyAV directly when that is not
-importable. Image sequences are found from one file of the sequence.
+:func:`probe` uses the backend's own probing for movies (``backend.footage.open_footage``,
+the same code the Decompose worker decodes with) and falls back to PyAV directly when
+that is not importable. Image sequences are found from one file of the sequence.
 """
 from __future__ import annotations
 
@@ -139,17 +139,37 @@ def probe(path: os.PathLike) -> FootageInfo:
     if ext not in MOVIE_EXTS:
         raise ValueError(f"{path}: unsupported footage type {ext!r}")
     try:
-        from ..backend import footage as backend_footage  # engineer D's probing, when present
-    except ImportError:
-        backend_footage = None
-    info = _probe_movie_pyav(path)
-    if backend_footage is not None and hasattr(backend_footage, "probe"):
-        try:
-            meta = backend_footage.probe(str(path))
-            info.frame_count = int(getattr(meta, "frame_count", None) or info.frame_count)
-        except Exception:
-            pass  # the PyAV values stand
-    return info
+        from ..backend.footage import FootageError, open_footage
+    except ImportError:  # backend dependencies missing: probe with PyAV directly
+        return _probe_movie_pyav(path)
+    try:
+        with open_footage(path) as f:
+            meta = f.info
+    except FootageError as e:
+        raise ValueError(str(e)) from e
+    return FootageInfo(
+        path=path,
+        kind="MOVIE",
+        width=meta.width,
+        height=meta.height,
+        fps=Fraction(meta.fps),
+        frame_count=int(meta.n_frames or 0) or _probe_movie_pyav(path).frame_count,
+        pixel_aspect=Fraction(meta.sar or 1),
+        colorspace=blender_colorspace(meta.colorspace),
+        first_number=1,
+    )
+
+
+def blender_colorspace(name: str) -> str:
+    """Blender input colour space for a ``backend.colour`` canonical name (sRGB fallback)."""
+    low = (name or "").lower()
+    if low.startswith("linear rec.709") or low in ("linear", "scene_linear"):
+        return "Linear Rec.709"
+    if "pq" in low or "2084" in low:
+        return "Rec.2100-PQ"
+    if "hlg" in low:
+        return "Rec.2100-HLG"
+    return "sRGB"
 
 
 def scene_fps(rate: Fraction) -> tuple:

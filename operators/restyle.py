@@ -97,7 +97,7 @@ class EditsStep(Step):
         self._saved = (r.resolution_x, r.resolution_y, r.resolution_percentage, scene.frame_current,
                        self.output.mute, compat.file_output_path(self.output))
         r.resolution_x, r.resolution_y, r.resolution_percentage = w, h, 100
-        compat.set_file_output_path(self.output, str(self.render_dir), "gbuffer_")
+        compat.set_file_output_path(self.output, str(self.render_dir), "gbuffer_####")
         self.output.mute = False
 
     def file_number(self, scene_frame: int, start: Optional[int] = None) -> int:
