@@ -288,3 +288,28 @@ def test_flicker_measured_in_run_equals_from_disk(gb, tmp_path):
     assert in_run["output"] == pytest.approx(from_disk["output"], abs=2e-3)
     assert in_run["source"] == pytest.approx(from_disk["source"], abs=1e-6)
     assert from_disk["output"] > 0
+
+
+def test_reference_folder(gb, tmp_path):
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    for n, p in contract.list_frames(gb).items():
+        f = contract.read_frame(p)
+        f.albedo = np.clip(f.albedo * 0.5, 0, 1).astype(F32)  # the artist darkened everything
+        contract.write_frame(contract.frame_path(edited, n), f)
+    plain = restyle(edited, tmp_path / "plain", "", stream=io.StringIO(), mp4=False)
+    ref = restyle(edited, tmp_path / "ref", "", stream=io.StringIO(), mp4=False, reference_dir=gb)
+    base = restyle(gb, tmp_path / "base", "", stream=io.StringIO(), mp4=False)
+    assert plain.settings_hash != ref.settings_hash
+    surf = contract.read_frame(contract.frame_path(gb, 1)).confidence > 0
+    m = {k: read_rgba_exr(output_path(tmp_path / k, 1))[surf].mean() for k in ("plain", "ref", "base")}
+    assert m["ref"] < m["plain"] < m["base"]          # the edit shows more with the reference
+    assert m["ref"] / m["base"] < 0.6
+    assert contract.read_manifest(tmp_path / "ref")["input"]["reference_dir"] == str(gb.resolve())
+    with pytest.raises(JobError, match="refusing"):
+        restyle(edited, gb / "out", "", stream=io.StringIO(), reference_dir=gb)
+    r = _cli(edited, "--prompt", "fog", "--out", tmp_path / "cli", "--reference", gb, "--no-mp4")
+    assert r.returncode == 0, r.stderr
+    contract.frame_path(gb, 3).unlink()
+    with pytest.raises(JobError, match="no frame 3"):
+        restyle(edited, tmp_path / "x", "", stream=io.StringIO(), reference_dir=gb)

@@ -279,3 +279,24 @@ def test_intrinsics_change_view_dependent_shading():
     f2 = dataclasses.replace(f, meta=dict(f.meta, intrinsics=[fx * 3, fy * 3, cx, cy]))
     b = r.render(f2, "")
     assert not np.array_equal(a, b)
+
+
+def test_reference_albedo_makes_edits_act_fully_with_source_light(scene):
+    """With the unedited frame as reference, 2x albedo -> 2x diffuse even when half of the
+    source shading is kept (default source_light)."""
+    r = EmbeddedRenderer()
+    surf = scene.confidence > 0
+    a1 = np.clip(scene.albedo * F32(0.5), 0.05, 0.5)
+    original = with_(scene, albedo=a1)
+    edited = with_(scene, albedo=a1 * F32(2.0))
+    l1 = r.render_layers(original, "", reference=original)
+    l2 = r.render_layers(edited, "", reference=original)
+    np.testing.assert_allclose(l2.diffuse[:, surf], 2.0 * l1.diffuse[:, surf], rtol=1e-5, atol=1e-6)
+    # without the reference the kept source light hides half of the edit
+    l2_noref = r.render_layers(edited, "")
+    assert l2_noref.diffuse[:, surf].mean() < 0.85 * l2.diffuse[:, surf].mean()
+    # the unedited frame renders the same with or without itself as reference
+    assert np.array_equal(r.render(original, "fog"), r.render(original, "fog", reference=original))
+    from backend.contract import ContractError
+    with pytest.raises(ContractError, match="reference"):
+        r.render(original, "", reference=with_(original, albedo=a1[:-1]))

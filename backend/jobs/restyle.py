@@ -287,6 +287,7 @@ def restyle(
     previews: bool = True,
     mp4: bool = True,
     flicker: bool = True,
+    reference_dir: Optional[os.PathLike] = None,
     stream=None,
     progress_bar: Optional[bool] = None,
 ):
@@ -300,6 +301,9 @@ def restyle(
         renderer_options: keyword options for the renderer factory.
         frames: ``"A-B"`` input frame numbers (inclusive), default all.
         previews, mp4, flicker: write PNG previews / the MP4 / the flicker metric.
+        reference_dir: the *unedited* G-buffer folder ``gbuffer_dir`` was edited from
+            (same frame numbers). Renderers that accept it (embedded) recover the
+            source shading against the original albedo, so albedo edits act fully.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -314,7 +318,15 @@ def restyle(
     out_dir = Path(out_dir)
     if not gbuffer_dir.is_dir():
         raise JobError(f"G-buffer folder {gbuffer_dir} does not exist or is not a folder", file=gbuffer_dir)
-    check_output_safe(out_dir, [gbuffer_dir])
+    inputs = [gbuffer_dir]
+    ref_files: Dict[int, Path] = {}
+    if reference_dir is not None:
+        reference_dir = Path(reference_dir)
+        if not reference_dir.is_dir():
+            raise JobError(f"reference G-buffer folder {reference_dir} does not exist", file=reference_dir)
+        inputs.append(reference_dir)
+        ref_files = contract.list_frames(reference_dir)
+    check_output_safe(out_dir, inputs)
     first, last = parse_frames(frames)
     all_files = contract.list_frames(gbuffer_dir)
     if not all_files:
@@ -338,6 +350,14 @@ def restyle(
         "inputs": _inputs_digest([all_files[n] for n in sorted(all_files)]),
         "output_format": "rgba-half-v1",
     }
+    if reference_dir is not None:
+        missing = [n for n in files if n not in ref_files]
+        if missing:
+            raise JobError(f"reference folder {reference_dir} has no frame {missing[0]} "
+                           f"({contract.frame_path(reference_dir, missing[0]).name})",
+                           frame=missing[0], file=contract.frame_path(reference_dir, missing[0]))
+        settings["reference"] = _inputs_digest([ref_files[n] for n in sorted(files)])
+    use_reference = bool(ref_files) and getattr(rend, "accepts_reference", False)
     state: Dict[str, Any] = {"prev": None, "prev_n": None}
     flick: Dict[int, tuple] = {}  # frame -> (output, source) warping errors measured in the run
 
@@ -368,8 +388,14 @@ def restyle(
                 prev = state["prev"] if state["prev_n"] == n - 1 else None
                 t = frame.meta.get("timestamp")
                 time_s = float(t) if isinstance(t, (int, float)) and (t or n == 1) else (n - 1) / float(fps)
+                kw = {}
+                if use_reference:
+                    try:
+                        kw["reference"] = contract.read_frame(ref_files[n])
+                    except contract.ContractError as e:
+                        raise JobError(f"frame {n}: {e}", frame=n, file=ref_files[n]) from e
                 try:
-                    rgb = rend.render(frame, prompt, frame_index=n - 1, time_s=time_s, prev=prev)
+                    rgb = rend.render(frame, prompt, frame_index=n - 1, time_s=time_s, prev=prev, **kw)
                 except contract.ContractError as e:
                     raise JobError(f"frame {n} ({path}): {e}", frame=n, file=path) from e
                 if rgb.shape != frame.shape + (3,) or not np.all(np.isfinite(rgb)):
@@ -405,6 +431,7 @@ def restyle(
 
     manifest = {
         "input": {"gbuffer_dir": str(gbuffer_dir.resolve()), "frames": [min(files), max(files)],
+                  "reference_dir": str(Path(reference_dir).resolve()) if reference_dir else None,
                   "source": gb_manifest.get("source")},
         "prompt": prompt,
         "looks": look_info.get("looks"),
@@ -415,7 +442,7 @@ def restyle(
                    "fps": str(fps)},
     }
     try:
-        result = run_job(out_dir, tasks(), settings=settings, total=len(files), inputs=[gbuffer_dir],
+        result = run_job(out_dir, tasks(), settings=settings, total=len(files), inputs=inputs,
                          job="restyle", path_for=lambda n: output_path(out_dir, n), manifest=manifest,
                          read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar)
     finally:
@@ -490,6 +517,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="img2img strength in (0, 1] (diffusion renderers)")
     p.add_argument("--option", action="append", type=_parse_option, default=[], metavar="KEY=VALUE",
                    help="renderer option (JSON value), repeatable, e.g. --option source_light=0")
+    p.add_argument("--reference", default=None, metavar="DIR",
+                   help="the unedited G-buffer folder GBUFFER_DIR was edited from: source "
+                        "shading is recovered against its albedo, so albedo edits act fully")
     p.add_argument("--no-mp4", action="store_true", help="skip the MP4 preview")
     p.set_defaults(func=_run_cli)
     return p
@@ -508,5 +538,6 @@ def _run_cli(args) -> int:
             continue
         opts[key] = v
     restyle(args.gbuffer_dir, args.out, args.prompt, renderer=args.renderer,
-            renderer_options=opts, frames=args.frames, mp4=not args.no_mp4)
+            renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
+            reference_dir=args.reference)
     return 0

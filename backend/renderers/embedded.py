@@ -23,8 +23,9 @@ Method (details and sources in ``docs/restyle.md`` and :mod:`.shading`):
    tint`` where ``k = source_light`` and ``tint`` is the look's mean irradiance over
    daylight's; ``out = albedo * (1 - metallic) * shading + specular``.
    With ``k > 0`` the ``k`` part reproduces the source pixel (it divides by the same
-   albedo it multiplies), so an albedo edit shows with weight ``1 - k``; use
-   ``source_light=0`` for edits to be fully proportional.
+   albedo it multiplies), so an albedo edit shows with weight ``1 - k`` -- unless the
+   unedited frame is passed as ``reference`` (then ``S_src = Combined / A_reference``
+   and edits act fully), or ``source_light=0``.
 5. **Media in screen space from depth:** underwater (downwelling filter, caustics on
    up-facing surfaces, per-channel Beer-Lambert direct attenuation plus veiling light,
    depth-growing blur) and fog (Koschmieder with uniform + exponential height fog and
@@ -140,25 +141,37 @@ class EmbeddedRenderer(Renderer):
                 "looks": [lk.to_json() for lk in parse_prompt(prompt or "")],
                 "params": self.params(prompt).to_json()}
 
+    #: :meth:`render` accepts ``reference=`` (the unedited G-buffer frame)
+    accepts_reference = True
+
     def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
-               time_s: float = 0.0, prev: Optional[np.ndarray] = None) -> np.ndarray:
+               time_s: float = 0.0, prev: Optional[np.ndarray] = None,
+               reference: Optional[GBufferFrame] = None) -> np.ndarray:
         """Re-render one frame; see the module docstring for the method.
+
+        Args:
+            reference: the *unedited* G-buffer frame the edited ``frame`` came from.
+                When given, the source shading is ``Combined / reference.albedo``, so
+                albedo edits act at full strength even with ``source_light > 0``.
 
         Returns:
             H x W x 3 float32 scene-linear Rec.709, finite, >= 0.
 
         Raises:
             PromptError: prompt outside the vocabulary.
-            ContractError: arrays of the wrong shape.
+            ContractError: arrays of the wrong shape (also for ``reference``).
         """
-        return self.render_layers(frame, prompt, frame_index=frame_index, time_s=time_s).rgb
+        return self.render_layers(frame, prompt, frame_index=frame_index, time_s=time_s,
+                                  reference=reference).rgb
 
     # -- implementation ---------------------------------------------------------------
     def render_layers(self, frame: GBufferFrame, prompt: Union[str, LookParams], *,
-                      frame_index: int = 0, time_s: float = 0.0) -> RenderLayers:
+                      frame_index: int = 0, time_s: float = 0.0,
+                      reference: Optional[GBufferFrame] = None) -> RenderLayers:
         """Render and return the intermediate layers (see :class:`RenderLayers`).
 
-        ``prompt`` may be a prompt string or ready :class:`~.looks.LookParams`.
+        ``prompt`` may be a prompt string or ready :class:`~.looks.LookParams`;
+        ``reference`` as in :meth:`render`.
         """
         p = prompt if isinstance(prompt, LookParams) else self.params(prompt)
         h, w = frame.shape
@@ -206,7 +219,14 @@ class EmbeddedRenderer(Renderer):
         ray_unit = unit * ray_len  # distance along the ray, in depth units
 
         # --- source shading and detail --------------------------------------------
-        s_src = src / np.maximum(albedo, F32(ALBEDO_EPS))
+        if reference is not None:
+            if reference.albedo.shape != frame.albedo.shape:
+                raise ContractError(f"reference pass Albedo: shape {reference.albedo.shape} does not "
+                                    f"match the frame's {frame.albedo.shape}")
+            src_albedo = np.clip(sh.chw(reference.albedo), 0.0, 1.0)
+        else:
+            src_albedo = albedo
+        s_src = src / np.maximum(src_albedo, F32(ALBEDO_EPS))
         np.clip(s_src, 0.0, MAX_SOURCE_SHADING, out=s_src)
         detail = None
         if p.detail > 0:
