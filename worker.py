@@ -41,6 +41,9 @@ EXIT_CANCELLED = 130
 
 RUNNING, DONE, ERROR, CANCELLED = "RUNNING", "DONE", "ERROR", "CANCELLED"
 
+#: prefix of the worker's plain (non-JSON) stdout lines in the log file
+STDOUT_TAG = "[stdout] "
+
 
 def parse_event(line: str) -> Optional[dict]:
     """Decode one stdout line of the worker.
@@ -144,7 +147,6 @@ class WorkerJob:
         self._reader: Optional[threading.Thread] = None
         self._log = None
         self._cancel_requested = False
-        self._last_log_line = ""
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> "WorkerJob":
@@ -213,8 +215,7 @@ class WorkerJob:
             ev = parse_event(line)
             if ev is None:
                 if line.strip():
-                    self._last_log_line = line.strip()
-                    self._log.write(line if line.endswith("\n") else line + "\n")
+                    self._log.write(STDOUT_TAG + line.rstrip("\n") + "\n")
                 continue
             self._apply(ev)
             events.append(ev)
@@ -261,14 +262,14 @@ class WorkerJob:
         self._log.close()
 
     def _last_log_text(self) -> str:
-        """Last non-empty line the worker wrote (stderr included)."""
+        """Last non-empty line the worker wrote to stderr (a traceback's last line)."""
         try:
             self._log.flush()
             lines = [l.strip() for l in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
         except OSError:
-            return self._last_log_line
-        lines = [l for l in lines if l and not l.startswith("$ ")]
-        return lines[-1] if lines else self._last_log_line
+            return ""
+        lines = [l for l in lines if l and not l.startswith(("$ ", "# exit code", STDOUT_TAG.strip()))]
+        return lines[-1] if lines else ""
 
     def cancel(self, timeout: float = 15.0) -> None:
         """Ask the worker to stop (SIGTERM), wait up to ``timeout`` s, then kill it.

@@ -1,0 +1,185 @@
+"""Test helpers for the Blender workflow tests (tests/test_blender_*.py, issue 6).
+
+* :func:`enable_addon` imports the repository folder as the package ``gbuffer_editor``
+  (through a symlink in a temp folder) and enables it with ``addon_utils``, so the
+  preferences exist exactly as for an installed extension.
+* :class:`RecordingLayout` stands in for ``bpy.types.UILayout`` (bpy as a module draws
+  no UI): it records every ``prop``/``operator``/``label``/``progress`` call.
+* :func:`write_fake_worker` writes a small real worker script speaking the JSON-lines
+  progress protocol (for the worker / job state-machine tests).
+* :func:`write_tiny_launcher` writes an executable "Python" for the preference
+  ``backend_python`` that registers the decompose tests' tiny estimator
+  (``tests/decompose_util.py``) and then runs the real backend CLI.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TESTS_DIR = Path(__file__).resolve().parent
+PACKAGE = "gbuffer_editor"
+EMBEDDED_ONNX = REPO_ROOT / "backend" / "model" / "weights" / "embedded.onnx"
+
+_PKG_DIR = None
+
+
+def enable_addon():
+    """Enable the add-on from the source tree; returns the imported package module."""
+    global _PKG_DIR
+    import addon_utils
+
+    if _PKG_DIR is None:
+        _PKG_DIR = tempfile.mkdtemp(prefix="gbuffer_pkg_")
+        os.symlink(REPO_ROOT, os.path.join(_PKG_DIR, PACKAGE))
+        sys.path.insert(0, _PKG_DIR)
+    mod = addon_utils.enable(PACKAGE, default_set=True, handle_error=None)
+    if mod is None:
+        raise RuntimeError("could not enable the add-on from " + str(REPO_ROOT))
+    return mod
+
+
+def disable_addon():
+    import addon_utils
+
+    addon_utils.disable(PACKAGE, default_set=True)
+
+
+class RecordingLayout:
+    """Records UILayout calls; nested layouts (row/column/box/split...) record into the same log.
+
+    ``calls`` holds tuples: ``("prop", data, name, kwargs)``, ``("operator", idname, kwargs)``,
+    ``("label", kwargs)``, ``("progress", kwargs)``, ``("prop_search", ...)``.
+    """
+
+    def __init__(self, log=None):
+        self.calls = [] if log is None else log
+        self.__dict__.update(
+            use_property_split=False, use_property_decorate=True, enabled=True, active=True,
+            alert=False, scale_x=1.0, scale_y=1.0, alignment="EXPAND", emboss="NORMAL",
+        )
+
+    def _child(self, *args, **kwargs):
+        return RecordingLayout(self.calls)
+
+    row = column = box = split = column_flow = grid_flow = _child
+
+    def panel(self, *args, **kwargs):
+        return (RecordingLayout(self.calls), RecordingLayout(self.calls))
+
+    def prop(self, data, prop, **kwargs):
+        self.calls.append(("prop", data, prop, kwargs))
+
+    def operator(self, idname, **kwargs):
+        self.calls.append(("operator", idname, kwargs))
+
+        class _OpProps:  # operator() returns the operator's properties
+            def __setattr__(self, key, value):
+                object.__setattr__(self, key, value)
+
+        return _OpProps()
+
+    def label(self, **kwargs):
+        self.calls.append(("label", kwargs))
+
+    def progress(self, **kwargs):
+        self.calls.append(("progress", kwargs))
+
+    def separator(self, **kwargs):
+        self.calls.append(("separator", kwargs))
+
+    def prop_search(self, data, prop, search_data, search_prop, **kwargs):
+        self.calls.append(("prop", data, prop, kwargs))
+        self.calls.append(("prop", search_data, search_prop, {}))
+
+    # anything else UILayout has would fail loudly here, on purpose
+    def __getattr__(self, name):
+        raise AttributeError(f"RecordingLayout has no {name!r}: add it if UILayout has it")
+
+
+FAKE_WORKER = r'''
+import json, os, signal, sys, time
+out, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+print("worker starting (plain text goes to the log)", flush=True)
+sys.stderr.write("stderr: loading model\n"); sys.stderr.flush()
+for i in range(1, n + 1):
+    if mode == "fail" and i == 2:
+        print(json.dumps({"event": "error", "message": "estimator exploded", "frame": 2,
+                          "file": "/footage/shot_0002.png"}), flush=True)
+        sys.exit(1)
+    if mode == "crash" and i == 2:
+        1 / 0
+    tmp = os.path.join(out, ".tmp_f%04d" % i)
+    with open(tmp, "w") as f:
+        f.write("frame %d" % i)
+    os.replace(tmp, os.path.join(out, "f%04d.txt" % i))
+    print(json.dumps({"event": "progress", "frame": i, "done": i, "total": n, "fps": 5.0,
+                      "eta_s": (n - i) * 0.2}), flush=True)
+    if mode == "hang" and i == 2:
+        while not stop:
+            time.sleep(0.02)
+    if stop:
+        print(json.dumps({"event": "cancelled", "written": i}), flush=True)
+        sys.exit(130)
+print(json.dumps({"event": "done", "done": n, "total": n}), flush=True)
+'''
+
+
+def write_fake_worker(folder: os.PathLike) -> Path:
+    """Write the JSON-lines worker script; run it as ``[python, path, OUT, N, MODE]``.
+
+    MODE: ``ok`` (N frames then done), ``fail`` (error event at frame 2, exit 1),
+    ``crash`` (traceback at frame 2), ``hang`` (waits after frame 2 until SIGTERM, exit 130).
+    """
+    p = Path(folder) / "fake_worker.py"
+    p.write_text(FAKE_WORKER)
+    return p
+
+
+def write_tiny_launcher(folder: os.PathLike) -> Path:
+    """An executable usable as the ``backend_python`` preference: ``LAUNCHER -m backend ARGS``
+    registers the tiny test estimator, then runs the real ``backend.cli.main(ARGS)``."""
+    p = Path(folder) / "tiny_python"
+    p.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(TESTS_DIR)!r}); sys.path.insert(0, os.getcwd())\n"
+        "import decompose_util\n"
+        "decompose_util.register_tiny()\n"
+        "from backend.cli import main\n"
+        "assert sys.argv[1:3] == ['-m', 'backend'], sys.argv\n"
+        "sys.exit(main(sys.argv[3:]))\n"
+    )
+    p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return p
+
+
+def write_gbuffer_frames(folder: os.PathLike, n: int = 3, h: int = 48, w: int = 64, first: int = 1) -> Path:
+    """``n`` contract frames with known values: depth 5+i m... roughness 0.7, normal +Z."""
+    from backend import contract
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(n):
+        num = first + k
+        rng = np.random.default_rng(num)
+        rgb = rng.random((h, w, 3), dtype=np.float32)
+        frame = contract.GBufferFrame(
+            combined=np.concatenate([rgb, np.ones((h, w, 1), np.float32)], -1),
+            depth=np.full((h, w), 5.0 + num, np.float32),
+            normal=np.dstack([np.zeros((h, w)), np.zeros((h, w)), np.ones((h, w))]).astype(np.float32),
+            albedo=np.full((h, w, 3), 0.5, np.float32),
+            metallic=np.zeros((h, w), np.float32),
+            roughness=np.full((h, w), 0.7, np.float32),
+            confidence=np.ones((h, w), np.float32),
+            meta=contract.make_meta(estimator="test", frame_index=num - 1),
+        )
+        contract.write_frame(contract.frame_path(folder, num), frame)
+    return folder
