@@ -1,0 +1,119 @@
+"""Display encodings of G-buffer passes and contact sheets (8-bit sRGB PNG).
+
+Only for looking at results: nothing here feeds back into the contract.
+
+Encodings (all return ``H x W x 3`` ``uint8`` sRGB):
+
+* colour passes (Combined, Albedo, renders): scene-linear Rec.709 -> sRGB transfer
+  (IEC 61966-2-1), clipped to [0, 1];
+* Depth: inverse depth normalised by its 2nd..98th percentile, OpenCV's TURBO
+  colour map (near = red, far = blue); "no surface" pixels (Confidence 0) black;
+* Normal: the usual normal-map colours, ``rgb = n * 0.5 + 0.5`` (camera space,
+  OpenGL: +X right = red, +Y up = green, +Z toward the camera = blue);
+* Metallic, Roughness, Confidence: grey levels, 0 = black, 1 = white.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .colour import linear_to_srgb
+
+
+def _u8(x: np.ndarray) -> np.ndarray:
+    return (np.clip(x, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+def encode_colour(rgb_linear: np.ndarray) -> np.ndarray:
+    """``H x W x 3(+)`` scene-linear -> ``H x W x 3`` uint8 sRGB."""
+    return _u8(linear_to_srgb(np.clip(rgb_linear[..., :3], 0.0, None)))
+
+
+def encode_depth(depth: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
+    """``H x W`` depth (> 0) -> TURBO-coloured inverse depth; ``mask`` True = surface."""
+    import cv2
+
+    inv = 1.0 / np.maximum(depth, 1e-6)
+    valid = mask if mask is not None and mask.any() else np.ones(depth.shape, bool)
+    lo, hi = np.percentile(inv[valid], [2, 98])
+    t = np.clip((inv - lo) / max(hi - lo, 1e-12), 0, 1)
+    bgr = cv2.applyColorMap(_u8(t), cv2.COLORMAP_TURBO)
+    rgb = bgr[..., ::-1].copy()
+    if mask is not None:
+        rgb[~mask] = 0
+    return rgb
+
+
+def encode_normal(normal: np.ndarray) -> np.ndarray:
+    """``H x W x 3`` unit camera-space normals -> normal-map colours."""
+    return _u8(normal * 0.5 + 0.5)
+
+
+def encode_value(v: np.ndarray) -> np.ndarray:
+    """``H x W`` value in [0, 1] -> grey."""
+    g = _u8(v)
+    return np.repeat(g[..., None], 3, axis=-1)
+
+
+def encode_frame_passes(frame) -> dict:
+    """All passes of a :class:`backend.contract.GBufferFrame`, display-encoded, by pass name."""
+    mask = frame.confidence > 0 if frame.confidence is not None else None
+    return {
+        "Combined": encode_colour(frame.combined),
+        "Depth": encode_depth(frame.depth, mask),
+        "Normal": encode_normal(frame.normal),
+        "Albedo": encode_colour(frame.albedo),
+        "Metallic": encode_value(frame.metallic),
+        "Roughness": encode_value(frame.roughness),
+    }
+
+
+def contact_sheet(rows: Sequence[Sequence[np.ndarray]], labels: Sequence[str],
+                  tile_width: int = 240, pad: int = 4, label_height: int = 18) -> np.ndarray:
+    """Grid of ``uint8`` RGB tiles, one row per frame, with column labels on top.
+
+    Args:
+        rows: rows of ``H x W x 3`` uint8 images (tiles are resized to ``tile_width``,
+            keeping the aspect of the first tile).
+        labels: one label per column.
+
+    Returns:
+        ``H x W x 3`` uint8 image.
+
+    Raises:
+        ValueError: empty input or a row whose length differs from ``labels``.
+    """
+    import cv2
+
+    if not rows:
+        raise ValueError("contact_sheet: no rows")
+    ncol = len(labels)
+    h0, w0 = rows[0][0].shape[:2]
+    th = max(1, round(tile_width * h0 / w0))
+    sheet_h = label_height + len(rows) * (th + pad) + pad
+    sheet_w = ncol * (tile_width + pad) + pad
+    sheet = np.full((sheet_h, sheet_w, 3), 24, np.uint8)
+    for c, lab in enumerate(labels):
+        x = pad + c * (tile_width + pad)
+        cv2.putText(sheet, lab, (x + 2, label_height - 5), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
+                    (235, 235, 235), 1, cv2.LINE_AA)
+    for r, row in enumerate(rows):
+        if len(row) != ncol:
+            raise ValueError(f"contact_sheet: row {r} has {len(row)} tiles, expected {ncol}")
+        y = label_height + pad + r * (th + pad)
+        for c, tile in enumerate(row):
+            x = pad + c * (tile_width + pad)
+            sheet[y:y + th, x:x + tile_width] = cv2.resize(tile, (tile_width, th), interpolation=cv2.INTER_AREA)
+    return sheet
+
+
+def save_png(path, rgb_u8: np.ndarray) -> None:
+    """Write an ``H x W x 3`` uint8 sRGB image as PNG (Pillow)."""
+    from PIL import Image
+
+    Image.fromarray(rgb_u8).save(str(path))
+
+
+__all__: List[str] = ["encode_colour", "encode_depth", "encode_normal", "encode_value",
+                      "encode_frame_passes", "contact_sheet", "save_png"]
