@@ -54,10 +54,10 @@ def compositor_tree(scene, create: bool = True):
         fresh = scene.node_tree is None
         scene.use_nodes = True
         if fresh:
-            # 4.x fills a new tree with Render Layers -> Composite; a Render Layers node
-            # would make every compositor render also render the 3D scene.
+            # 4.x fills a new tree with Render Layers -> Reroute -> Composite / Viewer; a
+            # Render Layers node would make every compositor render also render the 3D scene.
             for node in list(scene.node_tree.nodes):
-                if node.bl_idname == "CompositorNodeRLayers":
+                if node.bl_idname in {"CompositorNodeRLayers", "NodeReroute"}:
                     scene.node_tree.nodes.remove(node)
     return scene.node_tree
 

@@ -1,0 +1,305 @@
+"""Sidebar panels, scene settings, compat layer, compositor wiring and the job state machine.
+
+Runs in bpy 5.0.1 (.venv) and bpy 4.5 (.venv45): `./dev test` runs ``blender`` tests in both.
+"""
+import sys
+from fractions import Fraction
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.blender
+
+bpy = pytest.importorskip("bpy")
+
+import blender_workflow_util as util  # noqa: E402
+from backend import contract  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def addon():
+    mod = util.enable_addon()
+    yield mod
+    util.disable_addon()
+
+
+@pytest.fixture
+def scene(addon):
+    """A fresh scene (own compositor tree) per test, removed afterwards."""
+    sc = bpy.data.scenes.new("gbuffer_test")
+    yield sc
+    bpy.data.scenes.remove(sc)
+
+
+def _op_exists(idname: str) -> bool:
+    mod, name = idname.split(".")
+    try:
+        getattr(getattr(bpy.ops, mod), name).get_rna_type()
+    except (KeyError, AttributeError):
+        return False
+    return True
+
+
+def _draw_all(addon, context):
+    from gbuffer_editor.panels import sidebar, statusbar
+
+    layout = util.RecordingLayout()
+    for cls in sidebar.classes:
+        cls.draw(SimpleNamespace(layout=layout), context)
+    statusbar.draw_statusbar(SimpleNamespace(layout=layout), context)
+    return layout.calls
+
+
+def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_path):
+    from gbuffer_editor.panels import sidebar
+
+    assert {c.bl_space_type for c in sidebar.classes} == {"NODE_EDITOR", "CLIP_EDITOR"}
+    assert {c.bl_category for c in sidebar.classes} == {"G-Buffer"}
+    for cls in sidebar.classes:
+        assert hasattr(bpy.types, cls.__name__), f"{cls.__name__} not registered"
+
+    s = scene.gbuffer_editor
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    states = [
+        dict(),
+        dict(use_scene_range=False, source_path=str(tmp_path / "a.mp4"), result_dir=str(tmp_path / "r" / "result")),
+        dict(is_running=True, progress=0.4, status="Decompose: Decomposing 2/5", log_path=str(tmp_path / "x.log")),
+    ]
+    ops, props = set(), set()
+    for state in states:
+        for k, v in state.items():
+            setattr(s, k, v)
+        for call in _draw_all(addon, ctx):
+            if call[0] == "operator":
+                assert _op_exists(call[1]), f"panel shows unknown operator {call[1]}"
+                ops.add(call[1])
+            elif call[0] == "prop":
+                data, name = call[1], call[2]
+                assert name in data.bl_rna.properties, f"panel shows unknown property {name}"
+                props.add(name)
+            elif call[0] == "progress":
+                assert call[1]["factor"] == pytest.approx(0.4)
+    assert ops == {"gbuffer.import_footage", "gbuffer.decompose", "gbuffer.load_gbuffers",
+                   "gbuffer.restyle", "gbuffer.cancel_job"}
+    assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
+            "stabilize", "preview_pass", "prompt", "renderer", "log_path"} <= props
+
+
+def test_compositor_panel_poll(addon):
+    from gbuffer_editor.panels import sidebar
+
+    comp = next(c for c in sidebar.classes if c.bl_space_type == "NODE_EDITOR")
+    sc = bpy.context.scene
+    assert comp.poll(SimpleNamespace(space_data=SimpleNamespace(tree_type="CompositorNodeTree"), scene=sc))
+    assert not comp.poll(SimpleNamespace(space_data=SimpleNamespace(tree_type="ShaderNodeTree"), scene=sc))
+
+
+def test_enums_list_the_backend_registries(addon, scene):
+    from backend.estimators import available_estimators
+    from backend.renderers import available_renderers
+
+    # dynamic enums: read the items through the callback the property uses
+    from gbuffer_editor import props as props_mod
+
+    assert sorted(i[0] for i in props_mod._estimator_items(None, None)) == sorted(available_estimators())
+    assert sorted(i[0] for i in props_mod._renderer_items(None, None)) == sorted(available_renderers())
+    assert props_mod._estimator_items(None, None)[0][0] == "embedded"  # default first
+    assert scene.gbuffer_editor.estimator == "embedded"
+
+
+def test_import_footage_sets_scene_from_fractional_rate_movie(addon, footage):
+    from gbuffer_editor.operators import compositor
+
+    sc = bpy.context.scene
+    assert bpy.ops.gbuffer.import_footage(filepath=str(footage("phone_office"))) == {"FINISHED"}
+    r = sc.render
+    assert (r.resolution_x, r.resolution_y, r.resolution_percentage) == (320, 240, 100)
+    assert r.fps == 30
+    assert r.fps / r.fps_base == pytest.approx(45000 / 1499, rel=1e-6)
+    assert (r.pixel_aspect_x, r.pixel_aspect_y) == (1.0, 1.0)
+    assert (sc.frame_start, sc.frame_end) == (1, 36)
+    tree = compositor.find_tree(sc)
+    src = compositor.find_node(tree, compositor.ROLE_SOURCE)
+    assert src.bl_idname == "CompositorNodeMovieClip"
+    assert src.clip.colorspace_settings.name == "sRGB"
+    assert src.outputs["Image"].is_linked
+    assert sc.gbuffer_editor.source_path.endswith("phone_office.mp4")
+    assert not any(n.bl_idname == "CompositorNodeRLayers" for n in tree.nodes)
+
+
+def test_import_footage_bad_file_reports_error(addon, tmp_path):
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"not a movie")
+    with pytest.raises(RuntimeError, match="broken.mp4"):
+        bpy.ops.gbuffer.import_footage(filepath=str(bad))
+
+
+def test_fps_and_pixel_aspect_conversions(addon):
+    from gbuffer_editor.operators import footage
+
+    assert footage.scene_fps(Fraction(30000, 1001)) == (30, pytest.approx(1.001))
+    assert footage.scene_fps(Fraction(24)) == (24, 1.0)
+    fps, base = footage.scene_fps(Fraction(45000, 1499))
+    assert fps / base == pytest.approx(45000 / 1499, rel=1e-9)
+    assert footage.pixel_aspect(Fraction(4, 3)) == (pytest.approx(4 / 3), 1.0)
+    assert footage.pixel_aspect(Fraction(8, 9)) == (1.0, pytest.approx(9 / 8))
+
+
+def test_compat_multilayer_file_output(addon, scene, tmp_path):
+    from gbuffer_editor import compat
+
+    tree = compat.compositor_tree(scene)
+    assert tree.bl_idname == "CompositorNodeTree"
+    if compat.IS_50:
+        assert scene.compositing_node_group == tree
+    else:
+        assert scene.use_nodes and scene.node_tree == tree
+    passes = [(n, spec[2]) for n, spec in contract.PASSES.items()]
+    node = compat.new_multilayer_file_output(tree, passes)
+    assert list(compat.file_output_inputs(node)) == list(contract.PASSES)
+    assert node.format.file_format == "OPEN_EXR_MULTILAYER" and node.format.color_depth == "32"
+    if compat.IS_50:
+        types = {s.name: s.type for s in node.inputs if s.name}
+        assert types["Depth"] == "VALUE" and types["Normal"] == "VECTOR" and types["Combined"] == "RGBA"
+    compat.set_file_output_path(node, str(tmp_path), "gbuffer_####")
+    d, prefix = compat.file_output_path(node)
+    assert (d.rstrip("/"), prefix) == (str(tmp_path), "gbuffer_####")
+    out = compat.output_socket(tree)
+    assert out.node.bl_idname == ("NodeGroupOutput" if compat.IS_50 else "CompositorNodeComposite")
+    assert compat.output_socket(tree) == out  # found again, not duplicated
+
+
+def test_gbuffer_setup_wires_passes_through_material_edits(addon, scene, tmp_path):
+    from gbuffer_editor.operators import compositor
+
+    folder = util.write_gbuffer_frames(tmp_path / "gb", n=3)
+    node = compositor.setup_gbuffer(scene, folder, "Roughness")
+    tree = compositor.find_tree(scene)
+    assert node.image.source == "SEQUENCE" and node.frame_duration == 3 and node.frame_offset == 0
+    sockets = {o.name: o.type for o in node.outputs if o.enabled}
+    for name, spec in contract.PASSES.items():
+        assert sockets[name] == spec[2], name
+    frame = compositor.find_node(tree, compositor.ROLE_EDITS)
+    assert frame.bl_idname == "NodeFrame" and frame.label == "Material edits"
+    fo = compositor.gbuffer_output(tree)
+    assert fo.mute  # a plain render writes nothing
+    from gbuffer_editor import compat
+
+    for name, sock in compat.file_output_inputs(fo).items():
+        link = sock.links[0]
+        assert link.from_node.parent == frame and link.from_node.label == name
+        r_in = link.from_node.inputs[0].links[0].from_node
+        assert r_in.parent == frame
+        assert r_in.inputs[0].links[0].from_socket == node.outputs[name]
+    viewer = compositor.find_node(tree, compositor.ROLE_VIEWER)
+    assert viewer.inputs["Image"].links[0].from_node == compositor.find_node(tree, "out", "Roughness")
+    scene.gbuffer_editor.preview_pass = "Depth"  # update callback rewires the Viewer
+    src = viewer.inputs["Image"].links[0].from_node
+    assert src.bl_idname == "CompositorNodeNormalize"
+    compositor.setup_gbuffer(scene, folder)  # idempotent: no duplicates
+    assert sum(1 for n in tree.nodes if n.bl_idname == "CompositorNodeOutputFile") == 1
+    assert sum(1 for n in tree.nodes if n.bl_idname == "NodeReroute") == 2 * len(contract.PASSES)
+
+
+def test_job_controller_done_error_cancel(addon, scene, tmp_path):
+    from gbuffer_editor import worker
+    from gbuffer_editor.operators import jobs
+
+    script = util.write_fake_worker(tmp_path)
+    called = []
+
+    def ctl(mode, n=3):
+        out = tmp_path / mode
+        out.mkdir(exist_ok=True)
+        argv = [sys.executable, str(script), str(out), str(n), mode]
+        return jobs.JobController(scene, "Test", [
+            jobs.WorkerStep("Working", argv, out / "job.log", env=worker.worker_env()),
+            jobs.CallStep("Finishing", lambda c: called.append(mode)),
+        ])
+
+    c = ctl("ok")
+    assert c.run_blocking(poll_interval=0.02) == worker.DONE
+    s = scene.gbuffer_editor
+    assert called == ["ok"] and s.progress == 1.0 and not s.is_running and s.status == "Test: done"
+    assert s.log_path == str(tmp_path / "ok" / "job.log")
+
+    c = ctl("fail")
+    assert c.run_blocking(poll_interval=0.02) == worker.ERROR
+    assert called == ["ok"]  # the step after a failure never runs
+    log = tmp_path / "fail" / "job.log"
+    assert s.status == f"estimator exploded (frame 2, /footage/shot_0002.png); log: {log}"
+
+    c = ctl("hang", n=5).start()
+    assert jobs.active_job(scene) is c and s.is_running
+    with pytest.raises(jobs.JobFailed, match="still running"):
+        ctl("ok").start()
+    while c.step.progress()[0] < 2:
+        c.tick()
+    assert 0.0 < s.progress < 1.0 and s.status == "Test: Working 2/5"
+    c.cancel()
+    assert c.state == worker.CANCELLED and not s.is_running and jobs.active_job(scene) is None
+    assert c.returncode == 130 and called == ["ok"]
+    assert sorted(p.name for p in (tmp_path / "hang").glob("f*.txt")) == ["f0001.txt", "f0002.txt"]
+
+
+def test_modal_path_timer_and_escape(addon, scene, tmp_path):
+    """The modal operator's event handling, driven with timer / Esc events."""
+    from gbuffer_editor import worker
+    from gbuffer_editor.operators import jobs
+    from gbuffer_editor.operators.decompose import GBUFFER_OT_decompose
+
+    script = util.write_fake_worker(tmp_path)
+    out = tmp_path / "o"
+    out.mkdir()
+    removed, reports = [], []
+    timer = object()
+    ctx = SimpleNamespace(window_manager=SimpleNamespace(event_timer_remove=removed.append))
+
+    def op_for(mode):
+        argv = [sys.executable, str(script), str(out), "4", mode]
+        job = jobs.JobController(scene, "Decompose", [jobs.WorkerStep("W", argv, out / "m.log")]).start()
+        op = SimpleNamespace(_job=job, _timer=timer, report=lambda kind, msg: reports.append((kind, msg)))
+        op._finish = lambda j: GBUFFER_OT_decompose._finish(op, j)
+        return op, job
+
+    op, job = op_for("ok")
+    tick = SimpleNamespace(type="TIMER", value="NOTHING", timer=timer)
+    result = {"PASS_THROUGH"}
+    while result == {"PASS_THROUGH"}:
+        result = GBUFFER_OT_decompose.modal(op, ctx, tick)
+    assert result == {"FINISHED"} and removed == [timer] and reports[-1] == ({"INFO"}, "Decompose: done")
+
+    op, job = op_for("hang")
+    while job.step.progress()[0] < 1:
+        assert GBUFFER_OT_decompose.modal(op, ctx, tick) == {"PASS_THROUGH"}
+    esc = SimpleNamespace(type="ESC", value="PRESS", timer=None)
+    assert GBUFFER_OT_decompose.modal(op, ctx, esc) == {"CANCELLED"}
+    assert job.state == worker.CANCELLED and reports[-1][0] == {"WARNING"}
+
+
+def test_poll_messages(addon, scene):
+    from gbuffer_editor.operators.decompose import GBUFFER_OT_decompose
+    from gbuffer_editor.operators.restyle import GBUFFER_OT_restyle
+
+    ctx = SimpleNamespace(scene=scene)
+    assert not GBUFFER_OT_decompose.poll(ctx)  # no footage yet
+    assert not GBUFFER_OT_restyle.poll(ctx)  # no G-buffers yet
+    scene.gbuffer_editor.source_path = "/x.mp4"
+    assert GBUFFER_OT_decompose.poll(ctx)
+
+
+def test_sanitize_keeps_edited_frames_inside_the_contract(addon):
+    from gbuffer_editor.operators.restyle import sanitize
+
+    h, w = 4, 5
+    f = contract.GBufferFrame(
+        combined=np.full((h, w, 4), -1.0, np.float32), depth=np.zeros((h, w), np.float32),
+        normal=np.zeros((h, w, 3), np.float32), albedo=np.full((h, w, 3), 2.0, np.float32),
+        metallic=np.full((h, w), np.nan, np.float32), roughness=np.full((h, w), -0.5, np.float32),
+    )
+    f.normal[0, 0] = (0, 3, 4)
+    sanitize(f)
+    f.validate()
+    assert np.allclose(f.normal[0, 0], (0, 0.6, 0.8)) and np.allclose(f.normal[1, 1], (0, 0, 1))
+    assert f.albedo.max() == 1.0 and f.roughness.min() == 0.0 and f.metallic.max() == 0.0
