@@ -174,93 +174,30 @@ class EmbeddedRenderer(Renderer):
         ``reference`` as in :meth:`render`.
         """
         p = prompt if isinstance(prompt, LookParams) else self.params(prompt)
+        _check_shapes(frame, reference)
         h, w = frame.shape
-        for name, arr, c in (("Combined", frame.combined, (3, 4)), ("Normal", frame.normal, (3,)),
-                             ("Albedo", frame.albedo, (3,))):
-            if arr.ndim != 3 or arr.shape[:2] != (h, w) or arr.shape[2] not in c:
-                raise ContractError(f"pass {name}: shape {arr.shape} does not match depth {(h, w)}")
-        for name, arr in (("Metallic", frame.metallic), ("Roughness", frame.roughness)):
-            if arr.shape != (h, w):
-                raise ContractError(f"pass {name}: shape {arr.shape} does not match depth {(h, w)}")
         meta = frame.meta or {}
-        planar, ray_len, view = sh.camera_rays(h, w, meta.get("intrinsics"), self.fov_y_deg)
+        intr = meta.get("intrinsics")
+        planar, ray_len, view = sh.camera_rays(h, w, intr, self.fov_y_deg)
         one = F32(1.0)
 
-        # Combined is premultiplied (EXR convention): shade the straight colour
-        comb = frame.combined
-        if comb.shape[2] == 4 and float(comb[..., 3].min()) < 1.0:
-            a = comb[..., 3:4]
-            src = sh.chw(np.where(a > 1e-4, comb[..., :3] / np.maximum(a, F32(1e-4)), F32(0.0)))
-        else:
-            src = sh.chw(comb[..., :3])
+        src = _straight_colour(frame.combined)
         albedo = np.clip(sh.chw(frame.albedo), 0.0, 1.0)
         normal = sh.chw(frame.normal)
         rough = np.clip(np.asarray(frame.roughness, dtype=F32), 0.0, 1.0)
         metal = np.clip(np.asarray(frame.metallic, dtype=F32), 0.0, 1.0)
         depth = np.asarray(frame.depth, dtype=F32)
+        d = _distances(frame, p, ray_len)
 
-        # --- sky mask and distances ---------------------------------------------------
-        kind = str(meta.get("depth_kind", "relative"))
-        near = float(meta.get("depth_near", np.min(depth)))
-        far = float(meta.get("depth_far", np.max(depth)))
-        if not far > near:
-            far = near + 1.0
-        if frame.confidence is not None:
-            sky = np.asarray(frame.confidence) < 0.5
-        else:
-            sky = depth >= F32(far * (1.0 - 1e-4))
-        if kind == "metric":
-            unit = np.maximum(depth, F32(0.0))  # metres
-            fog_scale = water_scale = F32(1.0)
-        else:
-            unit = np.clip((depth - F32(near)) * F32(1.0 / (far - near)), 0.0, 1.0)
-            unit[sky] = 1.0
-            fog_scale, water_scale = F32(p.fog_extent_m), F32(p.water_extent_m)
-        ray_unit = unit * ray_len  # distance along the ray, in depth units
-
-        # --- source shading and detail --------------------------------------------
-        if reference is not None:
-            if reference.albedo.shape != frame.albedo.shape:
-                raise ContractError(f"reference pass Albedo: shape {reference.albedo.shape} does not "
-                                    f"match the frame's {frame.albedo.shape}")
-            src_albedo = np.clip(sh.chw(reference.albedo), 0.0, 1.0)
-        else:
-            src_albedo = albedo
+        # --- source shading (intrinsic model I = A S) and its detail ratio ----------------
+        src_albedo = albedo if reference is None else np.clip(sh.chw(reference.albedo), 0.0, 1.0)
         s_src = src / np.maximum(src_albedo, F32(ALBEDO_EPS))
         np.clip(s_src, 0.0, MAX_SOURCE_SHADING, out=s_src)
-        detail = None
-        if p.detail > 0:
-            # gated by depth: at depth discontinuities (objects against the background,
-            # the horizon against the sky) the ratio would halo
-            lum = sh.luminance(s_src)
-            logd = np.log(np.maximum(depth, F32(1e-3)))
-            scale = max(2, int(round(w / 320)))
-            stack = sh.lowpass(np.stack([lum, logd]), scale=scale, radius=1)
-            x = np.abs(logd - stack[1]) * F32(DETAIL_DEPTH_GATE)
-            gate = one / (one + x * x)
-            detail = lum / np.maximum(stack[0], F32(1e-3))
-            np.minimum(detail, F32(3.0), out=detail)
-            np.maximum(detail, F32(0.33), out=detail)
-            detail -= one
-            detail *= gate
-            detail += one
-            if p.detail != 1.0:
-                detail = np.power(detail, F32(p.detail))
+        detail = _detail_ratio(s_src, depth, p.detail) if p.detail > 0 else None
 
-        # --- surface edits from the look ------------------------------------------
+        # --- surfaces, BRDF inputs -------------------------------------------------------------
         ny = normal[1]
-        if p.snow > 0:
-            cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny), 0.0, 1.0)
-            albedo = albedo + (sh.col(SNOW_ALBEDO) - albedo) * cover
-            rough = rough + (F32(0.55) - rough) * cover
-            metal = metal * (one - cover)
-        if p.wetness > 0:
-            wet = F32(p.wetness)
-            puddle = sh.smoothstep(0.6, 0.9, ny) * wet
-            albedo = albedo * (one - F32(0.45) * wet)
-            rough = rough * (one - F32(0.6) * wet) * (one - F32(0.9) * puddle)
-
-        # --- BRDF inputs ------------------------------------------------------------
+        albedo, rough, metal = _surface_edits(p, albedo, rough, metal, ny)
         n_dot_v = np.maximum(normal[0] * view[0] + normal[1] * view[1] + normal[2] * view[2],
                              F32(1e-4))
         alpha = rough * rough
@@ -268,32 +205,16 @@ class EmbeddedRenderer(Renderer):
         f0 = F32(0.04) + (albedo - F32(0.04)) * metal
         diff_col = albedo * (one - metal)
 
+        # --- light rig -----------------------------------------------------------------------
         key_dir = sh.normalize3(p.key_dir)
         lam, spec_k = sh.directional_light(normal, view, n_dot_v, f0, alpha, key_dir,
                                            roughness=rough, burley=p.burley)
-
-        # light filter for water (downwelling attenuation from the surface)
-        lf = np.ones(3)
-        if p.water > 0:
-            lf = (1.0 - p.water) + p.water * np.exp(-0.7 * np.asarray(p.water_atten) * p.water_depth_m)
-        light_filter = sh.col(lf)
+        lf = _water_light_filter(p)  # downwelling attenuation under water, else 1
         key_rgb = sh.col(np.asarray(p.key_color) * p.key_intensity * lf)
-
         key_term = lam
         if p.water > 0 and p.caustics > 0:
-            depth_w = unit * water_scale
-            c = sh.caustics(planar[0] * depth_w, planar[2] * depth_w, time_s,
-                            scale=2.0 * math.pi / CAUSTIC_PERIOD_M)
-            up = sh.smoothstep(0.2, 0.9, ny)
-            # fade with distance, and where one pixel covers more than ~1/4 of the
-            # pattern period on the surface (it would alias into stripes)
-            fx = sh.intrinsics_for(h, w, meta.get("intrinsics"), self.fov_y_deg)[0]
-            footprint = (ray_unit * water_scale) * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
-            fade = np.exp(-(ray_unit * water_scale) * F32(1.0 / 8.0)) * np.clip(
-                F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
-            fade = fade * np.sqrt(n_dot_v)  # bands at grazing angles read as stripes
-            key_term = lam * (one + F32(1.8 * p.caustics * p.water) * c * up * fade)
-
+            fx = sh.intrinsics_for(h, w, intr, self.fov_y_deg)[0]
+            key_term = lam * (one + _caustic_gain(p, planar, d, n_dot_v, ny, fx, time_s))
         sky_c = sh.col(np.asarray(p.sky_color) * lf)
         gnd_c = sh.col(np.asarray(p.ground_color) * lf)
         irr = key_rgb * key_term
@@ -304,6 +225,7 @@ class EmbeddedRenderer(Renderer):
         if detail is not None:
             irr *= detail
 
+        # --- relight: new light x detail, blended with the source's own shading ------------
         k = min(max(p.source_light, 0.0), 1.0)
         if k > 0:
             tint = (np.asarray(average_irradiance(p)) / np.asarray(average_irradiance(DAYLIGHT))) * lf
@@ -311,12 +233,11 @@ class EmbeddedRenderer(Renderer):
         else:
             shading = irr
         diffuse = diff_col * shading
-
-        # specular: key GGX + environment reflection of the hemisphere
-        ref_y = F32(2.0) * n_dot_v * ny - view[1]
+        ref_y = F32(2.0) * n_dot_v * ny - view[1]  # y of the mirror direction
         env = sh.hemisphere(ref_y, sky_c, gnd_c)
         specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v, rough, env)
 
+        sky = d.sky
         sky_rgb = src * sh.col(p.sky_gain)
         if p.sky_fill_amount > 0:
             a = p.sky_fill_amount
@@ -326,60 +247,208 @@ class EmbeddedRenderer(Renderer):
             diffuse[:, sky] = 0.0
             specular[:, sky] = 0.0
 
+        # --- media and post ------------------------------------------------------------------
         out = surface
         trans = np.ones((3, h, w), dtype=F32)
         level = float(np.mean(average_irradiance(p)) / np.mean(average_irradiance(DAYLIGHT)))
-
-        # --- underwater --------------------------------------------------------------
         if p.water > 0:
-            dw = ray_unit * water_scale
-            t_direct = np.exp(sh.col(-np.asarray(p.water_atten)) * dw)
-            t_back = np.exp(sh.col(-np.asarray(p.water_back_atten)) * dw)
-            veil = sh.col(np.asarray(p.water_back) * level * 1.5 * lf / max(float(np.max(lf)), 1e-3))
-            wat = F32(p.water)
-            underwater = veil + (out - veil) * t_direct + veil * (t_direct - t_back)
-            out = out + (underwater - out) * wat if p.water < 1 else underwater
-            trans = trans * (one - wat + wat * t_direct)
-            if p.water_blur > 0:
-                scale = max(2, int(round(w / 160)))
-                blurred = sh.lowpass(out, scale=scale, radius=1)
-                wb = F32(p.water_blur * p.water) * (one - np.exp(dw * F32(-1.0 / 7.0)))
-                out = out + (blurred - out) * wb
-
-        # --- fog ---------------------------------------------------------------------
-        dist_fog = ray_unit * fog_scale
+            out, t_water = _underwater(out, p, d, lf, level)
+            trans = trans * t_water
+        dist_fog = d.ray_unit * d.fog_scale
         if p.fog_tau > 0:
-            beta = p.fog_tau / p.fog_extent_m
-            dir_y = planar[1] / ray_len
-            falloff = 1.0 / max(p.fog_falloff_frac * p.fog_extent_m, 1e-3)
-            tau_h = sh.height_fog_optical_depth(dist_fog, dir_y, beta, falloff)
-            tau = F32(beta * (1.0 - p.fog_height)) * dist_fog + F32(p.fog_height) * tau_h
-            t_fog = np.exp(-tau).astype(F32)
-            amb = (np.asarray(p.sky_color) + np.asarray(p.ground_color)) * 0.5 * lf
-            key_plain = np.asarray(p.key_color) * p.key_intensity * lf
-            air = sh.col(np.asarray(p.fog_color) * (amb * 1.6 + key_plain * 0.35))
-            if p.fog_sun > 0:
-                cos_t = -sh.dot3(view, key_dir)
-                glow = _hg(cos_t, 0.6) * F32(0.1 * p.fog_sun)
-                air = air + sh.col(key_plain) * glow
-            out = sh.koschmieder(out, t_fog, air)
+            out, t_fog = _fog(out, p, planar, ray_len, view, dist_fog, lf, key_dir)
             trans = trans * t_fog
-
-        # --- rain streaks ----------------------------------------------------------------
         if p.rain_streaks > 0:
             streaks = _rain_streaks(h, w, frame_index, time_s)
             out = out + sh.col(np.asarray(p.fog_color) * 0.25 * p.rain_streaks * level) * streaks
-
-        # --- post ----------------------------------------------------------------------
-        if p.saturation != 1.0:
-            lum = sh.luminance(out)
-            out = lum + (out - lum) * F32(p.saturation)
-        out = out * sh.col(np.asarray(p.tint) * p.exposure)
-        rgb = sh.hwc(out)
-        np.fmax(rgb, F32(0.0), out=rgb)  # fmax maps NaN to 0
-        np.minimum(rgb, F32(1e4), out=rgb)
+        rgb = _post(out, p)
         return RenderLayers(rgb=rgb, surface=surface, diffuse=diffuse, specular=specular,
                             transmittance=trans, sky=sky, distance_m=dist_fog.astype(F32))
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _check_shapes(frame: GBufferFrame, reference: Optional[GBufferFrame]) -> None:
+    h, w = frame.shape
+    for name, arr, c in (("Combined", frame.combined, (3, 4)), ("Normal", frame.normal, (3,)),
+                         ("Albedo", frame.albedo, (3,))):
+        if arr.ndim != 3 or arr.shape[:2] != (h, w) or arr.shape[2] not in c:
+            raise ContractError(f"pass {name}: shape {arr.shape} does not match depth {(h, w)}")
+    for name, arr in (("Metallic", frame.metallic), ("Roughness", frame.roughness)):
+        if arr.shape != (h, w):
+            raise ContractError(f"pass {name}: shape {arr.shape} does not match depth {(h, w)}")
+    if reference is not None and reference.albedo.shape != frame.albedo.shape:
+        raise ContractError(f"reference pass Albedo: shape {reference.albedo.shape} does not "
+                            f"match the frame's {frame.albedo.shape}")
+
+
+def _straight_colour(comb: np.ndarray) -> np.ndarray:
+    """Combined (premultiplied, EXR convention) -> straight RGB, 3 x H x W."""
+    if comb.shape[2] == 4 and float(comb[..., 3].min()) < 1.0:
+        a = comb[..., 3:4]
+        return sh.chw(np.where(a > 1e-4, comb[..., :3] / np.maximum(a, F32(1e-4)), F32(0.0)))
+    return sh.chw(comb[..., :3])
+
+
+@dataclass
+class _Distances:
+    """Sky mask and distances (H x W float32).
+
+    ``unit``: planar depth in metres (metric) or normalised to [0, 1] (relative);
+    ``ray_unit``: the same along the ray; ``fog_scale``/``water_scale`` turn ``unit``
+    into metres for each medium (1 for metric depth, the look's extent otherwise).
+    """
+
+    sky: np.ndarray
+    unit: np.ndarray
+    ray_unit: np.ndarray
+    fog_scale: np.float32
+    water_scale: np.float32
+
+
+def _distances(frame: GBufferFrame, p: LookParams, ray_len: np.ndarray) -> _Distances:
+    meta = frame.meta or {}
+    depth = np.asarray(frame.depth, dtype=F32)
+    kind = str(meta.get("depth_kind", "relative"))
+    near = float(meta.get("depth_near", np.min(depth)))
+    far = float(meta.get("depth_far", np.max(depth)))
+    if not far > near:
+        far = near + 1.0
+    if frame.confidence is not None:
+        sky = np.asarray(frame.confidence) < 0.5
+    else:
+        sky = depth >= F32(far * (1.0 - 1e-4))
+    if kind == "metric":
+        unit = np.maximum(depth, F32(0.0))  # metres
+        fog_scale = water_scale = F32(1.0)
+    else:
+        unit = np.clip((depth - F32(near)) * F32(1.0 / (far - near)), 0.0, 1.0)
+        unit[sky] = 1.0
+        fog_scale, water_scale = F32(p.fog_extent_m), F32(p.water_extent_m)
+    return _Distances(sky, unit, unit * ray_len, fog_scale, water_scale)
+
+
+def _detail_ratio(s_src: np.ndarray, depth: np.ndarray, strength: float) -> np.ndarray:
+    """High-frequency shading detail ``lum(S) / lowpass(lum(S))`` in [0.33, 3] (H x W).
+
+    Faded toward 1 where log-depth departs from its local mean, i.e. at depth
+    discontinuities (objects against the background, the horizon against the sky),
+    where the ratio would otherwise halo.
+    """
+    one = F32(1.0)
+    h, w = depth.shape
+    lum = sh.luminance(s_src)
+    logd = np.log(np.maximum(depth, F32(1e-3)))
+    scale = max(2, int(round(w / 320)))
+    stack = sh.lowpass(np.stack([lum, logd]), scale=scale, radius=1)
+    x = np.abs(logd - stack[1]) * F32(DETAIL_DEPTH_GATE)
+    gate = one / (one + x * x)
+    detail = lum / np.maximum(stack[0], F32(1e-3))
+    np.minimum(detail, F32(3.0), out=detail)
+    np.maximum(detail, F32(0.33), out=detail)
+    detail -= one
+    detail *= gate
+    detail += one
+    if strength != 1.0:
+        detail = np.power(detail, F32(strength))
+    return detail
+
+
+def _surface_edits(p: LookParams, albedo, rough, metal, ny):
+    """Snow cover on up-facing surfaces; wet surfaces (darker, smoother, puddles)."""
+    one = F32(1.0)
+    if p.snow > 0:
+        cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny), 0.0, 1.0)
+        albedo = albedo + (sh.col(SNOW_ALBEDO) - albedo) * cover
+        rough = rough + (F32(0.55) - rough) * cover
+        metal = metal * (one - cover)
+    if p.wetness > 0:
+        wet = F32(p.wetness)
+        puddle = sh.smoothstep(0.6, 0.9, ny) * wet
+        albedo = albedo * (one - F32(0.45) * wet)
+        rough = rough * (one - F32(0.6) * wet) * (one - F32(0.9) * puddle)
+    return albedo, rough, metal
+
+
+def _water_light_filter(p: LookParams) -> np.ndarray:
+    """RGB factor (3,) of light reaching ``water_depth_m`` below the surface (1 above water)."""
+    if p.water <= 0:
+        return np.ones(3)
+    return (1.0 - p.water) + p.water * np.exp(-0.7 * np.asarray(p.water_atten) * p.water_depth_m)
+
+
+def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
+                  time_s: float) -> np.ndarray:
+    """Extra key-light factor from caustics on up-facing surfaces (H x W, >= 0).
+
+    Faded with distance, at grazing angles, and where one pixel covers more than a
+    quarter of the pattern period on the surface (it would alias into stripes).
+    """
+    depth_w = d.unit * d.water_scale
+    dist_w = d.ray_unit * d.water_scale
+    c = sh.caustics(planar[0] * depth_w, planar[2] * depth_w, time_s,
+                    scale=2.0 * math.pi / CAUSTIC_PERIOD_M)
+    up = sh.smoothstep(0.2, 0.9, ny)
+    footprint = dist_w * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+    fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
+        F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
+    fade = fade * np.sqrt(n_dot_v)
+    return F32(1.8 * p.caustics * p.water) * c * up * fade
+
+
+def _underwater(out: np.ndarray, p: LookParams, d: _Distances, lf: np.ndarray, level: float):
+    """Akkaynak-Treibitz water: ``J e^{-c d} + B_inf (1 - e^{-b d})``, then depth blur.
+
+    Returns ``(image, direct transmittance 3 x H x W)``.
+    """
+    one = F32(1.0)
+    dw = d.ray_unit * d.water_scale
+    t_direct = np.exp(sh.col(-np.asarray(p.water_atten)) * dw)
+    t_back = np.exp(sh.col(-np.asarray(p.water_back_atten)) * dw)
+    veil = sh.col(np.asarray(p.water_back) * level * 1.5 * lf / max(float(np.max(lf)), 1e-3))
+    wat = F32(p.water)
+    underwater = veil + (out - veil) * t_direct + veil * (t_direct - t_back)
+    out = out + (underwater - out) * wat if p.water < 1 else underwater
+    if p.water_blur > 0:
+        w = out.shape[-1]
+        blurred = sh.lowpass(out, scale=max(2, int(round(w / 160))), radius=1)
+        wb = F32(p.water_blur * p.water) * (one - np.exp(dw * F32(-1.0 / 7.0)))
+        out = out + (blurred - out) * wb
+    return out, one - wat + wat * t_direct
+
+
+def _fog(out: np.ndarray, p: LookParams, planar, ray_len, view, dist_fog, lf, key_dir):
+    """Koschmieder with uniform + exponential height fog and sun in-scattering.
+
+    Returns ``(image, transmittance H x W)``.
+    """
+    beta = p.fog_tau / p.fog_extent_m
+    dir_y = planar[1] / ray_len
+    falloff = 1.0 / max(p.fog_falloff_frac * p.fog_extent_m, 1e-3)
+    tau_h = sh.height_fog_optical_depth(dist_fog, dir_y, beta, falloff)
+    tau = F32(beta * (1.0 - p.fog_height)) * dist_fog + F32(p.fog_height) * tau_h
+    t_fog = np.exp(-tau).astype(F32)
+    amb = (np.asarray(p.sky_color) + np.asarray(p.ground_color)) * 0.5 * lf
+    key_plain = np.asarray(p.key_color) * p.key_intensity * lf
+    air = sh.col(np.asarray(p.fog_color) * (amb * 1.6 + key_plain * 0.35))
+    if p.fog_sun > 0:
+        cos_t = -sh.dot3(view, key_dir)
+        glow = _hg(cos_t, 0.6) * F32(0.1 * p.fog_sun)
+        air = air + sh.col(key_plain) * glow
+    return sh.koschmieder(out, t_fog, air), t_fog
+
+
+def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
+    """Saturation, tint, exposure; -> H x W x 3, NaN -> 0, clipped to [0, 1e4]."""
+    if p.saturation != 1.0:
+        lum = sh.luminance(out)
+        out = lum + (out - lum) * F32(p.saturation)
+    out = out * sh.col(np.asarray(p.tint) * p.exposure)
+    rgb = sh.hwc(out)
+    np.fmax(rgb, F32(0.0), out=rgb)  # fmax maps NaN to 0
+    np.minimum(rgb, F32(1e4), out=rgb)
+    return rgb
 
 
 def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
