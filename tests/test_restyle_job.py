@@ -190,7 +190,9 @@ def test_cli_success_and_errors(gb, tmp_path):
 
 
 def test_cli_cancel_keeps_only_complete_frames(tmp_path):
-    gb = make_gbuffers(tmp_path / "gb", n=40, h=96, w=128)
+    # big enough frames that the job cannot finish between the first progress line and
+    # the signal (~40 ms per frame, ~1.5 s for the rest)
+    gb = make_gbuffers(tmp_path / "gb", n=40, h=176, w=240)
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, "-m", "backend", "restyle", str(gb), "--prompt", "underwater",
@@ -206,7 +208,7 @@ def test_cli_cancel_keeps_only_complete_frames(tmp_path):
     done = sorted(out.glob("restyle_*.exr"))
     assert 1 <= len(done) < 40
     for f in done:
-        assert read_rgba_exr(f).shape == (96, 128, 3)
+        assert read_rgba_exr(f).shape == (176, 240, 3)
     assert not list(out.glob(".tmp*"))
     # resume finishes the rest without redoing the complete ones
     res = restyle(gb, out, "underwater", stream=io.StringIO(), mp4=False, flicker=False)
