@@ -261,6 +261,9 @@ class EmbeddedRenderer(Renderer):
         if p.rain_streaks > 0:
             streaks = _rain_streaks(h, w, frame_index, time_s)
             out = out + sh.col(np.asarray(p.fog_color) * 0.25 * p.rain_streaks * level) * streaks
+        if p.snowfall > 0:
+            flakes = _snowflakes(h, w, frame_index, time_s)
+            out = out + (flakes * F32(0.6 * p.snowfall * level) - out * flakes * F32(0.5 * min(p.snowfall, 1.0)))
         rgb = _post(out, p)
         return RenderLayers(rgb=rgb, surface=surface, diffuse=diffuse, specular=specular,
                             transmittance=trans, sky=sky, distance_m=dist_fog.astype(F32))
@@ -451,23 +454,39 @@ def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
     return rgb
 
 
-def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
-    """Falling, slightly slanted rain streaks in ``[0, 1]`` (H x W), hash-based, deterministic.
+def _falling(h: int, w: int, frame_index: int, time_s: float, *, slant: float, period: float,
+             speed: float, length: float, density: float, sway: float = 0.0) -> np.ndarray:
+    """Falling particles in ``[0, 1]`` (H x W), hash-based, deterministic.
 
-    Built at quarter resolution: columns get a hashed phase and speed; a streak is the
-    short part of each column's period; the pattern moves with ``time_s`` (or the
-    frame index at 24 fps when ``time_s`` is 0).
+    Built at quarter resolution: each (slanted) column gets a hashed phase and speed;
+    a particle is the first ``length`` fraction of the column's vertical period
+    (``period`` quarter-res pixels) and only a ``density`` fraction of columns carry
+    any. The pattern moves with ``time_s`` (or the frame index at 24 fps when 0);
+    ``sway`` adds a slow sideways drift (snow).
     """
     t = time_s if time_s else frame_index / 24.0
     hh, ww = max(h // 4, 1), max(w // 4, 1)
     y = np.arange(hh, dtype=F32)[:, None]
     x = np.arange(ww, dtype=F32)[None, :]
-    col = np.floor(x + y * F32(0.18))
+    if sway:
+        x = x + F32(sway) * np.sin(y * F32(0.11) + F32(t * 1.7))
+    col = np.floor(x + y * F32(slant))
     hsh = np.sin(col * F32(12.9898)) * F32(43758.5453)
     hsh = hsh - np.floor(hsh)
-    speed = F32(1.5) + hsh * F32(1.5)
-    v = y * F32(1.0 / 40.0) + F32(t) * speed + hsh * F32(7.0)
+    v = y * F32(1.0 / period) + F32(t * speed) * (F32(1.0) + hsh) + hsh * F32(7.0)
     v = v - np.floor(v)
-    streak = ((v < F32(0.12)) & (hsh > F32(0.82))).astype(F32) * (F32(1.0) - v / F32(0.12))
-    return sh.upsample(streak, h, w)
+    part = ((v < F32(length)) & (hsh > F32(1.0 - density))).astype(F32) * (F32(1.0) - v / F32(length))
+    return sh.upsample(part, h, w)
+
+
+def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
+    """Fast, slightly slanted rain streaks (see :func:`_falling`)."""
+    return _falling(h, w, frame_index, time_s, slant=0.18, period=40.0, speed=1.5, length=0.12,
+                    density=0.18)
+
+
+def _snowflakes(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
+    """Slow, swaying snowflakes (short dots, see :func:`_falling`)."""
+    return _falling(h, w, frame_index, time_s, slant=0.0, period=30.0, speed=0.25, length=0.05,
+                    density=0.3, sway=1.5)
 

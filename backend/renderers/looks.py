@@ -74,8 +74,9 @@ class LookParams:
     water_depth_m: float = 4.0    # depth below the surface (downwelling filter)
     caustics: float = 0.0
     water_blur: float = 0.0
-    # rain overlay
+    # falling rain / snow overlays (screen space, animated)
     rain_streaks: float = 0.0
+    snowfall: float = 0.0
     # post
     exposure: float = 1.0
     saturation: float = 1.0
@@ -177,6 +178,7 @@ def _snow(p: LookParams, s: float) -> LookParams:
     return replace(
         p,
         snow=min(1.5, s),
+        snowfall=min(1.5, s),
         key_color=_mix(p.key_color, (0.92, 0.96, 1.0), 0.5),
         fog_tau=p.fog_tau + 0.4 * s,
         fog_color=_mix(p.fog_color, (0.86, 0.89, 0.93), 0.6),
