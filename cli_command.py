@@ -14,7 +14,8 @@ restyle GBUFFER_DIR --prompt TEXT --out DIR [backend options] [--no-edits]
         [--edited-dir DIR] [--save FILE.blend]
     When the open .blend has a G-buffer setup (and no ``--no-edits``), its material edits
     are rendered first: the setup is pointed at GBUFFER_DIR, the edited G-buffers go to
-    ``--edited-dir`` (default ``<DIR>/edited_gbuffer``) and that folder is restyled.
+    ``--edited-dir`` (default ``<DIR>_edited_gbuffer``, next to ``--out``: the backend
+    refuses an output folder containing its input) and that folder is restyled.
     Otherwise GBUFFER_DIR goes to the worker unchanged.
 """
 from __future__ import annotations
@@ -114,7 +115,8 @@ def run(argv: List[str]) -> int:
             edited = None
             if has_setup and not opts.no_edits:
                 decompose.wire_gbuffers(scene, gbuffer_dir)
-                edited = Path(os.path.abspath(opts.edited_dir)) if opts.edited_dir else out / restyle.EDITED_DIR
+                edited = (Path(os.path.abspath(opts.edited_dir)) if opts.edited_dir
+                          else out.parent / f"{out.name}_{restyle.EDITED_DIR}")
             ctl = restyle.restyle_job(
                 scene, out, prompt=prompt, extra_args=extra, edited_dir=edited,
                 gbuffer_dir=gbuffer_dir, load=has_setup, prefs=prefs,

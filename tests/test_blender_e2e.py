@@ -1,0 +1,161 @@
+"""End to end in bpy background mode on real footage (boat.mp4, 3 frames):
+import -> decompose (worker process) -> compositor wiring -> material edit -> restyle
+(compositor render + restyle worker) -> result frames; then the headless command.
+
+Decompose uses the real embedded estimator when its weights exist
+(backend/model/weights/embedded.onnx). Until then the worker Python is a launcher that
+registers the decompose tests' tiny random-weight estimator (tests/decompose_util.py)
+and runs the same backend CLI; everything else is identical.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.blender, pytest.mark.slow]
+
+bpy = pytest.importorskip("bpy")
+
+import blender_workflow_util as util  # noqa: E402
+from backend import contract  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def addon(tmp_path_factory):
+    mod = util.enable_addon()
+    prefs = bpy.context.preferences.addons[util.PACKAGE].preferences
+    if not util.EMBEDDED_ONNX.exists():
+        prefs.backend_python = str(util.write_tiny_launcher(tmp_path_factory.mktemp("launcher")))
+    yield mod
+    prefs.backend_python = ""
+    util.disable_addon()
+
+
+def _decompose(scene):
+    """Run Decompose like the sidebar button (blocking path of the same operator)."""
+    from gbuffer_editor.operators import decompose
+
+    if util.EMBEDDED_ONNX.exists():
+        assert bpy.ops.gbuffer.decompose() == {"FINISHED"}
+        return
+    # same operator code builds the job; only the estimator name differs (tiny, see module doc)
+    ctl = decompose.GBUFFER_OT_decompose.build_job(None, bpy.context)
+    argv = ctl.steps[0].argv
+    i = argv.index("--estimator")
+    assert argv[i + 1] == "embedded"
+    argv[i + 1] = "tiny"
+    assert ctl.run_blocking() == "DONE", ctl.message
+
+
+def _frame_files(folder, prefix):
+    return sorted(p.name for p in folder.glob(f"{prefix}*.exr"))
+
+
+def test_import_decompose_edit_restyle(addon, footage, tmp_path):
+    from gbuffer_editor import compat
+    from gbuffer_editor.operators import compositor
+
+    scene = bpy.context.scene
+    assert bpy.ops.gbuffer.import_footage(filepath=str(footage("boat"))) == {"FINISHED"}
+    assert (scene.render.resolution_x, scene.render.resolution_y, scene.render.fps) == (832, 448, 8)
+    assert (scene.frame_start, scene.frame_end) == (1, 16)
+    s = scene.gbuffer_editor
+    scene.frame_end = 3
+    s.output_dir = str(tmp_path) + os.sep
+    s.max_size = 64
+
+    # -- decompose -------------------------------------------------------------
+    _decompose(scene)
+    gb = tmp_path / "decompose_001"
+    assert s.gbuffer_dir == str(gb) and s.status == "Decompose: done" and not s.is_running
+    assert _frame_files(gb, "gbuffer_") == ["gbuffer_0001.exr", "gbuffer_0002.exr", "gbuffer_0003.exr"]
+    assert (gb / "decompose.log").exists()
+    src2 = contract.read_frame(gb / "gbuffer_0002.exr", validate=True)
+    assert src2.depth.shape == (448, 832)
+
+    # -- wiring and sockets ------------------------------------------------------
+    tree = compositor.find_tree(scene)
+    image = compositor.find_node(tree, compositor.ROLE_GBUFFER)
+    assert image.image.source == "SEQUENCE" and (image.frame_start, image.frame_duration) == (1, 3)
+    sockets = {o.name: o.type for o in image.outputs if o.enabled}
+    assert {k: sockets[k] for k in contract.PASSES} == {k: v[2] for k, v in contract.PASSES.items()}
+    fo_inputs = compat.file_output_inputs(compositor.gbuffer_output(tree))
+    assert list(fo_inputs) == list(contract.PASSES) and all(sk.is_linked for sk in fo_inputs.values())
+    frame = compositor.find_node(tree, compositor.ROLE_EDITS)
+    assert frame.label == "Material edits"
+
+    # -- material edit: Roughness := 0 inside the "Material edits" frame ------------
+    value = compat.new_value_node(tree, 0.0, "Roughness 0")
+    value.parent = frame
+    r_out = compositor.find_node(tree, "out", "Roughness")
+    tree.links.new(value.outputs[0], r_out.inputs[0])
+
+    # -- restyle ---------------------------------------------------------------
+    s.prompt = "dense fog"
+    assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    run = tmp_path / "restyle_001"
+    edited = contract.read_frame(run / "edited_gbuffer" / "gbuffer_0002.exr", validate=True)
+    assert np.all(edited.roughness == 0.0)
+    assert src2.roughness.max() > 0.0
+    np.testing.assert_allclose(edited.depth, src2.depth, rtol=1e-6)
+    np.testing.assert_allclose(edited.normal, src2.normal, atol=1e-3)
+    np.testing.assert_allclose(edited.albedo, src2.albedo, atol=1e-3)
+    assert edited.meta["frame_index"] == src2.meta["frame_index"] == 1 and edited.meta["edited"] is True
+    assert not (run / "edited_gbuffer" / "_render").exists()
+    result = run / "result"
+    assert s.result_dir == str(result) and (run / "restyle.log").exists()
+    assert _frame_files(result, "restyle_") == ["restyle_0001.exr", "restyle_0002.exr", "restyle_0003.exr"]
+    chans, _ = contract.read_channels(result / "restyle_0002.exr")
+    rgb = np.stack([chans[k] for k in sorted(chans) if k.endswith((".R", ".G", ".B")) or k in "RGB"][:3], -1)
+    assert rgb.shape[:2] == (448, 832) and np.isfinite(rgb).all()
+    assert np.abs(rgb.astype(np.float32) - src2.combined[..., :3]).mean() > 0.01  # restyled, not a copy
+    res_node = compositor.find_node(tree, compositor.ROLE_RESULT)
+    assert res_node.image.source == "SEQUENCE" and res_node.frame_duration == 3
+    assert compat.output_socket(tree).links[0].from_node == res_node
+    assert compositor.gbuffer_output(tree).mute  # switched off again after the edit render
+
+    # -- a second run never overwrites the first --------------------------------
+    before = {p: p.stat().st_mtime_ns for p in result.glob("restyle_*.exr")}
+    s.prompt = "night"
+    assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    assert _frame_files(tmp_path / "restyle_002" / "result", "restyle_") == _frame_files(result, "restyle_")
+    assert {p: p.stat().st_mtime_ns for p in result.glob("restyle_*.exr")} == before
+
+
+def test_headless_command(addon, footage, tmp_path, capsys):
+    """``blender -b --command gbuffer_editor ...``: the registered function with an argv list."""
+    from gbuffer_editor import cli_command
+    from gbuffer_editor.operators import compositor
+
+    assert cli_command._handle is not None  # registered with bpy.utils.register_cli_command
+    est = "embedded" if util.EMBEDDED_ONNX.exists() else "tiny"
+    scene = bpy.context.scene
+    gb = tmp_path / "gb"
+    rc = cli_command.run(["decompose", str(footage("boat")), "--out", str(gb), "--estimator", est,
+                          "--max-size", "48", "--frames", "2-3", "--setup",
+                          "--save", str(tmp_path / "shot.blend")])
+    assert rc == 0, capsys.readouterr().err
+    assert _frame_files(gb, "gbuffer_") == ["gbuffer_0002.exr", "gbuffer_0003.exr"]
+    assert "Decompose: done" in capsys.readouterr().out
+    assert (tmp_path / "shot.blend").exists()
+    tree = compositor.find_tree(scene)
+    image = compositor.find_node(tree, compositor.ROLE_GBUFFER)
+    assert image.frame_start == 2 and image.frame_duration == 2  # source frame 2 -> scene frame 2
+
+    # restyle with the scene's material edits (the setup exists): edited G-buffers, then frames
+    scene.frame_start, scene.frame_end = 2, 3
+    out = tmp_path / "styled"
+    rc = cli_command.run(["restyle", str(gb), "--prompt", "underwater", "--out", str(out), "--no-mp4"])
+    assert rc == 0, capsys.readouterr().err
+    assert _frame_files(tmp_path / "styled_edited_gbuffer", "gbuffer_") == ["gbuffer_0002.exr", "gbuffer_0003.exr"]
+    assert _frame_files(out, "restyle_") == ["restyle_0002.exr", "restyle_0003.exr"]
+
+    # errors: meaningful exit codes and a reason on stderr
+    assert cli_command.run(["restyle", str(gb), "--out", str(tmp_path / "x")]) == 2
+    assert "--prompt is required" in capsys.readouterr().err
+    assert cli_command.run(["frobnicate"]) == 2
+    missing = tmp_path / "missing.mp4"
+    assert cli_command.run(["decompose", str(missing), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.mp4" in err and "log:" in err
