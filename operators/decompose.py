@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import bpy
 
-from . import backend_args, compositor
+from . import backend_args, compositor, footage
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep
 
 
@@ -94,7 +94,7 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         prefs = backend_args.preferences()
         out_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "decompose")
         argv = backend_args.decompose_argv(
-            source,
+            footage.backend_input(source),
             out_dir,
             estimator=s.estimator,
             max_size=s.max_size,

@@ -73,6 +73,21 @@ def sequence_files(path: os.PathLike) -> Dict[int, Path]:
     return dict(sorted(out.items()))
 
 
+def backend_input(path: os.PathLike) -> str:
+    """What to pass to ``python -m backend decompose`` for footage imported from ``path``.
+
+    A movie is passed as is; one file of an image sequence becomes the sequence pattern
+    (``shot_0001.png`` -> ``shot_####.png``), which the backend reads in number order.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in IMAGE_EXTS:
+        return str(path)
+    m = _NUM_RE.match(path.name)
+    if not m:
+        return str(path)  # a single still image
+    return str(path.parent / f"{m.group('prefix')}{'#' * len(m.group('num'))}{m.group('ext')}")
+
+
 def _image_size(path: Path) -> tuple:
     if path.suffix.lower() == ".exr":
         import OpenEXR

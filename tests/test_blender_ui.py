@@ -303,3 +303,25 @@ def test_sanitize_keeps_edited_frames_inside_the_contract(addon):
     f.validate()
     assert np.allclose(f.normal[0, 0], (0, 0.6, 0.8)) and np.allclose(f.normal[1, 1], (0, 0, 1))
     assert f.albedo.max() == 1.0 and f.roughness.min() == 0.0 and f.metallic.max() == 0.0
+
+
+def test_import_png_sequence(addon, tmp_path):
+    import cv2
+
+    from gbuffer_editor.operators import compositor, footage
+
+    for i in range(5, 9):  # shot_0005.png .. shot_0008.png, 40x30
+        img = np.full((30, 40, 3), 30 * i % 255, np.uint8)
+        assert cv2.imwrite(str(tmp_path / f"shot_{i:04d}.png"), img)
+    (tmp_path / "other_0001.png").write_bytes((tmp_path / "shot_0005.png").read_bytes())
+    sc = bpy.context.scene
+    fps_before = (sc.render.fps, sc.render.fps_base)
+    assert bpy.ops.gbuffer.import_footage(filepath=str(tmp_path / "shot_0006.png")) == {"FINISHED"}
+    assert (sc.render.resolution_x, sc.render.resolution_y) == (40, 30)
+    assert (sc.frame_start, sc.frame_end) == (1, 4)
+    assert (sc.render.fps, sc.render.fps_base) == fps_before  # a sequence has no rate
+    clip = compositor.find_node(compositor.find_tree(sc), compositor.ROLE_SOURCE).clip
+    assert clip.source == "SEQUENCE" and clip.colorspace_settings.name == "sRGB"
+    assert sc.gbuffer_editor.source_path == str(tmp_path / "shot_0005.png")
+    assert footage.backend_input(sc.gbuffer_editor.source_path) == str(tmp_path / "shot_####.png")
+    assert footage.backend_input("/a/b/clip.mov") == "/a/b/clip.mov"
