@@ -46,7 +46,7 @@ PHOTOS = (
 SCENE_KINDS = ("room", "outdoor", "tabletop")
 SCENE_WEIGHTS = (0.5, 0.32, 0.18)
 #: bumped when the generated scenes change (stored in every frame header)
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 
 
 # ----------------------------------------------------------------------------------------
@@ -910,3 +910,27 @@ def camera_path(rng: np.random.Generator, cam: dict, n: int) -> List[Matrix]:
         rot = Euler((math.pi / 2 + cam["pitch"] + dpitch * k, cam["roll"], cam["yaw"] + dyaw * k), "XYZ")
         out.append(Matrix.Translation(loc) @ rot.to_matrix().to_4x4())
     return out
+
+
+def clear_camera_path(scene, cameras: Sequence[Matrix], margin: float = 0.3) -> List[str]:
+    """Delete objects whose (evaluated) bounding box, grown by ``margin``, holds a camera.
+
+    Keeps cameras out of rocks, tree crowns and buildings. Returns removed names.
+    """
+    bpy.context.view_layer.update()
+    points = [m.to_translation() for m in cameras]
+    removed = []
+    for ob in list(scene.objects):
+        if ob.type != "MESH":
+            continue
+        inv = ob.matrix_world.inverted_safe()
+        sc = [max(abs(v), 1e-6) for v in ob.matrix_world.to_scale()]
+        lo = [min(c[k] for c in ob.bound_box) - margin / sc[k] for k in range(3)]
+        hi = [max(c[k] for c in ob.bound_box) + margin / sc[k] for k in range(3)]
+        for p in points:
+            q = inv @ p
+            if all(lo[k] <= q[k] <= hi[k] for k in range(3)):
+                removed.append(ob.name)
+                bpy.data.objects.remove(ob)
+                break
+    return removed

@@ -53,6 +53,28 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+class RejectedClip(Exception):
+    """A clip not worth training on (black frame, camera inside geometry)."""
+
+
+def clip_problem(frame) -> str:
+    """Why a clip's first frame is unusable, or ``""``.
+
+    Rejects frames that are mostly black (no light reaches the camera, or the
+    camera sits inside a closed object) and frames where surfaces closer than
+    0.25 m fill more than a third of the view.
+    """
+    import numpy as np
+
+    lum = frame.combined[..., :3].max(-1)
+    if float((lum <= 1e-7).mean()) > 0.5:
+        return "mostly black"
+    surf = frame.confidence > 0.5 if frame.confidence is not None else np.ones(frame.shape, bool)
+    if float((surf & (frame.depth < 0.25)).mean()) > 0.33:
+        return "camera against a surface"
+    return ""
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
@@ -78,7 +100,7 @@ def main(argv=None) -> int:
 
     from backend import contract
     from scene.export import GBufferRenderer
-    from scene.procedural import build_scene, camera_path
+    from scene.procedural import build_scene, camera_path, clear_camera_path
 
     w, h = (int(v) for v in args.res.lower().split("x"))
     out = args.out
@@ -116,6 +138,8 @@ def main(argv=None) -> int:
         paths = [contract.frame_path(out, j) for j in idx]
         if all(p.exists() for p in paths):
             continue
+        if (out / f".clip_{i:05d}.rejected").exists():
+            continue
         lock = out / f".clip_{i:05d}.lock"
         try:  # another renderer process may be on this clip
             if lock.exists() and time.time() - lock.stat().st_mtime > 900:
@@ -130,6 +154,7 @@ def main(argv=None) -> int:
             if scene.world is not None and hasattr(scene.world, "cycles"):
                 scene.world.cycles.sample_map_resolution = 256
             mats = camera_path(rng, info["camera"] | {"loc": tuple(info["camera"]["loc"])}, L)
+            info["removed_near_camera"] = len(clear_camera_path(scene, mats))
             target = float(np.exp(rng.uniform(np.log(0.06), np.log(0.3))))
             cam = scene.camera
             t1 = time.time()
@@ -142,6 +167,9 @@ def main(argv=None) -> int:
                     meta = {"procedural": {"scene_id": i, "clip_frame": k, "seed": args.seed, **info}}
                     f = gr.render_frame(scene.frame_current, frame_index=k, meta_extra=meta)
                     if scale is None:
+                        bad = clip_problem(f)
+                        if bad:
+                            raise RejectedClip(bad)
                         rgb = f.combined[..., :3]
                         lum = rgb @ np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
                         med = float(np.median(lum))
@@ -153,6 +181,10 @@ def main(argv=None) -> int:
             print(json.dumps({"event": "clip", "scene_id": i, "layout": info["layout"], "world": info.get("world"),
                               "build_s": round(t1 - t0, 2), "render_s_per_frame": round(dt / L, 2),
                               "exposure_scale": round(scale, 4), "frames": existing()}), flush=True)
+        except RejectedClip as e:  # e.g. camera inside an object: never retried
+            (out / f".clip_{i:05d}.rejected").write_text(str(e))
+            print(json.dumps({"event": "rejected", "scene_id": i, "reason": str(e)}), flush=True)
+            continue
         except Exception as e:  # keep going: one bad scene must not stop the dataset
             print(json.dumps({"event": "error", "scene_id": i, "message": f"{type(e).__name__}: {e}"}), flush=True)
             continue
