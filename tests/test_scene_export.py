@@ -588,3 +588,37 @@ def test_export_command_line_on_a_blend_file(tmp_path):
     bad = subprocess.run(cmd[:3] + [str(tmp_path / "missing.blend"), "--out", str(tmp_path / "x")],
                          cwd=bpy_util.REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "missing.blend" in bad.stderr
+
+
+def test_clip_problem_rejects_black_and_blocked_frames():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    from render_dataset import clip_problem
+
+    h, w = 12, 16
+    ok = contract.GBufferFrame(
+        combined=np.full((h, w, 4), 0.2, np.float32), depth=np.full((h, w), 3.0, np.float32),
+        normal=np.tile(np.float32([0, 0, 1]), (h, w, 1)), albedo=np.full((h, w, 3), 0.5, np.float32),
+        metallic=np.zeros((h, w), np.float32), roughness=np.full((h, w), 0.5, np.float32),
+        confidence=np.ones((h, w), np.float32))
+    assert clip_problem(ok) == ""
+    ok.combined[: h * 2 // 3] = 0.0
+    assert clip_problem(ok) == "mostly black"
+    ok.combined[:] = 0.2
+    ok.depth[: h // 2] = 0.1
+    assert clip_problem(ok) == "camera against a surface"
+
+
+@pytest.mark.blender
+def test_clear_camera_path_removes_objects_around_the_camera():
+    import bpy
+    from mathutils import Matrix
+    from scene.procedural import clear_camera_path
+
+    scene = _fresh()
+    bpy.ops.mesh.primitive_uv_sphere_add(radius=2.0, location=(0.5, 0, 0))
+    bpy.context.active_object.name = "engulfing"
+    bpy.ops.mesh.primitive_cube_add(size=1.0, location=(0, 5, 0))
+    bpy.context.active_object.name = "ahead"
+    removed = clear_camera_path(scene, [Matrix.Translation((0, 0, 0)), Matrix.Translation((0, 0.2, 0))])
+    assert removed == ["engulfing"]
+    assert [o.name for o in scene.objects] == ["ahead"]
