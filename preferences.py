@@ -144,6 +144,10 @@ class GBufferEditorPreferences(bpy.types.AddonPreferences):
         row.operator(GBUFFER_OT_install_diffusion_deps.bl_idname, icon='IMPORT')
         row.operator(GBUFFER_OT_remove_diffusion_deps.bl_idname, icon='TRASH')
 
+        # Model list (status, size, Download buttons): engineer B, operators/models.py
+        from .operators import models
+        models.draw_model_list(layout, self)
+
 
 class GBUFFER_OT_install_diffusion_deps(bpy.types.Operator):
     """Download torch, diffusers and transformers (several GB) into the extension's user folder"""

@@ -7,14 +7,15 @@ Modules, one per concept:
 * :mod:`.restyle` - Restyle (material edits -> edited G-buffers -> restyle worker -> result)
 * :mod:`.jobs` - step controller shared by the modal and the blocking paths, Cancel
 * :mod:`.compositor` - all node wiring; :mod:`.footage` - footage metadata;
-  :mod:`.backend_args` - preferences and backend command lines
+  :mod:`.backend_args` - preferences and backend command lines;
+  :mod:`.models` - optional models: status, size, Download (drawn in the preferences)
 """
 import bpy
 
 from .. import props
-from . import decompose, import_footage, jobs, restyle
+from . import decompose, import_footage, jobs, models, restyle
 
-_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *jobs.classes)
+_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *jobs.classes, *models.classes)
 
 
 def register():

@@ -48,7 +48,8 @@ def worker_environment(prefs=None) -> Dict[str, str]:
 
     * ``GBUFFER_EXTRA_SITE``: the on-demand diffusion packages folder (Blender's Python
       only), appended to the worker's ``sys.path`` by ``dependencies.append_extra_site_paths``;
-    * ``GBUFFER_EDITOR_MODEL_DIR``, ``GBUFFER_EDITOR_PRECISION``;
+    * ``GBUFFER_EDITOR_MODEL_DIR`` and ``HF_HUB_CACHE``: the models folder, where the
+      preferences' Download buttons put models; ``GBUFFER_EDITOR_PRECISION``;
     * ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1 in offline mode or when Blender's
       online access is off.
     """
@@ -67,7 +68,10 @@ def worker_environment(prefs=None) -> Dict[str, str]:
         pass  # not installed as an extension (e.g. tests importing the source folder)
     if getattr(prefs, "model_dir", ""):
         extra["GBUFFER_EDITOR_MODEL_DIR"] = bpy.path.abspath(prefs.model_dir)
-    if not extra.get("GBUFFER_EDITOR_MODEL_DIR"):
+    if extra.get("GBUFFER_EDITOR_MODEL_DIR"):
+        # downloaded models (operators/models.py) are a Hugging Face cache in this folder
+        extra["HF_HUB_CACHE"] = extra["GBUFFER_EDITOR_MODEL_DIR"]
+    else:
         extra.pop("GBUFFER_EDITOR_MODEL_DIR", None)
     extra["GBUFFER_EDITOR_PRECISION"] = str(getattr(prefs, "precision", "fp32")).lower()
     if getattr(prefs, "offline_mode", True) or not bpy.app.online_access:

@@ -325,3 +325,61 @@ def test_import_png_sequence(addon, tmp_path):
     assert sc.gbuffer_editor.source_path == str(tmp_path / "shot_0005.png")
     assert footage.backend_input(sc.gbuffer_editor.source_path) == str(tmp_path / "shot_####.png")
     assert footage.backend_input("/a/b/clip.mov") == "/a/b/clip.mov"
+
+
+def test_model_list_status_and_preferences_draw(addon, tmp_path):
+    from gbuffer_editor.operators import models
+
+    specs = models.model_specs()
+    assert [m.key for m in specs][:2] == ["embedded", "marigold_depth"]
+    from backend.estimators import marigold
+
+    assert specs[1].repo_id == marigold.DEPTH_MODEL
+    spec = specs[1]
+    assert models.model_status(spec, tmp_path) == (False, 0)
+    repo = tmp_path / ("models--" + spec.repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc").write_bytes(b"x" * 3000)
+    snap = repo / "snapshots" / "0123"
+    snap.mkdir(parents=True)
+    (snap / "model_index.json").write_text("{}")
+    present, size = models.model_status(spec, tmp_path)
+    assert present and size == 3002
+    assert models.human_size(3002) == "2.9 KB" and models.human_size(512) == "512 B"
+    assert models.model_status(specs[0], tmp_path)[0] == util.EMBEDDED_ONNX.exists()
+
+    # bpy as a module runs with online access off: downloads are refused with the reason
+    assert not bpy.app.online_access
+    assert models.downloads_allowed(None) == (False, "Online access is off (Preferences > System > Network)")
+    assert not bpy.ops.gbuffer.download_model.poll()
+
+    prefs = bpy.context.preferences.addons[util.PACKAGE].preferences
+    prefs.model_dir = str(tmp_path)
+    try:
+        layout = util.RecordingLayout()
+        # preferences.py's draw() calls this (its other parts need an installed extension)
+        models.draw_model_list(layout, prefs)
+        labels = [c[1].get("text", "") for c in layout.calls if c[0] == "label"]
+        assert "Marigold Depth" in labels and "Marigold Normals" in labels
+        assert any(t.startswith("2.9 KB") for t in labels)  # the present one, with its size
+        assert sum(t.startswith("missing") for t in labels) == len(specs) - 1 - util.EMBEDDED_ONNX.exists()
+        for c in layout.calls:
+            if c[0] == "operator":
+                assert _op_exists(c[1]), c[1]
+        assert sum(c[0] == "operator" and c[1] == "gbuffer.download_model" for c in layout.calls) == len(specs) - 2
+    finally:
+        prefs.model_dir = ""
+
+
+def test_download_worker_reports_failure_offline(addon, tmp_path):
+    """The real download script in a worker: offline, it ends with an error event naming the repo."""
+    from gbuffer_editor import worker
+    from gbuffer_editor.operators import models
+
+    pytest.importorskip("huggingface_hub")
+    spec = models.model_specs()[1]
+    env = worker.worker_env(extra={"HF_HUB_OFFLINE": "1"})
+    job = worker.WorkerJob(models.download_argv(spec, str(tmp_path), sys.executable),
+                           log_path=tmp_path / "dl.log", env=env).start()
+    assert job.wait(poll_interval=0.05) == worker.ERROR
+    assert job.message.startswith(spec.repo_id + ":")
