@@ -30,6 +30,17 @@ EXTENSION_MODULE = "bl_ext.user_default.gbuffer_editor"
 RESULT_PREFIX = "@@RESULT@@ "
 
 
+#: Appended to every child script: bpy 4.5 as a module hangs at interpreter exit while
+#: any UI class (Panel, header draw function) is still registered, so the child leaves
+#: with ``os._exit`` once its code has finished and its output is flushed.
+EPILOGUE = textwrap.dedent('''
+    import os as _os, sys as _sys
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    _os._exit(0)
+    ''')
+
+
 def venv_python(name: str) -> Path:
     """``REPO_ROOT/<name>/bin/python`` (``name`` is ``.venv`` or ``.venv45``)."""
     return REPO_ROOT / name / "bin" / "python"
@@ -56,7 +67,7 @@ def run_bpy(
     root: Optional[os.PathLike] = None,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[os.PathLike] = None,
-    timeout: float = 600,
+    timeout: float = 300,
 ) -> dict:
     """Run ``code`` (dedented) in a new Python process and return its result.
 
@@ -77,7 +88,7 @@ def run_bpy(
             _sys.stdout.flush()
         ''').format(prefix=RESULT_PREFIX)
     with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="bpy_snippet_", dir=root, delete=False) as fh:
-        fh.write(prelude + textwrap.dedent(code))
+        fh.write(prelude + textwrap.dedent(code) + EPILOGUE)
         script = fh.name
     proc = subprocess.run(
         [python, script], env=isolated_env(root, env), cwd=str(cwd or REPO_ROOT),

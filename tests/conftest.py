@@ -45,6 +45,25 @@ def _shared_dir():
     return Path(env) if env else REPO_ROOT.parent / "shared"
 
 
+_EXIT_STATUS = [0]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _EXIT_STATUS[0] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """bpy 4.5 as a module hangs at interpreter exit while any UI class (a Panel, a
+    header draw function) is still registered. After pytest has finished everything
+    else, leave with ``os._exit`` and pytest's exit status when bpy < 5.0 was imported."""
+    bpy = sys.modules.get("bpy")
+    if bpy is not None and getattr(getattr(bpy, "app", None), "version", (5,)) < (5, 0, 0):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[0])
+
+
 @pytest.fixture(scope="session")
 def repo_root():
     """The repository root (the folder with ``blender_manifest.toml``)."""
@@ -83,3 +102,21 @@ def footage(shared_dir):
 def blender_python():
     """The Python running the tests: it has ``bpy`` (5.0.1 in .venv, 4.5 in .venv45)."""
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def extension_zip(tmp_path_factory):
+    """Path of the linux-x64 extension zip, built once per session by ``./dev build``'s code
+    (tools/build_extension.py) with the running interpreter's bpy ``blender_ext.py``.
+
+    Downloads the pinned wheels into ``wheels/`` on first use (network); later sessions
+    reuse them.
+    """
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
+    try:
+        import build_extension
+    finally:
+        sys.path.remove(str(REPO_ROOT / "tools"))
+    out = tmp_path_factory.mktemp("dist")
+    (zip_path,) = build_extension.build(["linux-x64"], out)
+    return zip_path

@@ -126,6 +126,7 @@ def download_wheels(platform: str, python_version: str, *, offline: bool = False
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link (fast, for the read-only wheels) or copy when linking is impossible."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(src, dst)
@@ -144,7 +145,9 @@ def _copy_tree(src_root: Path, dst_root: Path) -> None:
         for name in filenames:
             if name.endswith(".pyc"):
                 continue
-            _link_or_copy(Path(dirpath) / name, dst_root / rel / name)
+            # Copy, never hard-link: the staged manifest is rewritten in place.
+            (dst_root / rel).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(dirpath) / name, dst_root / rel / name)
 
 
 def staged_manifest(text: str, platforms: Sequence[str], wheel_names: Sequence[str]) -> str:
@@ -176,7 +179,9 @@ def build(platforms: Sequence[str], output_dir: os.PathLike, *, offline: bool = 
         for name, path in wheels.items():
             _link_or_copy(path, stage / "wheels" / name)
         manifest = (REPO / "blender_manifest.toml").read_text()
-        (stage / "blender_manifest.toml").write_text(staged_manifest(manifest, platforms, sorted(wheels)))
+        staged = stage / "blender_manifest.toml"
+        staged.unlink()  # a fresh file: never write through to the source tree
+        staged.write_text(staged_manifest(manifest, platforms, sorted(wheels)))
         before = set(output_dir.glob("*.zip"))
         cmd = [sys.executable, str(ext), "build", "--split-platforms",
                "--source-dir", str(stage), "--output-dir", str(output_dir)]
