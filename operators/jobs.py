@@ -167,6 +167,7 @@ class JobController:
         try:
             complete = self.step.tick(self)
         except JobFailed as e:
+            self._cancel_steps()  # let the step undo temporary changes (render settings...)
             self._end(worker_mod.ERROR, str(e))
             return self.state
         except Exception as e:  # a bug or a Blender error: report it, never leave a zombie job

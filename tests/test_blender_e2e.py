@@ -107,7 +107,7 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     assert s.result_dir == str(result) and (run / "restyle.log").exists()
     assert _frame_files(result, "restyle_") == ["restyle_0001.exr", "restyle_0002.exr", "restyle_0003.exr"]
     chans, _ = contract.read_channels(result / "restyle_0002.exr")
-    rgb = np.stack([chans[k] for k in sorted(chans) if k.endswith((".R", ".G", ".B")) or k in "RGB"][:3], -1)
+    rgb = np.stack([chans[c] for c in "RGB"], -1)
     assert rgb.shape[:2] == (448, 832) and np.isfinite(rgb).all()
     assert np.abs(rgb.astype(np.float32) - src2.combined[..., :3]).mean() > 0.01  # restyled, not a copy
     res_node = compositor.find_node(tree, compositor.ROLE_RESULT)
@@ -121,6 +121,17 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
     assert _frame_files(tmp_path / "restyle_002" / "result", "restyle_") == _frame_files(result, "restyle_")
     assert {p: p.stat().st_mtime_ns for p in result.glob("restyle_*.exr")} == before
+
+    # -- a failing worker: the backend's reason + log path; scene settings restored ------
+    from gbuffer_editor.operators import restyle
+
+    bad = tmp_path / "bad"
+    ctl = restyle.restyle_job(scene, bad / "result", prompt="fog", renderer="nope", edited_dir=bad / "edited")
+    assert ctl.run_blocking() == "ERROR"
+    assert "nope" in ctl.message and ctl.message.endswith(f"log: {bad / 'restyle.log'}")
+    assert s.status == ctl.message and not s.is_running
+    assert (scene.render.resolution_x, scene.render.resolution_y) == (832, 448)
+    assert compositor.gbuffer_output(tree).mute
 
 
 def test_headless_command(addon, footage, tmp_path, capsys):
