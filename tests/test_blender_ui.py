@@ -383,3 +383,52 @@ def test_download_worker_reports_failure_offline(addon, tmp_path):
                            log_path=tmp_path / "dl.log", env=env).start()
     assert job.wait(poll_interval=0.05) == worker.ERROR
     assert job.message.startswith(spec.repo_id + ":")
+
+
+def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path):
+    """Blender writes the G-buffer output (5.0: one part per pass; 4.x: single part) and
+    compat.read_gbuffer_frame reads it back; EditsStep turns renders into contract frames."""
+    import OpenEXR
+
+    from gbuffer_editor import compat, worker
+    from gbuffer_editor.operators import compositor, jobs
+    from gbuffer_editor.operators.restyle import EditsStep
+
+    src_dir = util.write_gbuffer_frames(tmp_path / "gb", n=2, h=48, w=64)
+    scene.frame_start, scene.frame_end = 1, 2
+    scene.render.resolution_x, scene.render.resolution_y = 1920, 1080
+    compositor.setup_gbuffer(scene, src_dir)
+    tree = compositor.find_tree(scene)
+    value = compat.new_value_node(tree, 0.25, "Metal")
+    tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Metallic").inputs[0])
+
+    ctl = jobs.JobController(scene, "Edits", [EditsStep(tmp_path / "edited")])
+    assert ctl.run_blocking() == worker.DONE, ctl.message
+    assert (scene.render.resolution_x, scene.render.resolution_y) == (1920, 1080)  # restored
+    assert sorted(p.name for p in (tmp_path / "edited").iterdir()) == [
+        "gbuffer_0001.exr", "gbuffer_0002.exr", "manifest.json"]
+    for n in (1, 2):
+        src = contract.read_frame(contract.frame_path(src_dir, n))
+        out = contract.read_frame(contract.frame_path(tmp_path / "edited", n), validate=True)
+        assert out.depth.shape == (48, 64)
+        np.testing.assert_array_equal(out.depth, src.depth)
+        np.testing.assert_allclose(out.normal, src.normal, atol=1e-6)
+        np.testing.assert_allclose(out.roughness, src.roughness, atol=1e-3)
+        np.testing.assert_allclose(out.combined, src.combined, atol=1e-3)
+        assert np.all(out.metallic == 0.25)
+        assert out.meta["frame_index"] == n - 1 and out.meta["edited"] is True
+
+    # the raw file Blender writes, read through the compat layer
+    fo = compositor.gbuffer_output(tree)
+    compat.set_file_output_path(fo, str(tmp_path / "raw"), "raw_####")
+    fo.mute = False
+    scene.render.resolution_x, scene.render.resolution_y = 64, 48
+    scene.frame_set(2)
+    with bpy.context.temp_override(scene=scene):
+        bpy.ops.render.render(write_still=False, scene=scene.name)
+    raw = tmp_path / "raw" / "raw_0002.exr"
+    with OpenEXR.File(str(raw)) as f:
+        assert len(f.parts) == (len(contract.PASSES) if compat.IS_50 else 1)
+    back = compat.read_gbuffer_frame(raw)
+    np.testing.assert_array_equal(back.depth, np.full((48, 64), 7.0, np.float32))
+    assert np.all(back.metallic == 0.25) and back.confidence is not None
