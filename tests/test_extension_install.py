@@ -375,11 +375,25 @@ def test_default_path_runs_from_installed_copy(installed, tmp_path):
     # The backend CLI from the installed copy (issue 3) with the installed wheels.
     if not (ext_dir / "backend" / "__main__.py").is_file():
         pytest.skip("TODO(issue 3): backend/__main__.py not written yet; CLI not exercised")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ext_dir), str(site)]))
+    # GBUFFER_EXTRA_SITE (on-demand diffusion packages) is appended to sys.path: a numpy
+    # planted there must not shadow the interpreter's own.
+    extra = tmp_path / "extra_site"
+    (extra / "numpy").mkdir(parents=True)
+    (extra / "numpy" / "__init__.py").write_text("raise ImportError('shadowed numpy imported')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ext_dir), str(site)]),
+               GBUFFER_EXTRA_SITE=str(extra))
     proc = subprocess.run([sys.executable, "-m", "backend", "--help"], cwd=ext_dir, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "decompose" in proc.stdout
+    probe = subprocess.run(
+        [sys.executable, "-c", "import runpy, sys; sys.argv = ['backend', '--help'];\n"
+         "try:\n    runpy.run_module('backend', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+         "import numpy; print(sys.path.index({!r}) == len(sys.path) - 1, numpy.__file__)".format(str(extra))],
+        cwd=ext_dir, env=env, capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    last, numpy_file = probe.stdout.split()[-2:]
+    assert last == "True" and not numpy_file.startswith(str(extra))
     # TODO(issue 3/4): once backend/model/weights/embedded.onnx ships, run
     # `python -m backend decompose tiny.mp4 --out DIR --estimator embedded` here and check frames.
     weights = ext_dir / "backend" / "model" / "weights" / "embedded.onnx"
