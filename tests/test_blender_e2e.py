@@ -8,7 +8,6 @@ registers the decompose tests' tiny random-weight estimator (tests/decompose_uti
 and runs the same backend CLI; everything else is identical.
 """
 import os
-import sys
 
 import numpy as np
 import pytest

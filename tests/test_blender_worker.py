@@ -2,8 +2,6 @@
 
 Plain Python (worker.py does not import bpy); real child processes speak the protocol.
 """
-import json
-import signal
 import sys
 import time
 
