@@ -110,6 +110,11 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
     gbuffer_dir: StringProperty(
         name="G-Buffers", subtype="DIR_PATH", description="Folder of G-buffer EXR frames the compositor reads"
     )
+    last_decompose_dir: StringProperty(
+        name="Last Decompose",
+        subtype="DIR_PATH",
+        description="Output folder of the last Decompose run (Resume continues it)",
+    )
     # -- restyle -------------------------------------------------------------
     prompt: StringProperty(name="Prompt", default="", description='Look to render, e.g. "dense fog", "underwater"')
     renderer: EnumProperty(name="Renderer", items=_renderer_items, description="Restyle renderer")

@@ -65,6 +65,14 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
     bl_label = "Decompose"
     bl_options = {"REGISTER"}
 
+    resume: bpy.props.BoolProperty(
+        name="Resume",
+        default=False,
+        options={"SKIP_SAVE"},
+        description="Continue the last (cancelled or failed) run in its folder: finished frames "
+        "with the same settings are kept, the rest are computed",
+    )
+
     @classmethod
     def poll(cls, context):
         scene = context.scene
@@ -92,7 +100,11 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         start = footage_start(scene)
         frames = (max(1, first - start + 1), max(1, last - start + 1))  # 1-based source numbers
         prefs = backend_args.preferences()
-        out_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "decompose")
+        if self.resume and s.last_decompose_dir and os.path.isdir(s.last_decompose_dir):
+            out_dir = Path(s.last_decompose_dir)
+        else:
+            out_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "decompose")
+        s.last_decompose_dir = str(out_dir)
         argv = backend_args.decompose_argv(
             footage.backend_input(source),
             out_dir,

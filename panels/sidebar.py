@@ -41,6 +41,9 @@ def draw_decompose(layout, context) -> None:
     row.scale_y = 1.4
     row.enabled = not s.is_running
     row.operator("gbuffer.decompose", icon="RENDERLAYERS")
+    if not s.is_running and s.last_decompose_dir and s.last_decompose_dir != s.gbuffer_dir:
+        # the last run did not finish: offer to continue it in its folder
+        layout.operator("gbuffer.decompose", text="Resume", icon="FILE_REFRESH").resume = True
     layout.operator("gbuffer.load_gbuffers", icon="FILE_FOLDER")
     box = layout.box()
     box.label(text="Preview", icon="HIDE_OFF")

@@ -54,7 +54,8 @@ class RecordingLayout:
     """Records UILayout calls; nested layouts (row/column/box/split...) record into the same log.
 
     ``calls`` holds tuples: ``("prop", data, name, kwargs)``, ``("operator", idname, kwargs)``,
-    ``("label", kwargs)``, ``("progress", kwargs)``, ``("prop_search", ...)``.
+    ``("operator_prop", idname, name, value)`` (a property set on what ``operator()``
+    returned), ``("label", kwargs)``, ``("progress", kwargs)``.
     """
 
     def __init__(self, log=None):
@@ -77,10 +78,11 @@ class RecordingLayout:
 
     def operator(self, idname, **kwargs):
         self.calls.append(("operator", idname, kwargs))
+        calls = self.calls
 
-        class _OpProps:  # operator() returns the operator's properties
+        class _OpProps:  # operator() returns the operator's properties: record what is set
             def __setattr__(self, key, value):
-                object.__setattr__(self, key, value)
+                calls.append(("operator_prop", idname, key, value))
 
         return _OpProps()
 

@@ -63,7 +63,8 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
     ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
     states = [
         dict(),
-        dict(use_scene_range=False, source_path=str(tmp_path / "a.mp4"), result_dir=str(tmp_path / "r" / "result")),
+        dict(use_scene_range=False, source_path=str(tmp_path / "a.mp4"), result_dir=str(tmp_path / "r" / "result"),
+             last_decompose_dir=str(tmp_path / "decompose_001")),
         dict(is_running=True, progress=0.4, status="Decompose: Decomposing 2/5", log_path=str(tmp_path / "x.log")),
     ]
     ops, props = set(), set()
@@ -78,12 +79,17 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
                 data, name = call[1], call[2]
                 assert name in data.bl_rna.properties, f"panel shows unknown property {name}"
                 props.add(name)
+            elif call[0] == "operator_prop":
+                mod, name = call[1].split(".")
+                rna = getattr(getattr(bpy.ops, mod), name).get_rna_type()
+                assert call[2] in rna.properties, f"{call[1]} has no property {call[2]}"
+                props.add(f"{call[1]}.{call[2]}")
             elif call[0] == "progress":
                 assert call[1]["factor"] == pytest.approx(0.4)
     assert ops == {"gbuffer.import_footage", "gbuffer.decompose", "gbuffer.load_gbuffers",
                    "gbuffer.restyle", "gbuffer.cancel_job"}
     assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
-            "stabilize", "preview_pass", "prompt", "renderer", "log_path"} <= props
+            "stabilize", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume"} <= props
 
 
 def test_compositor_panel_poll(addon):
@@ -432,3 +438,31 @@ def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path)
     back = compat.read_gbuffer_frame(raw)
     np.testing.assert_array_equal(back.depth, np.full((48, 64), 7.0, np.float32))
     assert np.all(back.metallic == 0.25) and back.confidence is not None
+
+
+def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
+    """What the Decompose button runs: backend argv from the settings; Resume reuses the folder."""
+    from gbuffer_editor.operators.decompose import GBUFFER_OT_decompose
+
+    sc = bpy.context.scene
+    assert bpy.ops.gbuffer.import_footage(filepath=str(footage("boat"))) == {"FINISHED"}
+    s = sc.gbuffer_editor
+    s.output_dir = str(tmp_path) + "/"
+    s.max_size, s.stabilize, s.use_scene_range = 256, True, False
+    s.frame_start, s.frame_end = 3, 5
+    ctl = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
+    argv = ctl.steps[0].argv
+    out = tmp_path / "decompose_001"
+    assert argv[1:4] == ["-m", "backend", "decompose"]
+    assert argv[4:] == [str(footage("boat")), "--out", str(out), "--estimator", "embedded",
+                        "--max-size", "256", "--frames", "3-5", "--stabilize"]
+    assert ctl.steps[0].log_path == out / "decompose.log"
+    assert s.last_decompose_dir == str(out)
+    ctl2 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
+    assert ctl2.steps[0].argv[6] == str(tmp_path / "decompose_002")  # never reuses a folder
+    s.last_decompose_dir = str(out)
+    ctl3 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=True), bpy.context)
+    assert ctl3.steps[0].argv[6] == str(out)
+    env = ctl.steps[0].env
+    assert env["PYTHONPATH"].split(":")[0] == str(util.REPO_ROOT)
+    assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off
