@@ -50,33 +50,61 @@ def disable_addon():
     addon_utils.disable(PACKAGE, default_set=True)
 
 
+def _ui_rna():
+    import bpy
+
+    return bpy.types.UILayout.bl_rna
+
+
 class RecordingLayout:
     """Records UILayout calls; nested layouts (row/column/box/split...) record into the same log.
 
     ``calls`` holds tuples: ``("prop", data, name, kwargs)``, ``("operator", idname, kwargs)``,
     ``("operator_prop", idname, name, value)`` (a property set on what ``operator()``
     returned), ``("label", kwargs)``, ``("progress", kwargs)``.
+
+    It is strict where bpy's UILayout is: every keyword argument must be a parameter of
+    the real ``UILayout`` function, every ``icon`` a real icon name, every attribute set
+    a real ``UILayout`` property (all read from ``bl_rna`` of the running Blender).
     """
 
     def __init__(self, log=None):
-        self.calls = [] if log is None else log
-        self.__dict__.update(
-            use_property_split=False, use_property_decorate=True, enabled=True, active=True,
-            alert=False, scale_x=1.0, scale_y=1.0, alignment="EXPAND", emboss="NORMAL",
-        )
+        object.__setattr__(self, "calls", [] if log is None else log)
 
-    def _child(self, *args, **kwargs):
+    def __setattr__(self, name, value):
+        assert name in _ui_rna().properties, f"UILayout has no property {name!r}"
+        object.__setattr__(self, name, value)
+
+    def _check(self, func, kwargs):
+        params = _ui_rna().functions[func].parameters
+        for k, v in kwargs.items():
+            assert k in params, f"UILayout.{func}() has no parameter {k!r}"
+            if k == "icon":
+                icons = params["icon"].enum_items.keys()
+                assert v in icons, f"unknown icon {v!r}"
+
+    def _child(self, func, kwargs):
+        self._check(func, kwargs)
         return RecordingLayout(self.calls)
 
-    row = column = box = split = column_flow = grid_flow = _child
+    def row(self, **kwargs):
+        return self._child("row", kwargs)
 
-    def panel(self, *args, **kwargs):
-        return (RecordingLayout(self.calls), RecordingLayout(self.calls))
+    def column(self, **kwargs):
+        return self._child("column", kwargs)
+
+    def box(self, **kwargs):
+        return self._child("box", kwargs)
+
+    def split(self, **kwargs):
+        return self._child("split", kwargs)
 
     def prop(self, data, prop, **kwargs):
+        self._check("prop", kwargs)
         self.calls.append(("prop", data, prop, kwargs))
 
     def operator(self, idname, **kwargs):
+        self._check("operator", kwargs)
         self.calls.append(("operator", idname, kwargs))
         calls = self.calls
 
@@ -87,17 +115,16 @@ class RecordingLayout:
         return _OpProps()
 
     def label(self, **kwargs):
+        self._check("label", kwargs)
         self.calls.append(("label", kwargs))
 
     def progress(self, **kwargs):
+        self._check("progress", kwargs)
         self.calls.append(("progress", kwargs))
 
     def separator(self, **kwargs):
+        self._check("separator", kwargs)
         self.calls.append(("separator", kwargs))
-
-    def prop_search(self, data, prop, search_data, search_prop, **kwargs):
-        self.calls.append(("prop", data, prop, kwargs))
-        self.calls.append(("prop", search_data, search_prop, {}))
 
     # anything else UILayout has would fail loudly here, on purpose
     def __getattr__(self, name):

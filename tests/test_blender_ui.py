@@ -269,8 +269,21 @@ def test_modal_path_timer_and_escape(addon, scene, tmp_path):
         op._finish = lambda j: GBUFFER_OT_decompose._finish(op, j)
         return op, job
 
+    class StrictEvent:
+        """Only what bpy.types.Event really has (checked by introspection)."""
+
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+        def __getattr__(self, name):
+            assert name in bpy.types.Event.bl_rna.properties, f"Event has no attribute {name!r}"
+            raise AttributeError(name)
+
+    wm_funcs = bpy.types.WindowManager.bl_rna.functions
+    assert {"event_timer_add", "event_timer_remove", "modal_handler_add"} <= set(wm_funcs.keys())
+
     op, job = op_for("ok")
-    tick = SimpleNamespace(type="TIMER", value="NOTHING", timer=timer)
+    tick = StrictEvent(type="TIMER", value="NOTHING")
     result = {"PASS_THROUGH"}
     while result == {"PASS_THROUGH"}:
         result = GBUFFER_OT_decompose.modal(op, ctx, tick)
@@ -279,7 +292,7 @@ def test_modal_path_timer_and_escape(addon, scene, tmp_path):
     op, job = op_for("hang")
     while job.step.progress()[0] < 1:
         assert GBUFFER_OT_decompose.modal(op, ctx, tick) == {"PASS_THROUGH"}
-    esc = SimpleNamespace(type="ESC", value="PRESS", timer=None)
+    esc = StrictEvent(type="ESC", value="PRESS")
     assert GBUFFER_OT_decompose.modal(op, ctx, esc) == {"CANCELLED"}
     assert job.state == worker.CANCELLED and reports[-1][0] == {"WARNING"}
 
