@@ -95,8 +95,12 @@ class EditsStep(Step):
         self.render_dir.mkdir(parents=True, exist_ok=True)
         r = scene.render
         self._saved = (r.resolution_x, r.resolution_y, r.resolution_percentage, scene.frame_current,
-                       self.output.mute, compat.file_output_path(self.output))
+                       self.output.mute, compat.file_output_path(self.output),
+                       r.use_compositing, r.use_sequencer)
         r.resolution_x, r.resolution_y, r.resolution_percentage = w, h, 100
+        # render the compositor only: with VSE strips and use_sequencer, Blender would
+        # render the sequencer and skip the compositor
+        r.use_compositing, r.use_sequencer = True, False
         compat.set_file_output_path(self.output, str(self.render_dir), "gbuffer_####")
         self.output.mute = False
 
@@ -141,8 +145,9 @@ class EditsStep(Step):
             return
         scene = ctl.scene
         r = scene.render
-        rx, ry, pct, cur, mute, (d, prefix) = self._saved
+        rx, ry, pct, cur, mute, (d, prefix), use_comp, use_seq = self._saved
         r.resolution_x, r.resolution_y, r.resolution_percentage = rx, ry, pct
+        r.use_compositing, r.use_sequencer = use_comp, use_seq
         self.output.mute = mute
         compat.set_file_output_path(self.output, d or str(self.edited_dir), prefix or "gbuffer_")
         scene.frame_set(cur)

@@ -416,6 +416,14 @@ def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path)
     src_dir = util.write_gbuffer_frames(tmp_path / "gb", n=2, h=48, w=64)
     scene.frame_start, scene.frame_end = 1, 2
     scene.render.resolution_x, scene.render.resolution_y = 1920, 1080
+    # a VSE strip would make a render use the sequencer instead of the compositor
+    strip_img = str(contract.frame_path(src_dir, 1))
+    strips = compat.strips(scene)
+    try:
+        strips.new_image(name="plate", filepath=strip_img, channel=1, frame_start=1)
+    except TypeError:  # 5.0 keyword names
+        strips.new_image(name="plate", filepath=strip_img, channel=1, frame_start=1, fit_method="ORIGINAL")
+    scene.render.use_sequencer = True
     compositor.setup_gbuffer(scene, src_dir)
     tree = compositor.find_tree(scene)
     value = compat.new_value_node(tree, 0.25, "Metal")
@@ -424,6 +432,7 @@ def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path)
     ctl = jobs.JobController(scene, "Edits", [EditsStep(tmp_path / "edited")])
     assert ctl.run_blocking() == worker.DONE, ctl.message
     assert (scene.render.resolution_x, scene.render.resolution_y) == (1920, 1080)  # restored
+    assert scene.render.use_sequencer
     assert sorted(p.name for p in (tmp_path / "edited").iterdir()) == [
         "gbuffer_0001.exr", "gbuffer_0002.exr", "manifest.json"]
     for n in (1, 2):
@@ -441,6 +450,7 @@ def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path)
     fo = compositor.gbuffer_output(tree)
     compat.set_file_output_path(fo, str(tmp_path / "raw"), "raw_####")
     fo.mute = False
+    scene.render.use_sequencer = False  # (with it on, this render would write nothing)
     scene.render.resolution_x, scene.render.resolution_y = 64, 48
     scene.frame_set(2)
     with bpy.context.temp_override(scene=scene):
