@@ -166,10 +166,11 @@ def setup_gbuffer(scene, gbuffer_dir: os.PathLike, preview_pass: str = "Combined
         r_in = _node(tree, "in", "NodeReroute", name)
         r_out = _node(tree, "out", "NodeReroute", name)
         for r, x in ((r_in, 0), (r_out, 400)):
-            r.parent = frame
+            if r.parent is None:  # new: place it; an existing one stays where the artist put it
+                r.parent = frame
+                r.name = f"{name} {'in' if x == 0 else 'out'}"
+                r.location = (x, 200 - 60 * i)
             r.label = name
-            r.name = f"{name} {'in' if x == 0 else 'out'}"
-            r.location = (x, 200 - 60 * i)
         if src is not None and not r_in.inputs[0].is_linked:
             tree.links.new(src, r_in.inputs[0])
         if not r_out.inputs[0].is_linked:
