@@ -8,6 +8,7 @@ registers the decompose tests' tiny random-weight estimator (tests/decompose_uti
 and runs the same backend CLI; everything else is identical.
 """
 import os
+import time
 
 import numpy as np
 import pytest
@@ -169,3 +170,29 @@ def test_headless_command(addon, footage, tmp_path, capsys):
     assert cli_command.run(["decompose", str(missing), "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err
     assert "missing.mp4" in err and "log:" in err
+
+
+def test_cancel_real_decompose_keeps_only_complete_frames(addon, footage, tmp_path):
+    """Cancel (SIGTERM) a real backend decompose mid-run: exit 130, only whole frames on disk."""
+    from gbuffer_editor import worker
+    from gbuffer_editor.operators import decompose, jobs
+
+    launcher = util.write_tiny_launcher(tmp_path)
+    out = tmp_path / "gb"
+    argv = worker.backend_command("decompose", [str(footage("boat")), "--out", str(out), "--estimator",
+                                                "tiny_slow", "--max-size", "32", "--frames", "1-12"],
+                                  python=str(launcher))
+    ctl = decompose.decompose_job(bpy.context.scene, argv, out, wire=False).start()
+    while ctl.step.progress()[0] < 2:
+        assert ctl.tick() == worker.RUNNING, ctl.message
+        time.sleep(0.05)
+    assert jobs.active_job(bpy.context.scene) is ctl
+    ctl.cancel()
+    assert ctl.state == worker.CANCELLED and ctl.returncode == 130
+    assert bpy.context.scene.gbuffer_editor.status == "Decompose: cancelled; complete frames kept"
+    frames = contract.list_frames(out)
+    assert 2 <= len(frames) < 12
+    assert list(frames) == list(range(1, len(frames) + 1))
+    for path in frames.values():
+        contract.read_frame(path, validate=True)
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".tmp")]
