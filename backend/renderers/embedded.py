@@ -201,7 +201,9 @@ class EmbeddedRenderer(Renderer):
         n_dot_v = np.maximum(normal[0] * view[0] + normal[1] * view[1] + normal[2] * view[2],
                              F32(1e-4))
         alpha = rough * rough
-        alpha = np.sqrt(alpha * alpha + F32(0.02 * 0.02))  # light size / anti-aliasing
+        # the key light's angular size widens the lobe (Karis 2013); it also keeps a
+        # roughness-0 highlight finite
+        alpha = np.sqrt(alpha * alpha + F32(p.key_softness * p.key_softness))
         f0 = F32(0.04) + (albedo - F32(0.04)) * metal
         diff_col = albedo * (one - metal)
 
@@ -397,7 +399,7 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
         F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
     fade = fade * np.sqrt(n_dot_v)
-    return F32(1.8 * p.caustics * p.water) * c * up * fade
+    return F32(2.2 * p.caustics * p.water) * c * up * fade
 
 
 def _underwater(out: np.ndarray, p: LookParams, d: _Distances, lf: np.ndarray, level: float):

@@ -40,6 +40,7 @@ class LookParams:
     key_dir: Vec = _norm((-0.35, 0.8, 0.45))
     key_color: Vec = (1.0, 0.96, 0.9)
     key_intensity: float = 1.3
+    key_softness: float = 0.02   # GGX alpha floor from the light's angular size (sun 0.02)
     fill_dir: Vec = _norm((0.6, 0.15, 0.8))
     fill_color: Vec = (0.75, 0.85, 1.0)
     fill_intensity: float = 0.2
@@ -125,6 +126,7 @@ def _overcast(p: LookParams, s: float) -> LookParams:
         p,
         key_dir=_norm(_mix(p.key_dir, (0.0, 1.0, 0.25), u)),
         key_intensity=p.key_intensity * (1.0 - 0.8 * u),
+        key_softness=_mix(p.key_softness, 0.6, u),  # the "key" is now the bright cloud deck
         sky_color=_mix(p.sky_color, (0.78, 0.8, 0.83), u),
         ground_color=_mix(p.ground_color, (0.3, 0.3, 0.3), u),
         source_light=p.source_light * (1.0 - 0.5 * u),
@@ -163,7 +165,7 @@ def _night(p: LookParams, s: float) -> LookParams:
 
 
 def _rain(p: LookParams, s: float) -> LookParams:
-    p = _overcast(p, 0.6 * min(s, 1.5))
+    p = _overcast(p, min(s, 1.5))  # rain hides the sun (and its mirror glints in puddles)
     return replace(
         p,
         wetness=min(1.0, 0.6 * s + 0.2),

@@ -244,7 +244,8 @@ def env_specular(f0: np.ndarray, n_dot_v: np.ndarray, roughness: np.ndarray,
 
     ``env * (F0 (1 - m5) + max(1 - r, F0) m5) * (1 - r)^2`` with ``m5 = (1 - n.v)^5``;
     ``max(1 - r, F0)`` is taken as ``1 - r`` (they differ only for rough metals, where
-    the ``(1 - r)^2`` fade already removes the term). ``f0``, ``env``: 3 x H x W;
+    the ``(1 - r)^2`` fade already removes the term), faded out below ``n.v = 0.15``.
+    ``f0``, ``env``: 3 x H x W;
     ``n_dot_v``, ``roughness``: H x W.
     """
     m = np.clip(F32(1.0) - n_dot_v, 0.0, 1.0)
@@ -252,6 +253,9 @@ def env_specular(f0: np.ndarray, n_dot_v: np.ndarray, roughness: np.ndarray,
     m5 = m2 * m2 * m
     fr = np.maximum(F32(1.0) - roughness, F32(0.0))
     fr2 = fr * fr
+    # horizon fade below n.v = 0.15: estimated normals are least reliable there and a
+    # mirror Fresnel term turns their errors into bright lines
+    fr2 = fr2 * smoothstep(0.0, 0.15, n_dot_v)
     a = (F32(1.0) - m5) * fr2
     b = fr2 * fr * m5
     return env * (f0 * a + b)
@@ -374,7 +378,8 @@ def caustics(px: np.ndarray, pz: np.ndarray, t: float, scale: float = 1.0) -> np
     c = np.abs(w1 + w2 + w3) * F32(1.0 / 3.0)
     c = np.clip(F32(1.0) - c, 0.0, 1.0)
     c = c * c
-    return (c * c * c).astype(F32)
+    c = c * c
+    return (c * c).astype(F32)  # (1 - |.|)^8: thin bright lines
 
 
 def linear_to_srgb(x: np.ndarray) -> np.ndarray:
