@@ -399,7 +399,7 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
         F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
     fade = fade * np.sqrt(n_dot_v)
-    return F32(2.2 * p.caustics * p.water) * c * up * fade
+    return F32(1.3 * p.caustics * p.water) * c * up * fade
 
 
 def _underwater(out: np.ndarray, p: LookParams, d: _Distances, lf: np.ndarray, level: float):
