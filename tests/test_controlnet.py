@@ -175,6 +175,13 @@ def test_same_noise_every_frame_and_init_modes(tiny_models):
     src = _renderer(tiny_models, init="source", strength=0.5).render(f, "snow")
     emb = _renderer(tiny_models, init="embedded", strength=0.5).render(f, "snow")
     assert not np.array_equal(src, emb)
+    # text-to-image chain: frame 2 starts from the warped frame-1 result (img2img)
+    f2 = _seq(32, 32, 2)[1]
+    c = r.render(f2, "snow", frame_index=1, prev=b)
+    assert c.shape == (32, 32, 3) and np.all(np.isfinite(c))
+    assert "flicker" in r.last_info
+    fresh = _renderer(tiny_models, init="none").render(f2, "snow", frame_index=1)  # no history
+    assert not np.array_equal(c, fresh)
 
 
 def test_restyle_job_with_controlnet_reports_flicker(tiny_models, tmp_path):
