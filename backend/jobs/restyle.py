@@ -349,6 +349,7 @@ def restyle(
         "renderer": rend.settings(),
         "inputs": _inputs_digest([all_files[n] for n in sorted(all_files)]),
         "output_format": "rgba-half-v1",
+        "look": look_info.get("params"),  # every shader number (embedded): changes re-render
     }
     if reference_dir is not None:
         missing = [n for n in files if n not in ref_files]

@@ -53,6 +53,8 @@ from .looks import DAYLIGHT, LookParams, average_irradiance, build_params
 from .prompt import parse_prompt
 
 F32 = np.float32
+#: bump when the shading code changes the output for the same parameters (resume hash)
+RENDER_VERSION = 2
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
@@ -131,7 +133,7 @@ class EmbeddedRenderer(Renderer):
         return _params_for_prompt(prompt or "", tuple(sorted(self.overrides.items())))
 
     def settings(self) -> Dict[str, object]:
-        return {"name": self.name, "version": 1, "fov_y_deg": self.fov_y_deg,
+        return {"name": self.name, "version": RENDER_VERSION, "fov_y_deg": self.fov_y_deg,
                 "overrides": {k: list(v) if isinstance(v, tuple) else v
                               for k, v in sorted(self.overrides.items())}}
 
