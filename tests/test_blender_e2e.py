@@ -9,6 +9,7 @@ and runs the same backend CLI; everything else is identical.
 """
 import os
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def _decompose(scene):
         assert bpy.ops.gbuffer.decompose() == {"FINISHED"}
         return
     # same operator code builds the job; only the estimator name differs (tiny, see module doc)
-    ctl = decompose.GBUFFER_OT_decompose.build_job(None, bpy.context)
+    ctl = decompose.GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
     argv = ctl.steps[0].argv
     i = argv.index("--estimator")
     assert argv[i + 1] == "embedded"
@@ -63,7 +64,7 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     s = scene.gbuffer_editor
     scene.frame_end = 3
     s.output_dir = str(tmp_path) + os.sep
-    s.max_size = 64
+    s.max_size, s.use_scene_range, s.stabilize = 64, True, False
 
     # -- decompose -------------------------------------------------------------
     _decompose(scene)
