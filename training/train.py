@@ -30,14 +30,18 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+# On a shared, oversubscribed CPU, OpenMP threads that spin-wait for each other make a
+# 2-thread step 3-8x slower; passive waiting must be set before torch loads OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from backend.model.losses import total_loss
-from backend.model.net import GBufNet, NetConfig, count_params
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
-from .augment import augment
-from .data import FrameCache, as_float, write_toy_frames
+from backend.model.losses import total_loss  # noqa: E402
+from backend.model.net import GBufNet, NetConfig, count_params  # noqa: E402
+
+from .augment import augment  # noqa: E402
+from .data import FrameCache, as_float, write_toy_frames  # noqa: E402
 
 
 def _atomic_save(obj, path: Path):

@@ -85,6 +85,8 @@ class EmbeddedEstimator(Estimator):
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # no busy-waiting worker threads: the machine is shared (Blender, decoding, EXR I/O)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
         self.sha256 = _file_sha256(self.model_path)
         self.threads = threads
@@ -129,17 +131,26 @@ class EmbeddedEstimator(Estimator):
         H, W = rgb.shape[:2]
         o = self.run_network(np.maximum(rgb, 0.0))
         depth_s, conf_s = disparity_to_depth(o["disparity"], o["sky"])
-        depth = np.maximum(_resize(depth_s, H, W), 1e-6).astype(np.float32)
-        conf = np.clip(_resize(conf_s, H, W), 0.0, 1.0).astype(np.float32)
-        n = _resize(o["normal"], H, W).astype(np.float32)
-        norm = np.linalg.norm(n, axis=-1, keepdims=True)
-        n = np.where(norm > 1e-6, n / np.maximum(norm, 1e-6), np.array([0, 0, 1], np.float32))
-        albedo = np.clip(_resize(o["albedo"], H, W), 0.0, 1.0).astype(np.float32)
-        metallic = np.clip(_resize(o["metallic"], H, W), 0.0, 1.0).astype(np.float32)
-        rough = np.clip(_resize(o["roughness"], H, W), 0.0, 1.0).astype(np.float32)
+        # one resize for all 10 channels: depth, confidence, normal (3), albedo (3), metallic, roughness
+        stack = np.concatenate([depth_s[..., None], conf_s[..., None], o["normal"], o["albedo"],
+                                o["metallic"][..., None], o["roughness"][..., None]], axis=-1)
+        big = _resize(np.ascontiguousarray(stack, dtype=np.float32), H, W)
+        depth = np.maximum(big[..., 0], 1e-6)
+        conf = np.clip(big[..., 1], 0.0, 1.0)
+        n = big[..., 2:5]
+        norm = n[..., 0] * n[..., 0] + n[..., 1] * n[..., 1] + n[..., 2] * n[..., 2]
+        np.sqrt(norm, out=norm)
+        bad = norm < 1e-6
+        n = n / np.maximum(norm, 1e-6)[..., None]
+        if bad.any():
+            n[bad] = (0.0, 0.0, 1.0)
+        albedo = np.clip(big[..., 5:8], 0.0, 1.0)
+        metallic = np.clip(big[..., 8], 0.0, 1.0)
+        rough = np.clip(big[..., 9], 0.0, 1.0)
         return EstimatorOutput(
-            depth=depth, depth_kind="relative", normal=n.astype(np.float32), albedo=albedo,
-            metallic=metallic, roughness=rough, confidence=conf,
+            depth=np.ascontiguousarray(depth), depth_kind="relative", normal=np.ascontiguousarray(n),
+            albedo=np.ascontiguousarray(albedo), metallic=np.ascontiguousarray(metallic),
+            roughness=np.ascontiguousarray(rough), confidence=np.ascontiguousarray(conf),
             models={MODEL_ID: self.sha256[:12]},
         )
 
