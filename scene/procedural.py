@@ -87,7 +87,7 @@ def clear_scene(scene) -> None:
     """Remove every object and the data blocks built by previous scenes (images kept)."""
     ids = []
     for coll in (bpy.data.objects, bpy.data.meshes, bpy.data.materials, bpy.data.lights, bpy.data.cameras,
-                 bpy.data.worlds, bpy.data.textures, bpy.data.node_groups, bpy.data.curves):
+                 bpy.data.worlds, bpy.data.textures, bpy.data.node_groups, bpy.data.curves, bpy.data.actions):
         ids.extend(coll)
     ids.extend(c for c in bpy.data.collections)
     if ids:

@@ -516,13 +516,17 @@ def test_render_dataset_writes_resumable_clips(tmp_path):
 
     out = tmp_path / "ds"
     args = ["--out", str(out), "--count", "4", "--res", "32x24", "--samples", "1", "--clip-len", "2",
-            "--ready-min", "4", "--kind", "tabletop"]
+            "--ready-min", "4", "--kind", "tabletop", "--blur-fraction", "1"]
     assert render_dataset.main(args) == 0
     frames = contract.list_frames(out)
     assert list(frames) == [1, 2, 3, 4]
     f = contract.read_frame(frames[3], validate=True)
     assert f.shape == (24, 32) and f.meta["depth_kind"] == "metric"
     assert f.meta["procedural"]["scene_id"] == 1 and f.meta["procedural"]["clip_frame"] == 0
+    assert f.meta["motion_blur_steps"] == 3
+    # the camera moves along the clip (keyframed path)
+    g = contract.read_frame(frames[4])
+    assert g.meta["camera_matrix_world"] != f.meta["camera_matrix_world"]
     import json
 
     ready = json.loads((out / "READY").read_text())

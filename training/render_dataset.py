@@ -19,6 +19,9 @@ Frame headers carry ``depth_kind=metric``, intrinsics, the camera matrix and
   the median luminance of the clip's first frame lands in [0.06, 0.3] (scaling
   linear light is the same as scaling every light source; recorded as
   ``exposure_scale``).
+* ``--blur-fraction`` of the clips are rendered with camera motion blur: 3
+  sub-frames over a 0.5-1 frame shutter averaged in linear light (G-buffers from
+  the centre sub-frame); ``motion_blur_steps`` in the header says which.
 * ``READY`` (JSON: count, resolution, ...) is (re)written once at least
   ``--ready-min`` frames exist.
 
@@ -75,6 +78,26 @@ def clip_problem(frame) -> str:
     return ""
 
 
+def key_camera_path(cam, mats) -> None:
+    """Keyframe ``cam`` at frames 1..N on the matrices ``mats`` (linear in between)."""
+    import bpy
+
+    edit = bpy.context.preferences.edit
+    old = edit.keyframe_new_interpolation_type
+    edit.keyframe_new_interpolation_type = "LINEAR"
+    try:
+        cam.rotation_mode = "XYZ"
+        prev = None
+        for k, m in enumerate(mats):
+            cam.location = m.to_translation()
+            cam.rotation_euler = m.to_euler("XYZ", prev) if prev is not None else m.to_euler("XYZ")
+            prev = cam.rotation_euler.copy()
+            cam.keyframe_insert("location", frame=k + 1)
+            cam.keyframe_insert("rotation_euler", frame=k + 1)
+    finally:
+        edit.keyframe_new_interpolation_type = old
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
@@ -87,6 +110,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-denoise", action="store_true")
     p.add_argument("--ready-min", type=int, default=600)
+    p.add_argument("--blur-fraction", type=float, default=0.1,
+                   help="share of clips rendered with 3 motion-blur sub-frames per frame")
     p.add_argument("--first-scene", type=int, default=0)
     p.add_argument("--kind", default=None, help="force a layout: room/outdoor/tabletop")
     return p.parse_args(argv)
@@ -157,15 +182,21 @@ def main(argv=None) -> int:
             info["removed_near_camera"] = len(clear_camera_path(scene, mats))
             target = float(np.exp(rng.uniform(np.log(0.06), np.log(0.3))))
             cam = scene.camera
+            key_camera_path(cam, mats)
+            rng_b = np.random.default_rng([args.seed, i, 1])
+            blur = rng_b.random() < args.blur_fraction
+            steps, shutter = (3, float(rng_b.uniform(0.5, 1.0))) if blur else (1, 0.5)
+            if blur:
+                info["motion_blur_shutter"] = shutter
             t1 = time.time()
             with GBufferRenderer(scene, resolution=(w, h), samples=args.samples,
                                  denoise=not args.no_denoise, threads=args.threads, seed=i,
                                  persistent_data=True) as gr:
                 scale = None
-                for k, (path, m) in enumerate(zip(paths, mats)):
-                    cam.matrix_world = m
+                for k, path in enumerate(paths):
                     meta = {"procedural": {"scene_id": i, "clip_frame": k, "seed": args.seed, **info}}
-                    f = gr.render_frame(scene.frame_current, frame_index=k, meta_extra=meta)
+                    f = gr.render_frame(k + 1, frame_index=k, meta_extra=meta, motion_blur_steps=steps,
+                                        shutter=shutter)
                     if scale is None:
                         bad = clip_problem(f)
                         if bad:
