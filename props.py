@@ -17,9 +17,9 @@ from bpy.props import (
 
 from .backend.contract import PASSES
 
-# Dynamic enum items must stay referenced from Python while Blender uses them.
-_ESTIMATOR_ITEMS: list = []
-_RENDERER_ITEMS: list = []
+# Dynamic enum items must stay referenced from Python while Blender uses them: one list
+# per distinct set of names, never freed.
+_ITEMS_CACHE: dict = {}
 
 
 def estimator_names() -> list:
@@ -40,18 +40,22 @@ def _default_first(names: list, preferred: str) -> list:
     return sorted(names, key=lambda n: (n != preferred, n))
 
 
+def _items(kind: str, names: list) -> list:
+    key = (kind, tuple(names))
+    if key not in _ITEMS_CACHE:
+        _ITEMS_CACHE[key] = [
+            (n, n.replace("_", " ").title(), f"{kind.title()} '{n}' from the backend registry")
+            for n in _default_first(names, "embedded")
+        ]
+    return _ITEMS_CACHE[key]
+
+
 def _estimator_items(self, context):
-    if not _ESTIMATOR_ITEMS:
-        for n in _default_first(estimator_names(), "embedded"):
-            _ESTIMATOR_ITEMS.append((n, n.replace("_", " ").title(), f"Estimator '{n}' from the backend registry"))
-    return _ESTIMATOR_ITEMS
+    return _items("estimator", estimator_names())
 
 
 def _renderer_items(self, context):
-    if not _RENDERER_ITEMS:
-        for n in _default_first(renderer_names(), "embedded"):
-            _RENDERER_ITEMS.append((n, n.replace("_", " ").title(), f"Renderer '{n}' from the backend registry"))
-    return _RENDERER_ITEMS
+    return _items("renderer", renderer_names())
 
 
 PASS_ITEMS = [(name, name, f"Show the {name} pass in the Viewer") for name in PASSES]

@@ -74,7 +74,8 @@ def _link(tree, from_socket, to_socket) -> None:
 
 
 def setup_source(scene, clip) -> bpy.types.Node:
-    """Movie Clip node for the imported footage, shown by the Viewer and the final output.
+    """Movie Clip node for the imported footage, shown by the Viewer and the final output
+    (an existing G-buffer setup stays in the tree, unplugged from the output).
 
     Returns:
         The ``CompositorNodeMovieClip`` node.
@@ -88,9 +89,9 @@ def setup_source(scene, clip) -> bpy.types.Node:
     out.node.location = (700, 300)
     viewer = _node(tree, ROLE_VIEWER, "CompositorNodeViewer")
     viewer.location = (700, -100)
-    if find_node(tree, ROLE_GBUFFER) is None:
-        _link(tree, node.outputs["Image"], out)
-        _link(tree, node.outputs["Image"], viewer.inputs["Image"])
+    # newly imported footage is what the output and the Viewer show (until Decompose)
+    _link(tree, node.outputs["Image"], out)
+    _link(tree, node.outputs["Image"], viewer.inputs["Image"])
     return node
 
 

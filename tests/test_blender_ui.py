@@ -102,14 +102,18 @@ def test_compositor_panel_poll(addon):
 
 
 def test_enums_list_the_backend_registries(addon, scene):
-    from backend.estimators import available_estimators
-    from backend.renderers import available_renderers
+    # the add-on's own copy of the backend (other tests may register test estimators
+    # in the top-level ``backend`` package, a different module)
+    from gbuffer_editor.backend.estimators import available_estimators
+    from gbuffer_editor.backend.renderers import available_renderers
 
     # dynamic enums: read the items through the callback the property uses
     from gbuffer_editor import props as props_mod
 
     assert sorted(i[0] for i in props_mod._estimator_items(None, None)) == sorted(available_estimators())
     assert sorted(i[0] for i in props_mod._renderer_items(None, None)) == sorted(available_renderers())
+    assert {"embedded", "marigold"} <= {i[0] for i in props_mod._estimator_items(None, None)}
+    assert {"embedded", "controlnet"} <= {i[0] for i in props_mod._renderer_items(None, None)}
     assert props_mod._estimator_items(None, None)[0][0] == "embedded"  # default first
     assert scene.gbuffer_editor.estimator == "embedded"
 
