@@ -358,6 +358,7 @@ def export_scene_gbuffers(
     threads: Optional[int] = None,
     motion_blur_steps: int = 1,
     skip_existing: bool = False,
+    persistent_data: bool = False,
     progress: Optional[Callable[[int, int, Path], None]] = None,
 ) -> List[Path]:
     """Render ``frames`` of ``scene`` to contract G-buffer files in ``out_dir``.
@@ -368,8 +369,8 @@ def export_scene_gbuffers(
             scene frame. Existing files are replaced atomically, or kept when
             ``skip_existing``.
         frames: scene frame numbers (default ``frame_start..frame_end``).
-        camera, view_layer, resolution, samples, denoise, threads: see
-            :class:`GBufferRenderer`.
+        camera, view_layer, resolution, samples, denoise, threads,
+            persistent_data: see :class:`GBufferRenderer`.
         motion_blur_steps: sub-frames averaged per frame (see
             :meth:`GBufferRenderer.render_frame`).
         progress: called as ``progress(done, total, path)`` after each frame.
@@ -385,7 +386,8 @@ def export_scene_gbuffers(
     frames = list(range(scene.frame_start, scene.frame_end + 1) if frames is None else frames)
     paths = []
     with GBufferRenderer(scene, camera=camera, view_layer=view_layer, resolution=resolution,
-                         samples=samples, denoise=denoise, threads=threads) as gr:
+                         samples=samples, denoise=denoise, threads=threads,
+                         persistent_data=persistent_data) as gr:
         for i, fr in enumerate(frames):
             path = contract.frame_path(out_dir, int(fr))
             if not (skip_existing and path.exists()):

@@ -148,6 +148,15 @@ def test_plane_at_5m_gives_planar_depth_5():
 
 
 @pytest.mark.blender
+def test_depth_in_metres_follows_unit_scale():
+    scene = _plane_scene()
+    scene.unit_settings.scale_length = 0.01  # one Blender unit = 1 cm
+    f = _render(scene, samples=1)
+    assert np.abs(f.depth - 0.05).max() < 1e-5
+    assert f.meta["unit_scale"] == pytest.approx(0.01)
+
+
+@pytest.mark.blender
 def test_tilted_camera_depth_matches_geometry(tmp_path):
     """Camera 2 m above a ground plane, pitched down 30 deg: depth = 2 / (sin(30) + y_n cos(30))."""
     scene = _fresh()
@@ -180,6 +189,7 @@ def test_sphere_normals_match_analytic_camera_space_normals():
     cam_loc = np.array([1.0, -6.0, 2.0])
     cam_rot = (math.radians(75), 0.0, math.radians(10))
     cam = _camera(scene, loc=tuple(cam_loc), rot=cam_rot)
+    cam.data.shift_x, cam.data.shift_y = 0.08, -0.05  # intrinsics must follow lens shift
     bpy.context.view_layer.update()
     R = np.array(cam.matrix_world.to_3x3())
     centre = cam_loc + R @ np.array([0.2, 0.1, -5.0])  # in front of the camera
@@ -188,6 +198,7 @@ def test_sphere_normals_match_analytic_camera_space_normals():
     bpy.ops.object.shade_smooth()
     f = _render(scene, samples=4)
     fx, fy, cx, cy = f.meta["intrinsics"]
+    assert (cx, cy) == pytest.approx((W / 2 - 0.08 * W, H / 2 - 0.05 * W))
     u, v = np.meshgrid(np.arange(W) + 0.5, np.arange(H) + 0.5)
     d_cam = np.stack([(u - cx) / fx, -(v - cy) / fy, -np.ones_like(u)], -1)
     d_world = d_cam @ R.T
