@@ -344,7 +344,10 @@ emit_result({{"modules": mods, "numpy": np.__file__, "backend": backend.__file__
 '''
 
 
-def test_default_path_runs_from_installed_copy(installed, tmp_path):
+@pytest.fixture(scope="module")
+def default_path(installed, tmp_path_factory):
+    """Runs DEFAULT_PATH_SCRIPT from the installed copy; returns (report, ext_dir, env, tmp)."""
+    tmp_path = tmp_path_factory.mktemp("default_path")
     ext_dir = Path(installed["ext_dir"])
     sys.path.insert(0, str(REPO))
     try:
@@ -361,7 +364,19 @@ def test_default_path_runs_from_installed_copy(installed, tmp_path):
     code = "import sys; sys.argv_ext, sys.argv_site, sys.argv_tmp = {!r}, {!r}, {!r}\n".format(
         str(ext_dir), str(site), str(tmp_path)) + DEFAULT_PATH_SCRIPT.format()
     res = bpy_util.run_bpy(code, root=installed["root"], cwd=ext_dir)
+    res["site"] = str(site)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ext_dir), str(site)]))
+    return res, ext_dir, env, tmp_path
 
+
+#: Runs ``python -m backend ARGS`` with torch and diffusers made unimportable.
+NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.modules['diffusers'] = None; "
+            "sys.argv = ['backend'] + sys.argv[1:]; runpy.run_module('backend', run_name='__main__', alter_sys=True)")
+
+
+def test_installed_wheels_and_backend_work(default_path):
+    res, ext_dir, env, tmp_path = default_path
+    site = Path(res["site"])
     for name, file in res["modules"].items():
         assert Path(file).is_relative_to(site), (name, file)
     assert not Path(res["numpy"]).is_relative_to(site)
@@ -372,16 +387,16 @@ def test_default_path_runs_from_installed_copy(installed, tmp_path):
     assert res["y"] == [[1.0] * 3] * 2
     assert res["decoded"] == [[48, 64, 3]] * 4
 
-    # The backend CLI from the installed copy (issue 3) with the installed wheels.
-    if not (ext_dir / "backend" / "__main__.py").is_file():
-        pytest.skip("TODO(issue 3): backend/__main__.py not written yet; CLI not exercised")
+
+def test_backend_cli_and_restyle_from_installed_copy(default_path):
+    """``python -m backend`` from the installed copy with the installed wheels."""
+    res, ext_dir, env, tmp_path = default_path
     # GBUFFER_EXTRA_SITE (on-demand diffusion packages) is appended to sys.path: a numpy
     # planted there must not shadow the interpreter's own.
     extra = tmp_path / "extra_site"
     (extra / "numpy").mkdir(parents=True)
     (extra / "numpy" / "__init__.py").write_text("raise ImportError('shadowed numpy imported')\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ext_dir), str(site)]),
-               GBUFFER_EXTRA_SITE=str(extra))
+    env = dict(env, GBUFFER_EXTRA_SITE=str(extra))
     proc = subprocess.run([sys.executable, "-m", "backend", "--help"], cwd=ext_dir, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -394,16 +409,31 @@ def test_default_path_runs_from_installed_copy(installed, tmp_path):
     assert probe.returncode == 0, probe.stderr
     last, numpy_file = probe.stdout.split()[-2:]
     assert last == "True" and not numpy_file.startswith(str(extra))
-    # TODO(issue 3/4): once backend/model/weights/embedded.onnx ships, run
-    # `python -m backend decompose tiny.mp4 --out DIR --estimator embedded` here and check frames.
+    # The embedded renderer (default path) restyles the frame DEFAULT_PATH_SCRIPT wrote, from the
+    # installed copy with the installed wheels, with torch and diffusers made unimportable.
+    restyled = tmp_path / "restyled"
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_TORCH, "restyle", str(Path(res["exr"]).parent), "--prompt", "dense fog",
+         "--out", str(restyled), "--no-mp4"],
+        cwd=ext_dir, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert events[-1]["event"] == "done" and events[-1]["written"] == 1, events
+    assert (restyled / "restyle_0001.exr").stat().st_size > 0
+
+
+def test_decompose_from_installed_copy(default_path):
+    """The embedded estimator (default path) decomposes a tiny clip from the installed copy."""
+    res, ext_dir, env, tmp_path = default_path
     weights = ext_dir / "backend" / "model" / "weights" / "embedded.onnx"
     if not weights.is_file():
-        pytest.skip("TODO(issue 4): embedded.onnx not in the zip yet; decompose not exercised")
+        # TODO(issue 4): becomes a real check as soon as embedded.onnx is committed.
+        pytest.skip("TODO(issue 4): backend/model/weights/embedded.onnx not in the zip yet")
     out = tmp_path / "decomposed"
     proc = subprocess.run(
-        [sys.executable, "-m", "backend", "decompose", res["clip"], "--out", str(out),
+        [sys.executable, "-c", NO_TORCH, "decompose", res["clip"], "--out", str(out),
          "--estimator", "embedded"],
         cwd=ext_dir, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     frames = sorted(out.glob("gbuffer_*.exr"))
-    assert len(frames) == 4
+    assert [f.name for f in frames] == ["gbuffer_{:04d}.exr".format(i) for i in range(1, 5)]
