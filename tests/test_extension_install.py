@@ -170,6 +170,20 @@ ext_classes = sorted(
     if getattr(getattr(bpy.types, name), "__module__", "").startswith(module + "."))
 model_dir = pkg.preferences.model_dir()
 
+# Draw the preferences into a recording layout (no window in background mode).
+drawn = []
+class _Layout:
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            drawn.append([name] + [a for a in args if isinstance(a, str)])
+            return _Layout()
+        return call
+class _Prefs:
+    layout = _Layout()
+    def __getattr__(self, name):
+        return getattr(prefs, name)
+type(prefs).draw(_Prefs(), bpy.context)
+
 # The on-demand diffusion install refuses while online access is off (bpy default).
 online = bpy.app.online_access
 refused = None
@@ -197,7 +211,7 @@ emit_result({{
     "before": before, "enabled_1": enabled_1, "disabled_1": disabled_1,
     "enabled_2": enabled_2, "disabled_2": disabled_2,
     "ext_classes": ext_classes, "pref_values": pref_values, "ext_dir": ext_dir,
-    "model_dir": model_dir, "prefs_class": type(prefs).__name__, "online": online, "refused": refused,
+    "model_dir": model_dir, "drawn": drawn, "prefs_class": type(prefs).__name__, "online": online, "refused": refused,
     "timers_registered": len(_timers), "enabled_3": enabled_3,
     "live_timers_1": live_timers_1, "live_timers_2": live_timers_2,
     "extensions_dir": bpy.utils.user_resource("EXTENSIONS"),
@@ -252,6 +266,13 @@ def test_ext_classes_include_workflow_classes(installed):
                 if isinstance(node, ast.ClassDef) and re.match(r"^GBUFFER_(OT|PT|MT|UL)_", node.name):
                     defined.add(node.name)
     assert defined <= set(installed["ext_classes"]), sorted(defined - set(installed["ext_classes"]))
+
+
+def test_preferences_draw(installed):
+    props = {d[1] for d in installed["drawn"] if d[0] == "prop" and len(d) > 1}
+    assert {"backend_python", "device", "precision", "model_dir", "offline_mode", "torch_index_url"} <= props
+    operators = {d[1] for d in installed["drawn"] if d[0] == "operator" and len(d) > 1}
+    assert {"gbuffer.install_diffusion_deps", "gbuffer.remove_diffusion_deps"} <= operators
 
 
 def test_online_access_respected(installed):
