@@ -222,7 +222,7 @@ class GBUFFER_OT_install_diffusion_deps(bpy.types.Operator):
         except OSError as ex:
             self.report({'ERROR'}, "Cannot start pip: {:s}".format(str(ex)))
             return {'CANCELLED'}
-        if context.window is None:  # Background mode: no event loop, wait here.
+        if bpy.app.background or context.window is None:  # No event loop: wait here.
             self._proc.wait()
             return self._report_finish()
         wm = context.window_manager

@@ -458,3 +458,62 @@ def test_decompose_from_installed_copy(default_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     frames = sorted(out.glob("gbuffer_*.exr"))
     assert [f.name for f in frames] == ["gbuffer_{:04d}.exr".format(i) for i in range(1, 5)]
+
+
+ON_DEMAND_SCRIPT = r'''
+import os, sys
+import bpy, addon_utils
+
+module = "{module}"
+addon_utils.enable(module, default_set=True)
+pkg = sys.modules[module]
+prefs = bpy.context.preferences.addons[module].preferences
+prefs.torch_index_url = {index!r}  # a local index that holds stand-ins for the pins
+bpy.context.preferences.system.use_online_access = True
+assert bpy.app.online_access
+site = pkg.preferences.diffusion_site_dir()
+result = bpy.ops.gbuffer.install_diffusion_deps()  # no window: runs pip and waits
+listing = sorted(os.listdir(site)) if os.path.isdir(site) else None
+marker = pkg.dependencies.read_marker(site)
+partial_left = os.path.exists(site + ".partial")
+removed = bpy.ops.gbuffer.remove_diffusion_deps()
+emit_result({{"result": sorted(result), "listing": listing, "marker": marker, "site": site,
+              "partial_left": partial_left, "removed": sorted(removed),
+              "exists_after_remove": os.path.exists(site)}})
+'''
+
+
+def test_on_demand_install_in_blender(installed, tmp_path):
+    """The preferences operator runs pip into the user folder and leaves no numpy there.
+
+    Offline: the "package index" is a local folder with stand-in wheels for every pin of
+    dependencies.DIFFUSION_REQUIREMENTS (each depends on numpy) and for numpy itself.
+    """
+    from test_extension_dependencies import _make_wheel
+
+    sys.path.insert(0, str(REPO))
+    try:
+        import dependencies
+    finally:
+        sys.path.remove(str(REPO))
+    index = tmp_path / "index"
+    for req in dependencies.DIFFUSION_REQUIREMENTS + ("numpy==1.26.4",):
+        name, version = req.split("==")
+        norm = name.lower().replace("-", "_")
+        (index / name.lower()).mkdir(parents=True)
+        package = "numpy" if name == "numpy" else norm + "_standin"
+        whl = _make_wheel(index / name.lower(), norm, version, {package + "/__init__.py": ""},
+                          requires=[] if name == "numpy" else ["numpy"])
+        (index / name.lower() / "index.html").write_text('<a href="{0}">{0}</a>'.format(whl.name))
+    code = ON_DEMAND_SCRIPT.format(module=EXT_MODULE, index=index.as_uri())
+    # Only the stand-in index: no pip configuration, find-links or extra indexes.
+    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": ""}
+    res = bpy_util.run_bpy(code, root=installed["root"], env=env)
+    assert res["result"] == ["FINISHED"], res["stderr"][-3000:]
+    assert Path(res["site"]).name == "site-packages-py{}.{}".format(*sys.version_info[:2])
+    assert "gbuffer_editor" in res["site"]
+    assert "torch_standin" in res["listing"] and "diffusers_standin" in res["listing"]
+    assert not [n for n in res["listing"] if n.startswith("numpy")], res["listing"]
+    assert res["marker"]["requirements"] == list(dependencies.DIFFUSION_REQUIREMENTS)
+    assert not res["partial_left"]
+    assert res["removed"] == ["FINISHED"] and not res["exists_after_remove"]
