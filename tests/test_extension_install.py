@@ -458,6 +458,15 @@ def test_decompose_from_installed_copy(default_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     frames = sorted(out.glob("gbuffer_*.exr"))
     assert [f.name for f in frames] == ["gbuffer_{:04d}.exr".format(i) for i in range(1, 5)]
+    import numpy as np
+
+    from backend import contract
+
+    frame = contract.read_frame(frames[-1], validate=True)
+    assert frame.shape == (48, 64)
+    assert frame.meta["estimator"] == "embedded"
+    assert np.all(frame.depth > 0)
+    assert np.allclose(np.linalg.norm(frame.normal, axis=-1), 1.0, atol=1e-2)
 
 
 ON_DEMAND_SCRIPT = r'''
