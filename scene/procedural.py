@@ -46,7 +46,7 @@ PHOTOS = (
 SCENE_KINDS = ("room", "outdoor", "tabletop")
 SCENE_WEIGHTS = (0.5, 0.32, 0.18)
 #: bumped when the generated scenes change (stored in every frame header)
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 
 
 # ----------------------------------------------------------------------------------------
@@ -652,6 +652,35 @@ def _new_world(scene):
     return w
 
 
+def _wall_with_window(rng, name, size, loc, mat):
+    """A wall box (``size``, centred at ``loc``, thin along x or y) with a window
+    opening, built from four boxes around the hole. Returns the opening's centre."""
+    sx, sy, sz = size
+    along_x = sx > sy  # the wall spans x (thin in y) or spans y (thin in x)
+    length, thick = (sx, sy) if along_x else (sy, sx)
+    ww = _u(rng, 0.8, min(2.5, length * 0.5))
+    wh = _u(rng, 0.8, min(1.8, sz - 0.9))
+    uc = _u(rng, -length / 2 + ww / 2 + 0.3, length / 2 - ww / 2 - 0.3)
+    z_lo, z_hi = 0.7 + wh / 2, sz - 0.2 - wh / 2
+    zc = _u(rng, z_lo, max(z_lo, z_hi))
+    z0 = loc[2] - sz / 2
+    # (u centre, u size, z centre, z size) of the four pieces
+    pieces = [
+        ((-length / 2 + uc - ww / 2) / 2, uc - ww / 2 + length / 2, sz / 2, sz),  # left
+        ((uc + ww / 2 + length / 2) / 2, length / 2 - uc - ww / 2, sz / 2, sz),  # right
+        (uc, ww, (zc - wh / 2) / 2, zc - wh / 2),  # below
+        (uc, ww, (zc + wh / 2 + sz) / 2, sz - zc - wh / 2),  # above
+    ]
+    for k, (u, us, z, zs) in enumerate(pieces):
+        if us <= 1e-3 or zs <= 1e-3:
+            continue
+        if along_x:
+            _box(f"{name}_{k}", (us, thick, zs), (loc[0] + u, loc[1], z0 + z), 0, mat)
+        else:
+            _box(f"{name}_{k}", (thick, us, zs), (loc[0], loc[1] + u, z0 + z), 0, mat)
+    return (loc[0] + uc, loc[1], z0 + zc) if along_x else (loc[0], loc[1] + uc, z0 + zc)
+
+
 def _build_room(rng, scene, mats, hdrs):
     W, D, H = _u(rng, 3, 9), _u(rng, 3, 10), _u(rng, 2.4, 3.6)
     floor_mat = mats.make("floor", 1.0)
@@ -660,9 +689,13 @@ def _build_room(rng, scene, mats, hdrs):
     _box("floor", (W + 2 * t, D + 2 * t, t), (0, 0, -t / 2), 0, floor_mat)
     walls = [((W + 2 * t, t, H), (0, D / 2 + t / 2, H / 2)), ((W + 2 * t, t, H), (0, -D / 2 - t / 2, H / 2)),
              ((t, D, H), (W / 2 + t / 2, 0, H / 2)), ((t, D, H), (-W / 2 - t / 2, 0, H / 2))]
+    windows = []
     for i, (size, loc) in enumerate(walls):
         mat = wall_mat if rng.random() < 0.8 else mats.make("wall", 0.7)
-        _box(f"wall{i}", size, loc, 0, mat)
+        if i != 1 and rng.random() < 0.3:  # a window (never in the wall behind the camera)
+            windows.append(_wall_with_window(rng, f"wall{i}", size, loc, mat))
+        else:
+            _box(f"wall{i}", size, loc, 0, mat)
     ceiling = rng.random() < 0.6
     if ceiling:
         _box("ceiling", (W + 2 * t, D + 2 * t, t), (0, 0, H + t / 2), 0, mats.make("wall", 0.5))
@@ -750,12 +783,14 @@ def _build_room(rng, scene, mats, hdrs):
     world = _new_world(scene)
     if rng.random() < 0.75:
         hdr = hdrs[int(rng.integers(len(hdrs)))]
-        _world_hdr(rng, world, hdr, _u(rng, 0.3, 1.5) * (0.4 if ceiling else 1.0), _u(rng, 0, 6.28))
+        dim = 0.4 if ceiling and not windows else 1.0
+        _world_hdr(rng, world, hdr, _u(rng, 0.3, 1.5) * dim, _u(rng, 0, 6.28))
         lights["world"] = hdr.stem
     else:
         _world_flat(world, _light_colour(rng), _u(rng, 0.2, 1.0))
         lights["world"] = "flat"
-    if not ceiling and rng.random() < 0.5:
+    lights["windows"] = len(windows)
+    if (not ceiling or windows) and rng.random() < 0.5:
         _light("SUN", (0, 0, 10), _u(rng, 1, 4), _light_colour(rng), size=0.05,
                rot=(_u(rng, 0.1, 0.9), 0, _u(rng, 0, 6.28)))
     # camera: eye level near one wall, looking into the room
