@@ -637,3 +637,40 @@ def test_clear_camera_path_removes_objects_around_the_camera():
     removed = clear_camera_path(scene, [Matrix.Translation((0, 0, 0)), Matrix.Translation((0, 0.2, 0))])
     assert removed == ["engulfing"]
     assert [o.name for o in scene.objects] == ["ahead"]
+
+
+@pytest.mark.blender
+def test_factory_startup_scene_exports():
+    """Blender's own default scene (cube, light, camera, world) as an untouched input file."""
+    import bpy
+
+    bpy.ops.wm.read_factory_settings(use_empty=False)
+    scene = bpy.context.scene
+    cube = bpy.data.objects["Cube"]
+    f = _render(scene, samples=1)
+    surf = f.confidence > 0.99
+    sky = f.confidence == 0
+    assert 0.05 < surf.mean() < 0.9 and sky.mean() > 0.1
+    assert np.abs(f.albedo[surf] - 0.8).max() < 1e-3  # the default material: Principled, base 0.8
+    assert np.abs(f.roughness[surf] - 0.5).max() < 1e-3 and np.abs(f.metallic[surf]).max() < 1e-3
+    # every surface pixel lies on the cube: planar depth within the cube's bounding sphere
+    cam = scene.camera
+    axis = -(cam.matrix_world.to_3x3().col[2])
+    centre = (cube.matrix_world.to_translation() - cam.matrix_world.to_translation()).dot(axis)
+    assert centre - math.sqrt(3) < f.depth[surf].min() and f.depth[surf].max() < centre + math.sqrt(3)
+    # exact: ray-cast every interior pixel centre through the exported intrinsics
+    from mathutils import Vector
+
+    fx, fy, cx, cy = f.meta["intrinsics"]
+    dg = bpy.context.evaluated_depsgraph_get()
+    origin = cam.matrix_world.to_translation()
+    rot = cam.matrix_world.to_3x3().normalized()
+    inner = _erode(surf, 2)
+    errs = []
+    for r, c in np.argwhere(inner):
+        d = rot @ Vector(((c + 0.5 - cx) / fx, -(r + 0.5 - cy) / fy, -1.0))
+        hit, loc, *_ = scene.ray_cast(dg, origin, d.normalized())
+        assert hit
+        errs.append(abs((loc - origin).dot(axis) - f.depth[r, c]))
+    assert len(errs) > 50 and max(errs) < 1e-3
+    assert np.allclose(f.depth[sky], f.meta["depth_far"]) and np.allclose(f.normal[sky], (0, 0, 1))
