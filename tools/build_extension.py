@@ -182,7 +182,6 @@ def build(platforms: Sequence[str], output_dir: os.PathLike, *, offline: bool = 
         staged = stage / "blender_manifest.toml"
         staged.unlink()  # a fresh file: never write through to the source tree
         staged.write_text(staged_manifest(manifest, platforms, sorted(wheels)))
-        before = set(output_dir.glob("*.zip"))
         cmd = [sys.executable, str(ext), "build", "--split-platforms",
                "--source-dir", str(stage), "--output-dir", str(output_dir)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -194,7 +193,6 @@ def build(platforms: Sequence[str], output_dir: os.PathLike, *, offline: bool = 
         if not matches:
             raise BuildError("no zip for {} in {}:\n{}".format(platform, output_dir, proc.stdout[-2000:]))
         zips.append(max(matches, key=lambda p: p.stat().st_mtime))
-    del before
     for z in zips:
         proc = subprocess.run([sys.executable, str(ext), "validate", str(z)], capture_output=True, text=True)
         if proc.returncode != 0:
