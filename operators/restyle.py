@@ -185,16 +185,20 @@ def restyle_job(
     """
     result_dir = Path(result_dir)
     steps: List[Step] = []
+    extra = list(extra_args or [])
     if edited_dir is not None:
         steps.append(EditsStep(edited_dir))
         source = Path(edited_dir)
+        reference = gbuffer_dir or scene.gbuffer_editor.gbuffer_dir
+        if reference:
+            # shading is recovered against the unedited albedo, so albedo edits act fully
+            extra += ["--reference", str(Path(bpy.path.abspath(str(reference))))]
     elif gbuffer_dir is not None:
         source = Path(gbuffer_dir)
     else:
         raise ValueError("restyle needs edited_dir or gbuffer_dir")
     # restyle_NNN/restyle.log next to result/ (operator), else inside the --out folder (CLI)
     log = (result_dir.parent if result_dir.name == RESULT_DIR else result_dir) / "restyle.log"
-    extra = list(extra_args or [])
     if renderer:
         extra = ["--renderer", renderer] + extra
     argv = backend_args.restyle_argv(source, result_dir, prompt=prompt, extra=extra, prefs=prefs)
