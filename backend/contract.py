@@ -218,6 +218,16 @@ def _channel_dict(frame: GBufferFrame) -> Dict[str, np.ndarray]:
     return chans
 
 
+def as_stored(frame: GBufferFrame) -> GBufferFrame:
+    """A copy of ``frame`` whose arrays hold exactly what :func:`write_frame` stores
+    (each pass rounded through its on-disk dtype, returned as float32), i.e. what
+    :func:`read_frame` will give back."""
+    arrays = {name.lower(): np.asarray(arr, dtype=PASSES[name][1]).astype(np.float32)
+              for name, arr in frame.arrays().items()}
+    arrays.setdefault("confidence", None)
+    return GBufferFrame(meta=dict(frame.meta), **arrays)
+
+
 def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True) -> Path:
     """Write one contract frame atomically (temporary file in the same folder, then rename).
 

@@ -204,12 +204,13 @@ def decompose(
         aligner = geometry.TemporalDepthAligner(contract.RELATIVE_NEAR, contract.RELATIVE_FAR)
         flicker_rows = []
 
-        def load_prev(number: int):
-            """Seed temporal state from the previous frame's file (used on resume)."""
-            p = contract.frame_path(out_dir, number - 1)
-            if not p.exists():
-                return
-            fr = contract.read_frame(p)
+        def seed_state(fr: contract.GBufferFrame, number: int) -> None:
+            """Temporal state (aligner reference, stabilisation history) from a written frame.
+
+            Both the uninterrupted run and a resumed run seed it from the frame *as stored*
+            (on-disk dtypes, full size resampled to the processing size), so resuming after
+            a cancel gives bit-identical frames.
+            """
             sky = (fr.confidence <= SKY_CONFIDENCE) if fr.confidence is not None else None
             passes = {
                 "depth": fr.depth, "normal": fr.normal, "albedo": fr.albedo,
@@ -218,9 +219,17 @@ def decompose(
             state.passes = {k: _resize(v, pw, ph, nearest=False) for k, v in passes.items()}
             state.mask = None if sky is None else _resize(sky.astype(np.float32), pw, ph, True) < 0.5
             state.rgb = _resize(fr.combined[..., :3], pw, ph)
-            state.number = number - 1
+            state.number = number
             if fr.meta.get("depth_kind") == "relative":
                 aligner.reset(state.passes["depth"], state.mask)
+            else:
+                aligner.reset()
+
+        def load_prev(number: int):
+            """Seed temporal state from the previous frame's file (used on resume)."""
+            p = contract.frame_path(out_dir, number - 1)
+            if p.exists():
+                seed_state(contract.read_frame(p), number - 1)
 
         def process(sf, number: int) -> contract.GBufferFrame:
             rgb_full = sf.rgb
@@ -289,12 +298,6 @@ def decompose(
                 sky = ~surface
                 passes["depth"] = np.where(sky, far, passes["depth"]).astype(np.float32)
                 passes["normal"][sky] = contract.SKY_NORMAL
-            state.passes = {k: v.copy() for k, v in passes.items()}
-            state.rgb = rgb
-            state.mask = surface
-            state.number = number
-            if out.depth_kind == "relative":
-                aligner.reset(passes["depth"], surface)
 
             # back to full size
             depth_f = _resize(passes["depth"], W, H)
@@ -339,6 +342,7 @@ def decompose(
                 combined=combined.astype(np.float32), depth=depth_f, normal=normal_f.astype(np.float32),
                 albedo=albedo_f, metallic=metal_f, roughness=rough_f, confidence=conf_f, meta=meta,
             )
+            seed_state(contract.as_stored(frame), number)
             return frame, filled, extra
 
         def tasks():
