@@ -46,7 +46,7 @@ PHOTOS = (
 SCENE_KINDS = ("room", "outdoor", "tabletop")
 SCENE_WEIGHTS = (0.5, 0.32, 0.18)
 #: bumped when the generated scenes change (stored in every frame header)
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 
 
 # ----------------------------------------------------------------------------------------
@@ -321,6 +321,17 @@ class MaterialFactory:
         r = rng.random()
         metal = rng.random() < (0.08 if role in ("floor", "wall", "ground") else 0.25)
         tile_photos = [n for n, k in PHOTOS if k == "tile"]
+        if role == "water":
+            bsdf.inputs["Base Color"].default_value = (*_srgb_to_lin(_hsv(_u(rng, 0.4, 0.6), _u(rng, 0.3, 0.8),
+                                                                             _u(rng, 0.08, 0.35))), 1)
+            bsdf.inputs["Roughness"].default_value = _u(rng, 0.02, 0.15)
+            bsdf.inputs["Metallic"].default_value = 0.0
+            waves = tree.nodes.new("ShaderNodeTexNoise")
+            waves.inputs["Scale"].default_value = _u(rng, 0.5, 4.0)
+            waves.inputs["Detail"].default_value = _u(rng, 2, 8)
+            tree.links.new(vec, waves.inputs["Vector"])
+            self._bump(tree, bsdf, waves.outputs["Fac"], _u(rng, 0.05, 0.3))
+            return m
         if role == "ground" and r < 0.6:
             name = rng.choice(["grass", "gravel", "brick", "grass", "gravel", "moon"])
             tint = {"grass": _hsv(_u(rng, 0.2, 0.33), _u(rng, 0.3, 0.7), _u(rng, 0.5, 1.0)),
@@ -806,11 +817,24 @@ def _build_room(rng, scene, mats, hdrs):
 
 
 def _build_outdoor(rng, scene, mats, hdrs):
-    amp = 0.0 if rng.random() < 0.45 else _u(rng, 0.3, 4.0)
-    _terrain(rng, 400.0, mats.make("ground", _logu(rng, 0.3, 1.5)), amp)
-    street = rng.random() < 0.35
+    water = rng.random() < 0.15
+    if water:  # lake / sea / harbour: calm opaque water surface, boats, a far shore
+        amp = 0.0
+        _terrain(rng, 400.0, mats.make("water", _logu(rng, 0.3, 1.5)), 0.0)
+        for _ in range(int(rng.integers(1, 5))):
+            dist, ang = _logu(rng, 8, 80), _u(rng, -0.8, 0.8)
+            L = _u(rng, 3, 15)
+            _box("boat", (L, L * _u(rng, 0.25, 0.4), _u(rng, 0.8, 2.5)),
+                 (dist * math.sin(ang), dist * math.cos(ang), 0.3), _u(rng, 0, 6.28), mats.make("object", 1.0))
+        shore = _u(rng, 60, 180)
+        _box("shore", (600, 40, _u(rng, 1, 6)), (0, shore + 20, 0), _u(rng, -0.2, 0.2),
+                              mats.make("ground", 0.5))
+    else:
+        amp = 0.0 if rng.random() < 0.45 else _u(rng, 0.3, 4.0)
+        _terrain(rng, 400.0, mats.make("ground", _logu(rng, 0.3, 1.5)), amp)
+    street = (not water) and rng.random() < 0.35
     n = int(rng.integers(6, 30))
-    info = {"layout": "outdoor", "terrain_amp": amp, "street": street}
+    info = {"layout": "outdoor", "terrain_amp": amp, "street": street, "water": water}
     for i in range(n):
         if street:
             side = 1 if i % 2 else -1
@@ -820,6 +844,8 @@ def _build_outdoor(rng, scene, mats, hdrs):
             dist = _logu(rng, 3, 90)
             ang = _u(rng, -1.2, 1.2)
             x, y = dist * math.sin(ang), dist * math.cos(ang)
+            if water:
+                y = shore + _u(rng, 2, 30)
         r = rng.random()
         z = -0.3 if amp > 0 else 0.0
         if r < (0.5 if street else 0.2):  # building
