@@ -8,7 +8,7 @@ Layout of a frame file (single-part, scanline, ZIP compression)::
 
     GBuffer.Combined.{R,G,B,A}   half   scene-linear Rec.709 source frame
     GBuffer.Depth.V              float  planar depth along the camera axis
-    GBuffer.Normal.{X,Y,Z}       float  camera space, OpenGL (+X right, +Y up, +Z to camera)
+    GBuffer.Normal.{X,Y,Z}       half   camera space, OpenGL (+X right, +Y up, +Z to camera)
     GBuffer.Albedo.{R,G,B}       half   linear base colour, 0..1
     GBuffer.Metallic.V           half   0..1
     GBuffer.Roughness.V          half   0..1
@@ -40,7 +40,7 @@ FRAME_DIGITS = 4
 PASSES: Dict[str, tuple] = {
     "Combined": (("R", "G", "B", "A"), np.float16, "RGBA"),
     "Depth": (("V",), np.float32, "VALUE"),
-    "Normal": (("X", "Y", "Z"), np.float32, "VECTOR"),
+    "Normal": (("X", "Y", "Z"), np.float16, "VECTOR"),
     "Albedo": (("R", "G", "B"), np.float16, "RGBA"),
     "Metallic": (("V",), np.float16, "VALUE"),
     "Roughness": (("V",), np.float16, "VALUE"),

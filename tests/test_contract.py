@@ -95,7 +95,7 @@ def test_openexr_round_trip_is_bit_exact(tmp_path):
     assert hdr["gbuffer/contract_version"] == "1.0" and hdr["gbuffer/depth_kind"] == "metric"
     back = contract.read_frame(p)
     np.testing.assert_array_equal(back.depth, fr.depth)  # float32 passes exact
-    np.testing.assert_array_equal(back.normal, fr.normal)
+    np.testing.assert_array_equal(back.normal, fr.normal.astype(np.float16).astype(np.float32))
     np.testing.assert_array_equal(back.albedo, fr.albedo.astype(np.float16).astype(np.float32))
     assert back.meta["models"] == {"m": "rev1"} and back.meta["intrinsics"] == [10, 10, 4.5, 3.5]
     # writing the read frame again gives identical pixels

@@ -364,7 +364,7 @@ def test_normals_consistent_with_depth_give_small_angle(tmp_path):
     decompose(src, out, estimator=_use(_PlaneEstimator(), "plane"), max_size=None, stream=io.StringIO())
     fr = contract.read_frame(contract.frame_path(out, 1), validate=True)
     assert fr.meta["normal_depth_angle_deg"] < 0.5
-    np.testing.assert_allclose(fr.normal[15, 20], _PlaneEstimator.N, atol=1e-6)
+    np.testing.assert_allclose(fr.normal[15, 20], _PlaneEstimator.N, atol=1e-3)  # stored as half
     assert fr.depth[15, 20] == pytest.approx(4.0, rel=0.02)  # plane through (0, 0, -4)
 
 

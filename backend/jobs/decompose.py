@@ -212,13 +212,13 @@ def decompose(
             a cancel gives bit-identical frames.
             """
             sky = (fr.confidence <= SKY_CONFIDENCE) if fr.confidence is not None else None
-            passes = {
-                "depth": fr.depth, "normal": fr.normal, "albedo": fr.albedo,
-                "metallic": fr.metallic, "roughness": fr.roughness,
-            }
+            passes = {"depth": fr.depth}
+            if stabilize:  # the stabiliser's history needs every pass and the colour
+                passes.update(normal=fr.normal, albedo=fr.albedo, metallic=fr.metallic,
+                              roughness=fr.roughness)
+                state.rgb = _resize(fr.combined[..., :3], pw, ph)
             state.passes = {k: _resize(v, pw, ph, nearest=False) for k, v in passes.items()}
             state.mask = None if sky is None else _resize(sky.astype(np.float32), pw, ph, True) < 0.5
-            state.rgb = _resize(fr.combined[..., :3], pw, ph)
             state.number = number
             if fr.meta.get("depth_kind") == "relative":
                 aligner.reset(state.passes["depth"], state.mask)
@@ -266,9 +266,14 @@ def decompose(
             if out.normal is not None:
                 passes["normal"] = np.asarray(out.normal, np.float32)
                 # consistency check: estimator normals vs normals derived from its depth
-                from_depth = geometry.normals_from_depth(depth, intr_proc)
+                # (a diagnostic: on every 2nd pixel in each direction, with matching intrinsics)
+                k = 2 if min(ph, pw) >= 16 else 1
+                d_s = depth[::k, ::k]
+                intr_s = (intr_proc[0] / k, intr_proc[1] / k, intr_proc[2] / k, intr_proc[3] / k)
+                from_depth = geometry.normals_from_depth(d_s, intr_s)
                 extra["normal_depth_angle_deg"] = round(geometry.normal_consistency(
-                    passes["normal"], from_depth, surface), 3)
+                    passes["normal"][::k, ::k], from_depth,
+                    None if surface is None else surface[::k, ::k]), 3)
             else:
                 passes["normal"] = geometry.normals_from_depth(depth, intr_proc)
                 filled.append("normal")
@@ -342,7 +347,7 @@ def decompose(
                 combined=combined.astype(np.float32), depth=depth_f, normal=normal_f.astype(np.float32),
                 albedo=albedo_f, metallic=metal_f, roughness=rough_f, confidence=conf_f, meta=meta,
             )
-            seed_state(contract.as_stored(frame), number)
+            seed_state(contract.as_stored(frame) if stabilize else frame, number)  # depth is stored exactly
             return frame, filled, extra
 
         def tasks():
