@@ -75,6 +75,7 @@ def test_processing_size_caps_long_side():
     est = EmbeddedEstimator(max_size=384)
     assert est.processing_size(540, 960) == (216, 384)
     assert est.processing_size(1, 2000) == (1, 384)
+    assert EmbeddedEstimator().processing_size(540, 960) == (108, 192)
     assert est.processing_size(100, 50) == (100, 50)
 
 

@@ -3,7 +3,7 @@
     python -m training.bench_speed [--frames 30] [--clip ../shared/footage/boat.mp4]
 
 Measures, at 960x540:
-* ``network_ms``: one onnxruntime run at the processing size (long side 256 / 384);
+* ``network_ms``: one onnxruntime run at the processing size (long side 192 = default, and 384);
 * ``predict_ms``: :meth:`EmbeddedEstimator.predict` (encode, run, decode, resize to 960x540);
 * ``decompose_fps``: the real ``python -m backend decompose`` job on ``--frames`` frames of
   the clip downscaled to 960x540 (decode + estimate + EXR writing), from its own
@@ -49,7 +49,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     x = (rng.random((540, 960, 3)) ** 2).astype(np.float32)
     res = {"load_avg_before": os.getloadavg(), "cpu_count": os.cpu_count()}
-    for ms in (256, 384):
+    for ms in (192, 384):
         est = EmbeddedEstimator(max_size=ms, threads=2)
         small = np.ascontiguousarray(x[: est.processing_size(540, 960)[0], : est.processing_size(540, 960)[1]])
         res[f"network_ms_{ms}"] = _time(lambda: est.run_network(small), args.repeats)

@@ -8,7 +8,7 @@ normals, albedo, metallic, roughness, for real and synthetic frames).
 
 What is evaluated is exactly what users run: the ONNX model through
 :class:`backend.estimators.embedded.EmbeddedEstimator` (onnxruntime, ``max_size``
-384 by default). Depth is scored from the network's disparity, resized to the
+192 by default). Depth is scored from the network's disparity, resized to the
 ground-truth size, with the affine protocol of :mod:`training.metrics`.
 
 Sets:
@@ -233,7 +233,7 @@ def table(res) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="ONNX file (default: the shipped one)")
-    ap.add_argument("--max-size", type=int, default=384)
+    ap.add_argument("--max-size", type=int, default=None, help="processing long side (default: the estimator's)")
     ap.add_argument("--synthetic", nargs="*", default=["training/data/procedural", "training/data/rooms"])
     ap.add_argument("--max-synthetic", type=int, default=60)
     ap.add_argument("--out", default=str(RESULTS))

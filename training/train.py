@@ -128,6 +128,8 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init", default="", help="initialise weights from a checkpoint")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--clip", type=float, default=5.0, help="gradient-norm clipping")
+    ap.add_argument("--w-ssi", type=float, default=1.0, help="weight of the SSI depth loss")
     ap.add_argument("--toy", action="store_true", help="smoke test on generated toy frames")
     args = ap.parse_args(argv)
 
@@ -186,10 +188,10 @@ def main(argv=None):
         idx = rng.integers(0, len(cache.train), args.batch)
         x, b = make_batch(cache.train, idx, hw, rng)
         o = net(x)
-        loss, parts = total_loss(o, b)
+        loss, parts = total_loss(o, b, {"ssi": args.w_ssi})
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 2.0)
+        torch.nn.utils.clip_grad_norm_(net.parameters(), args.clip)
         opt.step()
         state["step"] += 1
         lv = loss.item()

@@ -5,7 +5,8 @@ No torch, no network access: the model file ships in the extension
 training, metrics and limits).
 
 Method: the scene-linear frame is downscaled (area filter) so its long side is at
-most ``max_size`` pixels (default 384; smaller frames are processed as they are),
+most ``max_size`` pixels (default :data:`DEFAULT_MAX_SIZE` = 192, the scale the network
+was trained at: full frames of 160-190 px; smaller frames are processed as they are),
 encoded as the network expects (:func:`backend.model.encoding.encode_input`:
 auto-exposure, sRGB OETF, normalisation), run once, and every output is resized back
 to the full frame with bilinear interpolation (``cv2.resize``). Predicted disparity
@@ -28,6 +29,8 @@ from .base import Estimator, EstimatorOutput
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "model" / "weights" / "embedded.onnx"
 MODEL_ID = "gbuffer_editor/embedded"
+#: processing long side (pixels); matches the training scale (see docs/model-card.md)
+DEFAULT_MAX_SIZE = 192
 OUTPUT_NAMES = ("disparity", "normal", "albedo", "metallic", "roughness", "sky")
 
 
@@ -54,8 +57,7 @@ class EmbeddedEstimator(Estimator):
     Args:
         model_path: ONNX file; default ``backend/model/weights/embedded.onnx``.
         max_size: long side (pixels) at which the network runs; outputs are resized
-            back to the input size. 384 by default (about 40-60 ms per frame on
-            2 CPU cores, see the model card).
+            back to the input size; :data:`DEFAULT_MAX_SIZE` (192) by default.
         threads: onnxruntime intra-op threads (default 2).
         device: accepted for CLI compatibility; only ``cpu`` (or ``None``/``auto``).
 
@@ -66,14 +68,14 @@ class EmbeddedEstimator(Estimator):
 
     name = "embedded"
 
-    def __init__(self, model_path: Optional[os.PathLike] = None, max_size: Optional[int] = 384,
+    def __init__(self, model_path: Optional[os.PathLike] = None, max_size: Optional[int] = DEFAULT_MAX_SIZE,
                  threads: Optional[int] = 2, device: Optional[str] = None, **_ignored):
         import onnxruntime as ort
 
         self.model_path = Path(model_path) if model_path else DEFAULT_MODEL
         if not self.model_path.is_file():
             raise FileNotFoundError(f"embedded model not found: {self.model_path}")
-        self.max_size = int(max_size) if max_size else 384
+        self.max_size = int(max_size) if max_size else DEFAULT_MAX_SIZE
         if self.max_size < 8:
             raise ValueError(f"max_size must be >= 8, got {max_size}")
         threads = int(threads) if threads else 2
