@@ -402,8 +402,8 @@ def test_installed_wheels_and_backend_work(default_path):
         assert Path(file).is_relative_to(site), (name, file)
     assert not Path(res["numpy"]).is_relative_to(site)
     assert Path(res["backend"]).is_relative_to(ext_dir)
-    assert res["errs"]["depth"] < 1e-5 and res["errs"]["normal"] < 1e-5
-    assert res["errs"]["metallic"] < 1e-3 and res["errs"]["roughness"] < 1e-3  # half
+    assert res["errs"]["depth"] < 1e-5  # float32: exact
+    assert res["errs"]["normal"] < 1e-3 and res["errs"]["metallic"] < 1e-3 and res["errs"]["roughness"] < 1e-3  # half
     assert res["passes"] == ["Albedo", "Combined", "Confidence", "Depth", "Metallic", "Normal", "Roughness"]
     assert res["y"] == [[1.0] * 3] * 2
     assert res["decoded"] == [[48, 64, 3]] * 4

@@ -166,4 +166,12 @@ def make_contact_sheet(gb_dir: Path, results: dict, path: Path, n_frames: int) -
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    sys.exit(main())
+    rc = main()
+    bpy_mod = sys.modules.get("bpy")
+    if bpy_mod is not None and bpy_mod.app.version < (5, 0, 0):
+        # bpy 4.x as a module can crash while tearing down registered UI classes at
+        # interpreter exit; the job is done and flushed, so leave without that teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)
