@@ -21,6 +21,7 @@ This module never imports ``bpy``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -135,6 +136,26 @@ class GBufferFrame:
             arr = self.arrays().get(name)
             if arr is not None and (arr.min() < -1e-3 or arr.max() > 1.0 + 1e-3):
                 raise ContractError(f"pass {name}: values must lie in [0, 1]")
+
+
+@contextlib.contextmanager
+def atomic_path(path: os.PathLike, prefix: Optional[str] = None):
+    """Yield a temporary path in ``path``'s folder; on success rename it onto ``path``.
+
+    The rename is atomic on one file system, so readers see either the old file or the
+    complete new one. On any exception the temporary file is removed and the exception
+    propagates (``OSError`` for a full disk or an unwritable folder).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix or (".tmp_" + path.stem), suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def make_meta(
@@ -257,18 +278,8 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     for k, v in meta.items():
         header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
     channels = _channel_dict(frame)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + path.stem, suffix=".exr", dir=path.parent)
-    os.close(fd)
-    try:
-        with OpenEXR.File(header, channels) as f:
-            f.write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_path(path) as tmp, OpenEXR.File(header, channels) as f:
+        f.write(tmp)
     return path
 
 
@@ -387,11 +398,9 @@ def write_manifest(out_dir: os.PathLike, manifest: Dict[str, Any]) -> Path:
     out_dir = Path(out_dir)
     data = dict(manifest)
     data.setdefault("contract_version", CONTRACT_VERSION)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_manifest", suffix=".json", dir=out_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
     path = out_dir / "manifest.json"
-    os.replace(tmp, path)
+    with atomic_path(path, prefix=".tmp_manifest") as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
     return path
 
 

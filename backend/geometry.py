@@ -134,12 +134,17 @@ def normals_from_depth(
     if h < 2:
         ty = np.zeros_like(p)
         ty[..., 1] = -1.0
-    n = np.cross(ty, tx)
-    norm = np.linalg.norm(n, axis=-1, keepdims=True)
-    ok = norm[..., 0] > 1e-12
-    out = np.zeros_like(n)
+    return unit_or_facing(np.cross(ty, tx), 1e-12)
+
+
+def unit_or_facing(n: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Normalise ``H x W x 3`` vectors; those shorter than ``eps`` become (0, 0, 1),
+    the camera-facing normal. Returns float32."""
+    length = np.linalg.norm(n, axis=-1, keepdims=True)
+    ok = length[..., 0] > eps
+    out = np.zeros(n.shape, np.float64 if n.dtype == np.float64 else np.float32)
     out[..., 2] = 1.0
-    out[ok] = n[ok] / norm[ok]
+    out[ok] = n[ok] / length[ok]
     return out.astype(np.float32)
 
 

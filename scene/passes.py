@@ -25,6 +25,11 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+try:  # inside the extension package
+    from ..backend.geometry import unit_or_facing
+except ImportError:  # repository root on sys.path
+    from backend.geometry import unit_or_facing
+
 #: mist range used for coverage (Blender units); surfaces closer than this read ~0
 MIST_DEPTH = 1.0e6
 #: Cycles writes this (1e10) into the Depth pass for background samples
@@ -68,13 +73,7 @@ def world_to_camera_normals(normal_world: np.ndarray, cam_rotation: np.ndarray) 
         +Y up, +Z toward the camera). Zero-length input gives (0, 0, 1).
     """
     r = np.asarray(cam_rotation, dtype=np.float64)
-    n = normal_world.astype(np.float64) @ r  # == (R^T n) per pixel
-    length = np.linalg.norm(n, axis=-1, keepdims=True)
-    ok = length[..., 0] > 1e-6
-    out = np.zeros_like(n)
-    out[..., 2] = 1.0
-    out[ok] = n[ok] / length[ok]
-    return out.astype(np.float32)
+    return unit_or_facing(normal_world.astype(np.float64) @ r, 1e-6)  # R^T n per pixel
 
 
 def passes_to_gbuffers(

@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import json
 import os
-import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
@@ -111,17 +110,8 @@ def read_rgba_exr(path: os.PathLike) -> np.ndarray:
 
 def _atomic_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + path.stem, suffix=path.suffix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with contract.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
 
 
 def write_png(path: os.PathLike, rgb_linear: np.ndarray) -> Path:
@@ -146,10 +136,8 @@ def write_mp4(path: os.PathLike, frames: Iterable[np.ndarray], fps=DEFAULT_FPS, 
     import av
 
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_preview", suffix=".mp4", dir=path.parent)
-    os.close(fd)
     n = 0
-    try:
+    with contract.atomic_path(path, prefix=".tmp_preview") as tmp:
         with av.open(tmp, mode="w", format="mp4") as box:
             stream = None
             for img in frames:
@@ -173,13 +161,6 @@ def write_mp4(path: os.PathLike, frames: Iterable[np.ndarray], fps=DEFAULT_FPS, 
                 raise ValueError("no frames to encode")
             for pkt in stream.encode():
                 box.mux(pkt)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     return path
 
 
