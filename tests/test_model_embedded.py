@@ -80,19 +80,28 @@ def test_processing_size_caps_long_side():
 
 
 @pytest.mark.skipif(not (GT / "nyu_depth").exists(), reason="shared ground truth not available")
-def test_beats_vertical_prior_on_real_nyu_frame():
+def test_beats_vertical_prior_on_real_nyu_frames():
+    """Mean depth AbsRel over the 3 NYU frames (affine-aligned in disparity, like
+    training/evaluate.py) is at least MARGIN below the vertical-gradient prior's.
+
+    Committed evaluation: model 0.178 vs prior 0.228. Per frame the model wins on
+    rgb_00050 (0.150 vs 0.294) and rgb_00100 (0.197 vs 0.211) but not on rgb_00000
+    (0.186 vs 0.180), so the assertion is on the mean, as the issue's bar is.
+    """
+    import cv2
+
     from backend.estimators.embedded import EmbeddedEstimator
     from training import metrics as M
 
-    import cv2
-
     est = EmbeddedEstimator()
-    s = M.load_nyu()[0]
-    h, w = s["depth"].shape
-    disp = cv2.resize(est.run_network(s["rgb"])["disparity"], (w, h), interpolation=cv2.INTER_LINEAR)
-    model = M.depth_metrics_from_disparity(disp, s["depth"], s["mask"])["absrel"]
-    prior = M.depth_metrics_from_disparity(M.vertical_prior_disparity(h, w), s["depth"], s["mask"])["absrel"]
-    assert model < prior - MARGIN, (model, prior)
+    model, prior = [], []
+    for s in M.load_nyu():
+        h, w = s["depth"].shape
+        disp = cv2.resize(est.run_network(s["rgb"])["disparity"], (w, h), interpolation=cv2.INTER_LINEAR)
+        model.append(M.depth_metrics_from_disparity(disp, s["depth"], s["mask"])["absrel"])
+        prior.append(M.depth_metrics_from_disparity(M.vertical_prior_disparity(h, w), s["depth"], s["mask"])["absrel"])
+    assert len(model) == 3
+    assert np.mean(model) < np.mean(prior) - MARGIN, (model, prior)
 
 
-MARGIN = 0.0  # set from the committed evaluation (see docs/model-card.md)
+MARGIN = 0.03  # the issue's bar on NYU; the shipped model clears it by 0.05 (docs/model-card.md)

@@ -190,13 +190,17 @@ def footage_frame(path: Path, index: int = 30):
         from backend.model.encoding import srgb_decode
 
         with av.open(str(path)) as c:
+            last = None
             for i, fr in enumerate(c.decode(video=0)):
+                last = fr
                 if i >= index:
-                    img = fr.to_ndarray(format="rgb24").astype(np.float32) / 255.0
-                    h, w = img.shape[:2]
-                    f = 540 / h if h > 540 else 1.0
-                    img = cv2.resize(img, (int(w * f), int(h * f)), interpolation=cv2.INTER_AREA)
-                    return srgb_decode(img)
+                    break
+            if last is not None:  # frame `index`, or the last one of a shorter clip
+                img = last.to_ndarray(format="rgb24").astype(np.float32) / 255.0
+                h, w = img.shape[:2]
+                f = 540 / h if h > 540 else 1.0
+                img = cv2.resize(img, (int(w * f), int(h * f)), interpolation=cv2.INTER_AREA)
+                return srgb_decode(img)
     except Exception as e:
         print(f"footage {path}: {e}", file=sys.stderr)
     return None
