@@ -129,16 +129,22 @@ class EmbeddedEstimator(Estimator):
         rgb = np.asarray(rgb)
         if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
             raise ValueError(f"expected an H x W x 3 RGB frame, got shape {rgb.shape}")
-        rgb = np.nan_to_num(rgb.astype(np.float32, copy=False), nan=0.0, posinf=0.0, neginf=0.0)
         H, W = rgb.shape[:2]
-        o = self.run_network(np.maximum(rgb, 0.0))
+        ph, pw = self.processing_size(H, W)
+        small = _resize(np.ascontiguousarray(rgb, dtype=np.float32), ph, pw, cv2.INTER_AREA)
+        small = np.maximum(np.nan_to_num(small, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
+        o = self.run_network(small)
         depth_s, conf_s = disparity_to_depth(o["disparity"], o["sky"])
-        # one resize for all 10 channels: depth, confidence, normal (3), albedo (3), metallic, roughness
+        # one bilinear resize for all 10 channels: depth, confidence, normal (3), albedo (3),
+        # metallic, roughness. Bilinear weights are convex, so [0, 1] values stay in [0, 1]
+        # (up to rounding, removed below with cheap in-place min/max).
         stack = np.concatenate([depth_s[..., None], conf_s[..., None], o["normal"], o["albedo"],
                                 o["metallic"][..., None], o["roughness"][..., None]], axis=-1)
         big = _resize(np.ascontiguousarray(stack, dtype=np.float32), H, W)
-        depth = np.maximum(big[..., 0], 1e-6)
-        conf = np.clip(big[..., 1], 0.0, 1.0)
+        np.maximum(big[..., 0], 1e-6, out=big[..., 0])
+        unit = big[..., [1, 5, 6, 7, 8, 9]]
+        np.minimum(unit, 1.0, out=unit)
+        np.maximum(unit, 0.0, out=unit)
         n = big[..., 2:5]
         norm = n[..., 0] * n[..., 0] + n[..., 1] * n[..., 1] + n[..., 2] * n[..., 2]
         np.sqrt(norm, out=norm)
@@ -146,9 +152,11 @@ class EmbeddedEstimator(Estimator):
         n = n / np.maximum(norm, 1e-6)[..., None]
         if bad.any():
             n[bad] = (0.0, 0.0, 1.0)
-        albedo = np.clip(big[..., 5:8], 0.0, 1.0)
-        metallic = np.clip(big[..., 8], 0.0, 1.0)
-        rough = np.clip(big[..., 9], 0.0, 1.0)
+        depth = big[..., 0]
+        conf = unit[..., 0]
+        albedo = unit[..., 1:4]
+        metallic = unit[..., 4]
+        rough = unit[..., 5]
         return EstimatorOutput(
             depth=np.ascontiguousarray(depth), depth_kind="relative", normal=np.ascontiguousarray(n),
             albedo=np.ascontiguousarray(albedo), metallic=np.ascontiguousarray(metallic),
