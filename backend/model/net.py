@@ -43,10 +43,11 @@ OUTPUT_NAMES = ("disparity", "normal", "albedo", "metallic", "roughness", "sky")
 class NetConfig:
     """Hyper-parameters of :class:`GBufNet` (stored in ``embedded.json``)."""
 
-    widths: List[int] = field(default_factory=lambda: [24, 40, 64, 112, 160])
-    blocks: List[int] = field(default_factory=lambda: [1, 1, 2, 2, 2])
-    dec_widths: List[int] = field(default_factory=lambda: [112, 64, 40, 32])
-    head_width: int = 32
+    widths: List[int] = field(default_factory=lambda: [16, 32, 48, 96, 144])
+    blocks: List[int] = field(default_factory=lambda: [1, 1, 1, 2, 2])
+    dec_widths: List[int] = field(default_factory=lambda: [96, 48, 32, 24])
+    head_width: int = 24
+    head_kernel: int = 1
     coord_channels: bool = True
 
     def to_dict(self) -> Dict:
@@ -90,9 +91,9 @@ class Up(nn.Module):
 
 
 class Head(nn.Module):
-    def __init__(self, cin: int, width: int, cout: int):
+    def __init__(self, cin: int, width: int, cout: int, k: int = 1):
         super().__init__()
-        self.body = _conv_bn(cin, width)
+        self.body = _conv_bn(cin, width, k=k)
         self.out = nn.Conv2d(width, cout, 1)
 
     def forward(self, x):
@@ -137,10 +138,11 @@ class GBufNet(nn.Module):
             c = co
         self.ups = nn.ModuleList(ups)
         hw = cfg.head_width
-        self.head_depth = Head(c, hw, 2)  # disparity + sky logit
-        self.head_normal = Head(c, hw, 3)
-        self.head_albedo = Head(c, hw, 3)
-        self.head_mat = Head(c, hw, 2)  # metallic, roughness
+        k = cfg.head_kernel
+        self.head_depth = Head(c, hw, 2, k)  # disparity + sky logit
+        self.head_normal = Head(c, hw, 3, k)
+        self.head_albedo = Head(c, hw, 3, k)
+        self.head_mat = Head(c, hw, 2, k)  # metallic, roughness
 
     def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
         h, w = x.shape[-2], x.shape[-1]
