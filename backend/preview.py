@@ -6,7 +6,7 @@ Encodings (all return ``H x W x 3`` ``uint8`` sRGB):
 
 * colour passes (Combined, Albedo, renders): scene-linear Rec.709 -> sRGB transfer
   (IEC 61966-2-1), clipped to [0, 1];
-* Depth: inverse depth normalised by its 2nd..98th percentile, OpenCV's TURBO
+* Depth: log depth normalised by its 2nd..98th percentile, OpenCV's TURBO
   colour map (near = red, far = blue); "no surface" pixels (Confidence 0) black;
 * Normal: the usual normal-map colours, ``rgb = n * 0.5 + 0.5`` (camera space,
   OpenGL: +X right = red, +Y up = green, +Z toward the camera = blue);
@@ -31,13 +31,13 @@ def encode_colour(rgb_linear: np.ndarray) -> np.ndarray:
 
 
 def encode_depth(depth: np.ndarray, mask: Optional[np.ndarray] = None) -> np.ndarray:
-    """``H x W`` depth (> 0) -> TURBO-coloured inverse depth; ``mask`` True = surface."""
+    """``H x W`` depth (> 0) -> TURBO-coloured log depth (near red); ``mask`` True = surface."""
     import cv2
 
-    inv = 1.0 / np.maximum(depth, 1e-6)
+    nearness = -np.log(np.maximum(depth, 1e-6))  # log depth: readable from 1 m to 1 km alike
     valid = mask if mask is not None and mask.any() else np.ones(depth.shape, bool)
-    lo, hi = np.percentile(inv[valid], [2, 98])
-    t = np.clip((inv - lo) / max(hi - lo, 1e-12), 0, 1)
+    lo, hi = np.percentile(nearness[valid], [2, 98])
+    t = np.clip((nearness - lo) / max(hi - lo, 1e-12), 0, 1)
     bgr = cv2.applyColorMap(_u8(t), cv2.COLORMAP_TURBO)
     rgb = bgr[..., ::-1].copy()
     if mask is not None:
