@@ -90,27 +90,25 @@ def main(argv=None) -> int:
     s.max_size = args.max_size
     s.estimator = "embedded"
 
-    t0 = time.perf_counter()
-    r = bpy.ops.gbuffer.decompose()
-    dt = time.perf_counter() - t0
-    if r != {"FINISHED"} or not s.gbuffer_dir:
-        print(f"demo: decompose failed: {s.status}", file=sys.stderr)
-        return 1
-    gb_dir = Path(s.gbuffer_dir)
-    timings["decompose"] = (n, dt)
+    def run_stage(label: str, op, result_attr: str) -> Path:
+        """Run a (blocking, background-mode) operator; time it; return the folder it wrote."""
+        t0 = time.perf_counter()
+        r = op()
+        timings[label] = (n, time.perf_counter() - t0)
+        if r != {"FINISHED"} or not getattr(s, result_attr):
+            raise RuntimeError(f"{label} failed: {s.status}")
+        return Path(getattr(s, result_attr))
 
     results = {}
-    for prompt in PROMPTS:
-        s.prompt = prompt
-        s.renderer = "embedded"
-        t0 = time.perf_counter()
-        r = bpy.ops.gbuffer.restyle()
-        dt = time.perf_counter() - t0
-        if r != {"FINISHED"} or not s.result_dir:
-            print(f"demo: restyle '{prompt}' failed: {s.status}", file=sys.stderr)
-            return 1
-        results[prompt] = Path(s.result_dir)
-        timings[f"restyle '{prompt}'"] = (n, dt)
+    try:
+        gb_dir = run_stage("decompose", bpy.ops.gbuffer.decompose, "gbuffer_dir")
+        for prompt in PROMPTS:
+            s.prompt = prompt
+            s.renderer = "embedded"
+            results[prompt] = run_stage(f"restyle '{prompt}'", bpy.ops.gbuffer.restyle, "result_dir")
+    except RuntimeError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 1
 
     sheet = make_contact_sheet(gb_dir, results, out / "contact_sheet.png", args.sheet_frames)
     blend = out / "demo.blend"
