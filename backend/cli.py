@@ -60,7 +60,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except JobCancelled as e:
         sys.stdout.write(json.dumps({"event": "cancelled", "written": e.written, "frame": e.frame}) + "\n")
         sys.stdout.flush()
-        sys.stderr.write(f"cancelled: {e}; complete frames are kept\n")
+        sys.stderr.write(f"{e}; complete frames are kept\n")
         return 130
     except KeyboardInterrupt:
         sys.stdout.write(json.dumps({"event": "cancelled", "written": None, "frame": None}) + "\n")
@@ -78,4 +78,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     except OSError as e:
         _error_line(f"{e.filename or ''}: {e.strerror or e}".strip(": "), file=e.filename)
+        return 1
+    except Exception as e:  # noqa: BLE001 - e.g. a model that is not available: one line, not a traceback
+        text = str(e).splitlines()[0] if str(e) else ""
+        _error_line(f"{type(e).__name__}: {text}".rstrip(": "))
         return 1

@@ -138,6 +138,14 @@ class GBufferFrame:
                 raise ContractError(f"pass {name}: values must lie in [0, 1]")
 
 
+def default_file_mode() -> int:
+    """``0o666`` less the process umask: what ``open(..., "w")`` would give a new file
+    (``tempfile.mkstemp`` creates 0600 files, which other users could not read)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: os.PathLike, prefix: Optional[str] = None):
     """Yield a temporary path in ``path``'s folder; on success rename it onto ``path``.
@@ -150,6 +158,7 @@ def atomic_path(path: os.PathLike, prefix: Optional[str] = None):
     fd, tmp = tempfile.mkstemp(prefix=prefix or (".tmp_" + path.stem), suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, default_file_mode())
         yield tmp
         os.replace(tmp, path)
     except BaseException:

@@ -60,6 +60,10 @@ IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".exr", ".bmp", ".webp"}
 SEQUENCE_FPS = Fraction(24)
 
 
+#: FFmpeg "video" codecs that are really text renderers (a .txt file opens as 'ansi' video)
+TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf", "tty"})
+
+
 class FootageError(ValueError):
     """Footage cannot be opened or decoded; the message names the file and frame."""
 
@@ -409,6 +413,8 @@ class _MovieFootage(Footage):
                 raise FootageError(
                     f"{path}: unsupported video codec ({tag}); FFmpeg in this build cannot decode it "
                     "- convert the clip to H.264/ProRes/PNG frames first")
+            if cc.name in TEXT_CODECS:  # FFmpeg renders text files as video ("tty" demuxer)
+                raise FootageError(f"{path}: not a movie (FFmpeg reads it as text, codec {cc.name})")
             stream.thread_type = "AUTO"
             self._bits = max((c.bits for c in fmt.components), default=8)
             self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \

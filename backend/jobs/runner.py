@@ -339,6 +339,7 @@ def run_job(
                 os.close(fd)
                 tmp = Path(tmp)
                 try:
+                    os.chmod(tmp, contract.default_file_mode())
                     info = work(tmp, shash)
                     info = info if isinstance(info, dict) else {}
                     if not tmp.exists() or tmp.stat().st_size == 0:
