@@ -55,7 +55,7 @@ def main() -> None:
         "wall_s": wall,
         "steady_fps": steady,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "manifest_flicker": getattr(res, "manifest", {}).get("flicker") if hasattr(res, "manifest") else None,
+        "manifest_flicker": res.manifest.get("flicker"),
     }))
 
 

@@ -108,7 +108,6 @@ def bench_exr_ceiling(tmp: Path, n: int = 12) -> dict:
     from backend import contract
 
     h, w = 540, 960
-    rng = np.random.default_rng(0)
     # Smooth, image-like content (random noise would be an unfair worst case for ZIP).
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
     base = (np.sin(xx / 37.0) * np.cos(yy / 23.0) * 0.5 + 0.5).astype(np.float32)
@@ -131,7 +130,6 @@ def bench_exr_ceiling(tmp: Path, n: int = 12) -> dict:
         with open(d / f"raw_{i}.bin", "wb") as f:
             f.write(raw)
     t_raw = time.perf_counter() - t0
-    del rng
     return {
         "frame": "960x540, 7 passes (15 channels)",
         "raw_bytes_per_frame": len(raw),

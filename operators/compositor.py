@@ -107,11 +107,18 @@ def load_sequence_image(folder: os.PathLike, prefix: str = FILE_PREFIX):
     frames = list_frames(folder, prefix=prefix)
     if not frames:
         raise FileNotFoundError(f"no {prefix}NNNN.exr frames in {folder}")
+    img, first = _sequence_image(frames, f"{Path(folder).name} G-buffers")
+    return img, first, len(frames)
+
+
+def _sequence_image(frames: dict, name: str):
+    """Load ``{number: path}`` (sorted) as one image sequence named ``name``;
+    returns ``(image, first_number)``."""
     first = next(iter(frames))
     img = bpy.data.images.load(str(frames[first]), check_existing=False)
     img.source = "SEQUENCE"
-    img.name = f"{Path(folder).name} G-buffers"
-    return img, first, len(frames)
+    img.name = name
+    return img, first
 
 
 def _configure_sequence_node(node, img, first: int, count: int, scene_start: int) -> None:
@@ -271,10 +278,7 @@ def load_result(scene, folder: os.PathLike) -> bpy.types.Node:
     _, frames = find_sequence(folder)
     if not frames:
         raise FileNotFoundError(f"no numbered image frames in {folder}")
-    first = next(iter(frames))
-    img = bpy.data.images.load(str(frames[first]), check_existing=False)
-    img.source = "SEQUENCE"
-    img.name = f"{Path(folder).name} result"
+    img, first = _sequence_image(frames, f"{Path(folder).name} result")
     node = _node(tree, ROLE_RESULT, "CompositorNodeImage")
     node.name = node.label = "Restyle result"
     node.location = (350, 450)
