@@ -40,9 +40,20 @@ class EstimatorOutput:
 
 
 class Estimator:
-    """Base class. Subclasses set ``name`` and implement :meth:`predict`."""
+    """Base class. Subclasses set ``name`` and implement :meth:`predict`.
+
+    Attributes:
+        name: registry name.
+        native_max_size: long side (pixels) at which the estimator really computes, or
+            ``None`` when it works at any size. An estimator that downscales
+            internally (the embedded network runs at 192 px) sets it, and
+            ``decompose`` then does its per-frame work (depth alignment,
+            stabilisation, sky handling) at that size and resamples to the full
+            frame once, instead of at full size on upsampled estimates.
+    """
 
     name = "base"
+    native_max_size: Optional[int] = None
 
     def predict(self, rgb: np.ndarray) -> EstimatorOutput:
         """Estimate G-buffers for one frame.

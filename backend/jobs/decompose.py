@@ -33,10 +33,10 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .. import contract, geometry, temporal
+from .. import contract, events, geometry, temporal
 from ..estimators.base import EstimatorOutput, get_estimator
 from ..footage import FootageError, fit_long_side, open_footage
-from .runner import JobError, run_job
+from .runner import Deferred, JobError, run_job
 
 DEFAULT_ESTIMATOR = "embedded"
 DEFAULT_MAX_SIZE = 1024
@@ -44,6 +44,7 @@ DEFAULT_STRENGTH = 0.5
 FALLBACK_ROUGHNESS = 0.5
 FALLBACK_METALLIC = 0.0
 SKY_CONFIDENCE = 1e-3  # confidence at or below this marks "no surface"
+MIN_MAX_SIZE = 16  # smallest processing size (long side) accepted; 0 / None = full size
 
 
 def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
@@ -110,6 +111,40 @@ def read_settings_hash(path: Path) -> Optional[str]:
     return v
 
 
+def max_size_arg(text: str) -> int:
+    """argparse type of ``--max-size``: 0 (full size) or an integer >= :data:`MIN_MAX_SIZE`."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v != 0 and v < MIN_MAX_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"{v} is too small: use 0 (full size) or at least {MIN_MAX_SIZE} pixels")
+    return v
+
+
+def clip_frame_range(first: int, last: Optional[int], n_src: Optional[int], path, spec: Optional[str],
+                     stream=None) -> Optional[int]:
+    """Number of frames a 1-based ``first..last`` range covers in a clip of ``n_src`` frames.
+
+    A range starting past the end is an error; one that only ends past the end is
+    clipped to the end, with a ``warning`` event (:func:`backend.events.warning`).
+
+    Raises:
+        FootageError: ``first > n_src`` (the message gives the clip's length).
+    """
+    if n_src is None:
+        return None if last is None else last - first + 1
+    if first > n_src:
+        raise FootageError(f"{path}: --frames {spec} starts past the end: the clip has {n_src} frame(s)",
+                           frame=first, file=path)
+    if last is not None and last > n_src:
+        events.warning(f"--frames {spec}: the clip has {n_src} frame(s); clipped to {first}-{n_src}",
+                       file=path, s=stream)
+        last = n_src
+    return (last if last is not None else n_src) - first + 1
+
+
 class _State:
     """What the next frame needs from the previous one (processing resolution)."""
 
@@ -135,6 +170,7 @@ def decompose(
     hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
     stream=None,
     progress_bar: Optional[bool] = None,
+    overwrite: bool = False,
 ):
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -153,6 +189,8 @@ def decompose(
         colorspace: OpenColorIO name of the source colour space (``None`` = default).
         hfov_deg: assumed horizontal field of view for normals from depth.
         stream, progress_bar: progress output, see :func:`backend.jobs.runner.run_job`.
+        overwrite: replace frames an earlier run with other settings left in ``out_dir``
+            (refused otherwise); see :func:`backend.jobs.outputs.check_previous_outputs`.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -162,8 +200,8 @@ def decompose(
         (unknown estimator).
     """
     first, last = parse_frames(frames)
-    if max_size is not None and max_size < 1:
-        raise ValueError(f"--max-size must be >= 1, got {max_size}")
+    if max_size is not None and max_size < MIN_MAX_SIZE:
+        raise ValueError(f"--max-size must be 0 (full size) or at least {MIN_MAX_SIZE}, got {max_size}")
     if stabilize and not 0.0 <= strength < 1.0:
         raise ValueError(f"stabilize strength must be in [0, 1), got {strength}")
     src = open_footage(input_path, colorspace=colorspace)  # input errors before model loading
@@ -178,15 +216,16 @@ def decompose(
             est = get_estimator(estimator, **opts)
         info = src.info
         W, H = info.width, info.height
-        pw, ph = fit_long_side(W, H, max_size)
+        # the processing size: the --max-size cap, and no larger than the size at which
+        # the estimator really computes (upsampling its estimates first would only make
+        # the per-frame work below slower, not the result better)
+        native = getattr(est, "native_max_size", None)
+        cap = max_size
+        if native:
+            cap = min(cap, int(native)) if cap else int(native)
+        pw, ph = fit_long_side(W, H, cap)
         n_src = info.n_frames
-        if n_src is not None and first > n_src:
-            raise FootageError(f"{info.path}: --frames starts at {first} but the source has {n_src} frame(s)")
-        total = None
-        if n_src is not None:
-            total = (min(last, n_src) if last else n_src) - first + 1
-        elif last is not None:
-            total = last - first + 1
+        total = clip_frame_range(first, last, n_src, info.path, frames, stream)
         intr_full = geometry.intrinsics_from_fov(W, H, hfov_deg, float(info.sar))
         settings = {
             "contract_version": contract.CONTRACT_VERSION,
@@ -316,7 +355,8 @@ def decompose(
             conf_f = None
             if out.confidence is not None:
                 conf_f = np.clip(_resize(np.asarray(out.confidence, np.float32), W, H), 0, 1)
-                sky_f = _resize((~surface).astype(np.float32), W, H, nearest=True) > 0.5
+                # bilinear mask at the 0.5 level: smooth sky edges when upsampling
+                sky_f = _resize((~surface).astype(np.float32), W, H) > 0.5
                 conf_f[sky_f] = 0.0
                 conf_f[~sky_f] = np.maximum(conf_f[~sky_f], 2 * SKY_CONFIDENCE)
                 depth_f[sky_f] = far
@@ -361,11 +401,12 @@ def decompose(
                 def work(tmp_path: Path, shash: str, sf=sf, number=number):
                     frame, filled, extra = process(sf, number)
                     frame.meta["settings_hash"] = shash
-                    contract.write_frame(tmp_path, frame)
                     entry = {"source_index": sf.index, "pts_s": sf.pts_s, "filled": filled,
                              "depth_near": frame.meta["depth_near"], "depth_far": frame.meta["depth_far"]}
                     entry.update(extra)
-                    return entry
+                    # validation + EXR encoding run on the runner's writer thread while
+                    # the next frame is decoded and estimated
+                    return Deferred(lambda: contract.write_frame(tmp_path, frame) and None, entry)
 
                 yield number, work
 
@@ -382,7 +423,7 @@ def decompose(
         result = run_job(
             out_dir, tasks(), settings=settings, total=total, inputs=inputs, job="decompose",
             manifest=manifest, read_hash=read_settings_hash, stream=stream,
-            progress_bar=progress_bar,
+            progress_bar=progress_bar, overwrite=overwrite,
         )
         if stabilize:
             man = result.manifest
@@ -410,9 +451,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
     p.add_argument("--frames", help="1-based inclusive range A-B (also A- or A)")
     p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help="estimator name (default: %(default)s)")
-    p.add_argument("--max-size", type=int, default=DEFAULT_MAX_SIZE,
-                   help="long-side cap of the processing resolution in pixels; 0 = full size "
-                        "(default: %(default)s). Output is always full size.")
+    p.add_argument("--max-size", type=max_size_arg, default=DEFAULT_MAX_SIZE,
+                   help=f"long-side cap of the processing resolution in pixels, at least {MIN_MAX_SIZE}; "
+                        "0 = full size (default: %(default)s). Output is always full size.")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto)")
     p.add_argument("--estimator-option", action="append", default=[], metavar="KEY=VALUE",
                    help="extra estimator option, repeatable; VALUE is JSON when it parses "
@@ -424,6 +465,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="history weight for --stabilize, in [0, 1) (default: %(default)s)")
     p.add_argument("--colorspace", default=None,
                    help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="when --out holds frames of an earlier decompose with other settings, "
+                        "remove them (and its manifest) first; without it that is refused. "
+                        "Frames with the same settings are always kept (resume)")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
     p.set_defaults(func=_run_cli)
@@ -456,6 +501,6 @@ def _run_cli(args) -> int:
         estimator_options=parse_options(args.estimator_option),
         max_size=args.max_size or None, device=args.device,
         stabilize=args.stabilize, strength=args.stabilize_strength,
-        colorspace=args.colorspace, hfov_deg=args.hfov,
+        colorspace=args.colorspace, hfov_deg=args.hfov, overwrite=args.overwrite,
     )
     return 0

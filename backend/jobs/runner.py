@@ -48,11 +48,13 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, IO, Iterable, Optional, Sequence, Tuple
 
-from .. import contract
+from .. import contract, events
+from .outputs import check_previous_outputs
 
 WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
 
@@ -91,6 +93,51 @@ class JobResult:
     elapsed_s: float = 0.0
     settings_hash: str = ""
     manifest: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Deferred:
+    """Returned by a job's ``work`` to finish its frame on the runner's writer thread.
+
+    ``work`` computes the frame on the main thread and returns ``Deferred(write, info)``;
+    ``write()`` (which must write the complete file to the ``tmp_path`` given to
+    ``work``, and may return more manifest fields) then runs on a single background
+    thread while the next frame is computed. File writers that release the GIL
+    (OpenEXR, PNG encoding, numpy copies) thus overlap the next frame's compute on a
+    second core. At most one frame is in flight, so memory stays flat; frames are
+    renamed into place, recorded and reported strictly in order, and a failure of
+    ``write`` is reported naming its frame and file exactly as a failure of ``work``.
+    """
+
+    write: Callable[[], Optional[Dict[str, Any]]]
+    info: Dict[str, Any] = field(default_factory=dict)
+
+
+def _reraise(e: BaseException, number: int, final: Path, written: int) -> None:
+    """Re-raise an exception raised while producing frame ``number`` as JobError/JobCancelled."""
+    err = _frame_error(e, number, final, written)
+    if err is e:
+        raise e
+    raise err from e
+
+
+def _frame_error(e: BaseException, number: int, final: Path, written: int) -> BaseException:
+    """Translate an exception raised while producing frame ``number`` into JobError/JobCancelled."""
+    if isinstance(e, (JobError, JobCancelled)):
+        return e
+    if isinstance(e, KeyboardInterrupt):
+        return JobCancelled(written, number)
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                                              errno.EROFS, errno.EACCES, errno.EPERM):
+        return JobError(f"cannot write {final} (frame {number}): {_oserror_text(e)}",
+                        frame=number, file=final)
+    if "no space left on device" in str(e).lower():
+        return JobError(f"cannot write {final} (frame {number}): no space left on device",
+                        frame=number, file=final)
+    fname = getattr(e, "filename", None) or final
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return JobError(f"frame {number} failed ({fname}): {type(e).__name__}: {msg}",
+                    frame=number, file=fname)
 
 
 def settings_hash(settings: Dict[str, Any]) -> str:
@@ -171,7 +218,7 @@ class _Progress:
     """JSON lines to ``stream`` (not a TTY) or a tqdm bar on stderr (TTY)."""
 
     def __init__(self, total: Optional[int], stream: Optional[IO[str]], bar: Optional[bool], desc: str):
-        self.stream = stream if stream is not None else sys.stdout
+        self.stream = stream if stream is not None else events.stream()
         tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.use_bar = tty if bar is None else bar
         self.emit_json = not tty
@@ -251,6 +298,9 @@ def run_job(
     stream: Optional[IO[str]] = None,
     progress_bar: Optional[bool] = None,
     on_frame: Optional[Callable[[int, Dict[str, Any]], None]] = None,
+    overwrite: bool = False,
+    companions: Optional[Callable[[int], Sequence[Path]]] = None,
+    extra_outputs: Sequence[Path] = (),
 ) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
@@ -273,9 +323,14 @@ def run_job(
             ``{"frame", "file", "settings_hash", ...}``) and ``complete``.
         read_hash: optional ``path -> hash or None`` reading the hash stored in an
             output file; used for resume in preference to the manifest.
-        stream: where JSON progress goes (default ``sys.stdout``).
+        stream: where JSON progress goes (default :func:`backend.events.stream`, i.e.
+            ``sys.stdout`` unless the CLI set it).
         progress_bar: force the tqdm bar on/off (default: when ``stream`` is a TTY).
         on_frame: called as ``on_frame(frame_number, entry)`` after each written frame.
+        overwrite, companions, extra_outputs: frames of this job in ``out_dir`` written
+            with other settings are refused unless ``overwrite``, which removes them (and
+            their ``companions(n)`` files, the ``extra_outputs`` and the stale manifest)
+            first; see :func:`backend.jobs.outputs.check_previous_outputs`.
 
     Returns:
         :class:`JobResult`.
@@ -292,6 +347,8 @@ def run_job(
     shash = settings_hash(settings)
 
     old = contract.read_manifest(out) if (out / "manifest.json").exists() else {}
+    check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
+                           overwrite=overwrite, companions=companions, extra_outputs=extra_outputs)
     old_frames = {int(e["frame"]): e for e in old.get("frames", []) if "frame" in e}
     frames: Dict[int, Dict[str, Any]] = {
         n: e for n, e in old_frames.items() if e.get("settings_hash") == shash
@@ -306,14 +363,74 @@ def run_job(
     result = JobResult(out_dir=out, total=total, settings_hash=shash, manifest=man)
     prog = _Progress(total, stream, progress_bar, job)
     prog.event(event="start", job=job, total=total, out=str(out), settings_hash=shash)
-    done = 0
-    computed_time = 0.0
+    counters = {"done": 0, "busy_s": 0.0, "busy_from": None}
     current = None
+    # One frame may be finishing on the writer thread (a Deferred returned by ``work``)
+    # while the next one is computed: (number, final, tmp, info, future).
+    pending: list = []
+    writer = None
+
+    def cleanup_tmp(tmp: Path) -> None:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+    def finalize(number: int, final: Path, tmp: Path, info: Dict[str, Any], t_start: float) -> None:
+        if not tmp.exists() or tmp.stat().st_size == 0:
+            raise JobError(f"job wrote nothing for frame {number} ({final})", frame=number, file=final)
+        os.replace(tmp, final)
+        entry = {"frame": number, "file": final.name, "settings_hash": shash}
+        entry.update(info)
+        frames[number] = entry
+        result.written.append(number)
+        man["frames"] = frame_list()
+        _write_manifest(out, man, number)
+        if on_frame is not None:
+            on_frame(number, entry)
+        now = time.monotonic()
+        # busy time = wall time during which at least one computed frame was in flight
+        # (frames overlap on the writer thread, so per-frame durations are not summed)
+        start = t_start if counters["busy_from"] is None else max(t_start, counters["busy_from"])
+        counters["busy_s"] += max(0.0, now - start)
+        counters["busy_from"] = now
+        fps = len(result.written) / counters["busy_s"] if counters["busy_s"] > 0 else None
+        eta = None
+        if total is not None and fps:
+            eta = round(max(0, total - counters["done"]) / fps, 2)
+        prog.step()
+        prog.event(event="progress", frame=number, done=counters["done"], total=total,
+                   fps=None if fps is None else round(fps, 3), eta_s=eta, skipped=False)
+
+    def drain(keep: int = 0) -> None:
+        """Wait for frames on the writer thread (all but the last ``keep``) and finalize
+        them in order; a failure names its frame. Frames still in ``pending`` when an
+        exception leaves are waited for and removed by the handlers below."""
+        while len(pending) > keep:
+            number, final, tmp, info, fut, t_start = pending[0]
+            try:
+                more = fut.result()
+            except KeyboardInterrupt:
+                raise  # the handler below waits for the writer and removes the file
+            except BaseException as e:
+                pending.pop(0)
+                cleanup_tmp(tmp)
+                _reraise(e, number, final, len(result.written))
+            pending.pop(0)
+            if isinstance(more, dict):
+                info.update(more)
+            try:
+                finalize(number, final, tmp, info, t_start)
+            except BaseException as e:
+                cleanup_tmp(tmp)
+                _reraise(e, number, final, len(result.written))
+
     try:
         with _SignalGuard() as guard:
             for number, work in tasks:
                 current = number
                 if guard.requested:
+                    drain()
                     raise JobCancelled(len(result.written), number)
                 final = Path(path_for(number))
                 stored = None
@@ -325,12 +442,12 @@ def run_job(
                             stored = None
                     if stored is None:
                         stored = old_frames.get(number, {}).get("settings_hash")
-                done += 1
+                counters["done"] += 1
                 if final.exists() and stored == shash:
                     result.skipped.append(number)
                     frames.setdefault(number, {"frame": number, "file": final.name, "settings_hash": shash})
                     prog.step()
-                    prog.event(event="progress", frame=number, done=done, total=total,
+                    prog.event(event="progress", frame=number, done=counters["done"], total=total,
                                fps=None, eta_s=None, skipped=True)
                     continue
                 t1 = time.monotonic()
@@ -341,58 +458,56 @@ def run_job(
                 try:
                     os.chmod(tmp, contract.default_file_mode())
                     info = work(tmp, shash)
-                    info = info if isinstance(info, dict) else {}
-                    if not tmp.exists() or tmp.stat().st_size == 0:
-                        raise JobError(f"job wrote nothing for frame {number} ({final})",
-                                       frame=number, file=final)
-                    os.replace(tmp, final)
                 except BaseException as e:
-                    try:
-                        tmp.unlink()
-                    except OSError:
-                        pass
-                    if isinstance(e, (JobError, JobCancelled)):
-                        raise
+                    cleanup_tmp(tmp)
                     if isinstance(e, KeyboardInterrupt):
-                        raise JobCancelled(len(result.written), number) from None
-                    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
-                                                              errno.EROFS, errno.EACCES, errno.EPERM):
-                        raise JobError(f"cannot write {final} (frame {number}): {_oserror_text(e)}",
-                                       frame=number, file=final) from e
-                    if "no space left on device" in str(e).lower():
-                        raise JobError(f"cannot write {final} (frame {number}): no space left on device",
-                                       frame=number, file=final) from e
-                    fname = getattr(e, "filename", None) or final
-                    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-                    raise JobError(f"frame {number} failed ({fname}): {type(e).__name__}: {msg}",
-                                   frame=number, file=fname) from e
-                entry = {"frame": number, "file": final.name, "settings_hash": shash}
-                entry.update(info)
-                frames[number] = entry
-                result.written.append(number)
-                man["frames"] = frame_list()
-                _write_manifest(out, man, number)
-                if on_frame is not None:
-                    on_frame(number, entry)
-                computed_time += time.monotonic() - t1
-                fps = len(result.written) / computed_time if computed_time > 0 else None
-                eta = None
-                if total is not None and fps:
-                    eta = round(max(0, total - done) / fps, 2)
-                prog.step()
-                prog.event(event="progress", frame=number, done=done, total=total,
-                           fps=None if fps is None else round(fps, 3), eta_s=eta, skipped=False)
+                        # second signal: abandon this frame, but keep the one being written
+                        try:
+                            drain()
+                        except (JobError, JobCancelled):
+                            pass
+                    else:
+                        drain()  # an earlier frame's failure is reported first
+                    _reraise(e, number, final, len(result.written))
+                if isinstance(info, Deferred):
+                    if writer is None:
+                        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{job}-writer")
+                    pending.append((number, final, tmp, dict(info.info), writer.submit(info.write), t1))
+                    drain(keep=1)  # at most one frame in flight: memory stays flat
+                    continue
+                try:
+                    drain()
+                    finalize(number, final, tmp, info if isinstance(info, dict) else {}, t1)
+                except BaseException as e:
+                    cleanup_tmp(tmp)
+                    _reraise(e, number, final, len(result.written))
+            drain()
             if guard.requested:
                 raise JobCancelled(len(result.written), None)
-    except JobCancelled:
+    except (JobCancelled, KeyboardInterrupt) as e:
+        if writer is not None:
+            writer.shutdown(wait=True)
+        for item in pending:
+            cleanup_tmp(item[2])
         man["frames"] = frame_list()
         try:
             _write_manifest(out, man, current)
         except JobError:
             pass
+        if isinstance(e, KeyboardInterrupt):
+            raise JobCancelled(len(result.written), current) from None
+        raise
+    except BaseException:
+        if writer is not None:
+            writer.shutdown(wait=True)
+        for item in pending:
+            cleanup_tmp(item[2])
         raise
     finally:
+        if writer is not None:
+            writer.shutdown(wait=True)
         prog.close()
+    done = counters["done"]
     man["frames"] = frame_list()
     man["complete"] = True
     result.elapsed_s = time.monotonic() - t0
