@@ -1,4 +1,4 @@
-"""Headless use: ``blender -b [file.blend] --command gbuffer_editor decompose|restyle ...``.
+"""Headless use: ``blender -b [file.blend] --command gbuffer_editor decompose|restyle|export-scene ...``.
 
 Registered with ``bpy.utils.register_cli_command`` (Blender 4.2+). The arguments are
 those of the backend CLI (``python -m backend decompose|restyle --help``) plus a few
@@ -17,6 +17,11 @@ restyle GBUFFER_DIR --prompt TEXT --out DIR [backend options] [--no-edits]
     ``--edited-dir`` (default ``<DIR>_edited_gbuffer``, next to ``--out``: the backend
     refuses an output folder containing its input) and that folder is restyled.
     Otherwise GBUFFER_DIR goes to the worker unchanged.
+
+export-scene --out DIR [--frames A-B] [--motion-blur N] [--samples S] [--res WxH]
+        [--scene NAME] [--setup] [--save FILE.blend]
+    Renders exact G-buffers of the open .blend's scene with Cycles (operators/export_scene.py);
+    JSON lines on stdout; exit 0 done, 1 failed, 2 bad arguments.
 """
 from __future__ import annotations
 
@@ -74,7 +79,8 @@ def _finish(ctl, save: Optional[str]) -> int:
 
 
 def run(argv: List[str]) -> int:
-    """Run ``decompose`` or ``restyle`` with backend-CLI arguments; blocks; returns the exit code."""
+    """Run ``decompose`` or ``restyle`` with backend-CLI arguments, or ``export-scene``; blocks;
+    returns the exit code."""
     from . import worker
     from .operators import backend_args, decompose, jobs, restyle
 
@@ -82,8 +88,12 @@ def run(argv: List[str]) -> int:
         print(USAGE)
         return 0 if argv else 2
     sub, rest = argv[0], list(argv[1:])
+    if sub == "export-scene":
+        from .operators import export_scene
+
+        return export_scene.run_cli(rest)
     if sub not in ("decompose", "restyle"):
-        print(f"unknown subcommand {sub!r}; use decompose or restyle\n\n{USAGE}", file=sys.stderr)
+        print(f"unknown subcommand {sub!r}; use decompose, restyle or export-scene\n\n{USAGE}", file=sys.stderr)
         return 2
     try:
         opts, passthrough = _blender_options(sub).parse_known_args(rest)

@@ -123,6 +123,32 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
     prompt: StringProperty(name="Prompt", default="", description='Look to render, e.g. "dense fog", "underwater"')
     renderer: EnumProperty(name="Renderer", items=_renderer_items, description="Restyle renderer")
     result_dir: StringProperty(name="Result", subtype="DIR_PATH", description="Folder of the last Restyle result")
+    # -- scene export (exact G-buffers of this scene, operators/export_scene.py) --
+    scene_export_dir: StringProperty(
+        name="Folder",
+        subtype="DIR_PATH",
+        default="",
+        description="Folder for the exported gbuffer_NNNN.exr frames; empty: //gbuffers_<scene>/ next to the .blend",
+    )
+    scene_export_current_frame: BoolProperty(
+        name="Current Frame Only", default=False, description="Export only the current frame, not the frame range"
+    )
+    scene_export_motion_blur: IntProperty(
+        name="Motion Blur Sub-frames",
+        default=1,
+        min=1,
+        soft_max=16,
+        max=256,
+        description="Sub-frames over the scene's shutter averaged into Combined (1: no motion blur)",
+    )
+    scene_export_samples: IntProperty(
+        name="Samples", default=0, min=0, soft_max=4096, description="Cycles samples (0: the scene's own setting)"
+    )
+    scene_export_load: BoolProperty(
+        name="Load into Compositor",
+        default=False,
+        description="Afterwards wire the frames into the compositor as Decompose does (material edits, Restyle)",
+    )
     # -- job status (written by the running job) ----------------------------
     is_running: BoolProperty(name="Running", default=False, options={"SKIP_SAVE"})
     job_label: StringProperty(name="Job", default="", options={"SKIP_SAVE"})

@@ -4,6 +4,7 @@ Modules, one per concept:
 
 * :mod:`.import_footage` - Import Footage (movie / image sequence -> scene + compositor)
 * :mod:`.decompose` - Decompose (backend worker -> G-buffer EXR sequence -> compositor)
+* :mod:`.export_scene` - Export Scene G-Buffers (exact G-buffers of a 3D scene, Cycles)
 * :mod:`.restyle` - Restyle (material edits -> edited G-buffers -> restyle worker -> result)
 * :mod:`.jobs` - step controller shared by the modal and the blocking paths, Cancel
 * :mod:`.compositor` - all node wiring; :mod:`.footage` - footage metadata;
@@ -13,9 +14,9 @@ Modules, one per concept:
 import bpy
 
 from .. import props
-from . import decompose, import_footage, jobs, models, restyle
+from . import decompose, export_scene, import_footage, jobs, models, restyle
 
-_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *jobs.classes, *models.classes)
+_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *export_scene.classes, *jobs.classes, *models.classes)
 
 
 def register():

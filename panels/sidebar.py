@@ -1,6 +1,6 @@
 """The "G-Buffer" sidebar tab, in the Compositor and in the Movie Clip Editor.
 
-The same four panels (Footage, Decompose, Restyle, Status) are generated for both
+The same panels (Footage, Decompose, Scene G-Buffers, Restyle, Status) are generated for both
 editors; their drawing code is shared (``draw_*`` functions taking a layout).
 """
 from __future__ import annotations
@@ -66,6 +66,34 @@ def draw_restyle(layout, context) -> None:
                      icon="CHECKMARK")
 
 
+def draw_scene_export(layout, context) -> None:
+    """Scene G-Buffers: exact G-buffers of this 3D scene (Cycles) instead of estimates."""
+    from ..operators.export_scene import default_output_dir
+
+    s, scene = settings(context), context.scene
+    layout.prop(s, "scene_export_dir")
+    if not s.scene_export_dir:
+        layout.label(text=default_output_dir(scene), icon="FILE_FOLDER")
+    col = layout.column()
+    col.use_property_split = True
+    col.use_property_decorate = False
+    col.prop(s, "scene_export_current_frame")
+    col.prop(s, "scene_export_motion_blur")
+    col.prop(s, "scene_export_samples")
+    col.prop(s, "scene_export_load")
+    if scene.camera is None:
+        layout.label(text="The scene has no camera", icon="ERROR")
+    row = layout.row()
+    row.scale_y = 1.4
+    row.enabled = not s.is_running
+    op = row.operator("gbuffer.export_scene", icon="RENDER_RESULT")
+    op.directory = s.scene_export_dir
+    op.current_frame_only = s.scene_export_current_frame
+    op.motion_blur_steps = s.scene_export_motion_blur
+    op.samples = s.scene_export_samples
+    op.load_compositor = s.scene_export_load
+
+
 def draw_status(layout, context) -> None:
     s = settings(context)
     if s.is_running:
@@ -102,6 +130,7 @@ class _ClipSidebar(_Sidebar):
 _SECTIONS = (
     ("footage", "Footage", draw_footage),
     ("decompose", "Decompose", draw_decompose),
+    ("scene_export", "Scene G-Buffers", draw_scene_export),
     ("restyle", "Restyle", draw_restyle),
     ("status", "Status", draw_status),
 )

@@ -236,6 +236,9 @@ class MaterialAOVs:
                 aov.name = name
                 aov.type = typ
                 self._aovs.append(aov.name)
+            # a view layer's object list is synced lazily: objects linked from Python to a
+            # scene that is not the active one are missing from it until an update
+            self.view_layer.update()
             for mat in _materials_in_use(self.scene, self.view_layer):
                 self._inject(mat)
         except BaseException:

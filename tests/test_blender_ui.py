@@ -87,7 +87,7 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
             elif call[0] == "progress":
                 assert call[1]["factor"] == pytest.approx(0.4)
     assert ops == {"gbuffer.import_footage", "gbuffer.decompose", "gbuffer.load_gbuffers",
-                   "gbuffer.restyle", "gbuffer.cancel_job"}
+                   "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene"}
     assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
             "stabilize", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume"} <= props
 

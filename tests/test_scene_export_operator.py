@@ -1,0 +1,244 @@
+"""Export Scene G-Buffers from the UI and headless (issue 4): ``gbuffer.export_scene``,
+the sidebar's Scene G-Buffers panel and ``--command gbuffer_editor export-scene``.
+
+Real Cycles renders of a tiny scene (32x24 px, 1 sample, 1 thread): a camera looking
+at a large plane 5 m away, so every pixel's planar depth is 5.000. Runs in bpy 5.0.1
+(.venv) and bpy 4.5 (.venv45): `./dev test` runs ``blender`` tests in both.
+"""
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.blender
+
+bpy = pytest.importorskip("bpy")
+
+import blender_workflow_util as util  # noqa: E402
+from backend import contract  # noqa: E402
+from test_scene_export import _snapshot  # noqa: E402  (the "unchanged .blend" snapshot)
+
+W, H = 32, 24
+
+
+@pytest.fixture(scope="module")
+def addon():
+    mod = util.enable_addon()
+    yield mod
+    util.disable_addon()
+
+
+def _plane_mesh(name, z, size):
+    me = bpy.data.meshes.new(name)
+    h = size / 2
+    me.from_pydata([(-h, -h, z), (h, -h, z), (h, h, z), (-h, h, z)], [], [(0, 1, 2, 3)])
+    me.update()
+    return me
+
+
+def _principled(name, base, metallic, roughness):
+    m = bpy.data.materials.new(name)
+    if bpy.app.version < (5, 0, 0):
+        m.use_nodes = True
+    p = next(n for n in m.node_tree.nodes if n.bl_idname == "ShaderNodeBsdfPrincipled")
+    p.inputs["Base Color"].default_value = (*base, 1.0)
+    p.inputs["Metallic"].default_value = metallic
+    p.inputs["Roughness"].default_value = roughness
+    return m
+
+
+@pytest.fixture
+def scene(addon):
+    """A scene with a camera at the origin looking down -Z at a 40 m plane 5 m away."""
+    sc = bpy.data.scenes.new("export_test")
+    sc.render.resolution_x, sc.render.resolution_y, sc.render.resolution_percentage = W, H, 100
+    sc.render.threads_mode, sc.render.threads = "FIXED", 1
+    sc.cycles.samples = 1
+    sc.cycles.use_denoising = False
+    sc.frame_start, sc.frame_end = 1, 2
+    cam = bpy.data.objects.new("export_cam", bpy.data.cameras.new("export_cam"))
+    cam.data.lens = 35.0
+    sc.collection.objects.link(cam)
+    sc.camera = cam
+    me = _plane_mesh("export_plane", -5.0, 40.0)
+    me.materials.append(_principled("export_grey", (0.5, 0.4, 0.3), 0.2, 0.6))
+    sc.collection.objects.link(bpy.data.objects.new("export_plane", me))
+    sc.collection.objects.link(bpy.data.objects.new("export_sun", bpy.data.lights.new("export_sun", "SUN")))
+    yield sc
+    bpy.data.scenes.remove(sc)
+
+
+def _export(scene, **kw):
+    with bpy.context.temp_override(scene=scene):
+        return bpy.ops.gbuffer.export_scene(**kw)
+
+
+def _files(folder):
+    return sorted(p.name for p in folder.glob("gbuffer_*.exr"))
+
+
+def _check_plane(path, scene_frame):
+    f = contract.read_frame(path, validate=True)
+    assert f.depth.shape == (H, W)
+    assert np.abs(f.depth - 5.0).max() < 1e-3  # planar depth, corners included
+    assert np.allclose(f.normal, (0.0, 0.0, 1.0), atol=1e-3)
+    assert np.abs(f.albedo - (0.5, 0.4, 0.3)).max() < 2e-3
+    assert np.abs(f.metallic - 0.2).max() < 2e-3 and np.abs(f.roughness - 0.6).max() < 2e-3
+    assert f.meta["estimator"] == "scene" and f.meta["scene_frame"] == scene_frame
+    return f
+
+
+def test_operator_exports_frame_range_with_exact_depth_and_leaves_blend_unchanged(scene, tmp_path):
+    before = _snapshot(scene)
+    out = tmp_path / "gb"
+    assert _export(scene, directory=str(out)) == {"FINISHED"}
+    assert _files(out) == ["gbuffer_0001.exr", "gbuffer_0002.exr"]
+    for n in (1, 2):
+        f = _check_plane(out / f"gbuffer_{n:04d}.exr", n)
+        assert f.meta["samples"] == 1 and f.meta["motion_blur_steps"] == 1
+    assert _snapshot(scene) == before  # render settings, passes, AOVs, materials, frame, world
+    s = scene.gbuffer_editor
+    assert not s.is_running and s.status == f"Export Scene: 2 frames written to {out}"
+    assert not s.gbuffer_dir  # not loaded into the compositor unless asked
+
+
+def test_operator_current_frame_motion_blur_samples_and_load_into_compositor(scene, tmp_path):
+    from gbuffer_editor.operators import compositor
+
+    scene.frame_set(3)
+    out = tmp_path / "gb"
+    assert _export(scene, directory=str(out), current_frame_only=True, motion_blur_steps=2, samples=2,
+                   load_compositor=True) == {"FINISHED"}
+    assert _files(out) == ["gbuffer_0003.exr"]
+    f = _check_plane(out / "gbuffer_0003.exr", 3)
+    assert f.meta["motion_blur_steps"] == 2 and f.meta["samples"] == 2
+    assert scene.cycles.samples == 1 and scene.frame_current == 3
+    # wired as Decompose does: the Image node shows file 0003 at scene frame 3
+    tree = compositor.find_tree(scene)
+    node = compositor.find_node(tree, compositor.ROLE_GBUFFER)
+    assert node.frame_start == 3 and node.frame_duration == 1 and node.frame_offset == 2
+    assert "Depth" in node.outputs and compositor.find_node(tree, compositor.ROLE_OUTPUT) is not None
+    assert scene.gbuffer_editor.gbuffer_dir == str(out)
+
+
+def test_errors_are_clear_and_change_nothing(scene, tmp_path):
+    from gbuffer_editor.operators.export_scene import check_export, default_output_dir
+    from gbuffer_editor.operators.jobs import JobFailed
+
+    before = _snapshot(scene)
+    # a file where the folder should be
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(RuntimeError, match="is a file"):
+        _export(scene, directory=str(afile))
+    # a Decompose result (estimated G-buffers) is never overwritten by the export
+    decomposed = util.write_gbuffer_frames(tmp_path / "decompose_001", n=2, h=H, w=W)
+    mtimes = [p.stat().st_mtime_ns for p in sorted(decomposed.glob("*.exr"))]
+    with pytest.raises(RuntimeError, match="overlaps other data.*'test'"):
+        _export(scene, directory=str(decomposed))
+    assert [p.stat().st_mtime_ns for p in sorted(decomposed.glob("*.exr"))] == mtimes
+    assert _snapshot(scene) == before and not scene.gbuffer_editor.is_running
+
+    # the default folder is relative to the .blend: refused while the file is unsaved
+    assert default_output_dir(scene) == "//gbuffers_export_test/"
+    with pytest.raises(JobFailed, match="not saved yet"):
+        check_export(scene, "", [1], blend_path="")
+    assert check_export(scene, "", [1], blend_path=str(tmp_path / "shot.blend")) == tmp_path / "gbuffers_export_test"
+    if not bpy.data.filepath:  # (another test module may have saved the session's file)
+        with pytest.raises(RuntimeError, match="not saved yet"):
+            _export(scene)
+    with pytest.raises(JobFailed, match="negative frame"):
+        check_export(scene, str(tmp_path / "n"), [-1, 0])
+
+    # no camera: the operator's poll says so; the check names the scene
+    scene.camera = None
+    with bpy.context.temp_override(scene=scene):
+        assert not bpy.ops.gbuffer.export_scene.poll()
+    with pytest.raises(JobFailed, match="'export_test' has no active camera"):
+        check_export(scene, str(tmp_path / "x"), [1])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "gbuffers_export_test").exists()
+
+
+def test_modal_escape_cancels_between_frames_and_restores(scene, tmp_path):
+    from gbuffer_editor import worker
+    from gbuffer_editor.operators import jobs
+    from gbuffer_editor.operators.export_scene import GBUFFER_OT_export_scene, export_job
+
+    scene.frame_end = 3
+    before = _snapshot(scene)
+    out = tmp_path / "gb"
+    removed, reports = [], []
+    job = export_job(scene, out, [1, 2, 3]).start()
+    op = SimpleNamespace(_job=job, _timer=object(), report=lambda kind, msg: reports.append((kind, msg)))
+    op._finish = lambda j: GBUFFER_OT_export_scene._finish(op, j)
+    ctx = SimpleNamespace(window_manager=SimpleNamespace(event_timer_remove=removed.append))
+    modal = GBUFFER_OT_export_scene.modal
+    # while exporting, input is swallowed (no save / undo of the temporary export state)
+    assert modal(op, ctx, SimpleNamespace(type="S", value="PRESS")) == {"RUNNING_MODAL"}
+    assert scene.gbuffer_editor.is_running and jobs.active_job(scene) is job
+    assert modal(op, ctx, SimpleNamespace(type="TIMER", value="NOTHING")) == {"PASS_THROUGH"}  # frame 1
+    assert _files(out) == ["gbuffer_0001.exr"]
+    assert modal(op, ctx, SimpleNamespace(type="ESC", value="PRESS")) == {"CANCELLED"}
+    assert job.state == worker.CANCELLED and reports[-1][0] == {"WARNING"} and removed
+    assert _files(out) == ["gbuffer_0001.exr"]  # the complete frame is kept
+    assert _snapshot(scene) == before and not scene.gbuffer_editor.is_running
+
+
+def test_headless_command_export_scene(scene, tmp_path, capsys):
+    from gbuffer_editor import cli_command
+
+    scene.frame_start, scene.frame_end = 1, 5
+    out = tmp_path / "cli"
+    before = _snapshot(scene)
+    rc = cli_command.run(["export-scene", "--scene", scene.name, "--out", str(out), "--frames", "2-3",
+                          "--samples", "1", "--res", "32x24"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    events = [json.loads(line) for line in cap.out.splitlines() if line.startswith("{")]
+    assert [e["event"] for e in events] == ["start", "progress", "progress", "done"]
+    assert events[0]["total"] == 2 and events[0]["out"] == str(out)
+    assert [e["frame"] for e in events[1:3]] == [2, 3] and events[2]["done"] == 2
+    assert events[-1]["written"] == 2
+    assert _files(out) == ["gbuffer_0002.exr", "gbuffer_0003.exr"]
+    _check_plane(out / "gbuffer_0002.exr", 2)
+    assert _snapshot(scene) == before
+
+    # usage errors: exit 2, nothing written
+    assert cli_command.run(["export-scene", "--scene", scene.name, "--out", str(out / "u"),
+                            "--frames", "3-1"]) == 2
+    assert "end is before the start" in capsys.readouterr().err
+    assert cli_command.run(["export-scene", "--scene", scene.name]) == 2  # no --out
+    assert cli_command.run(["export-scene", "--scene", "nope", "--out", str(out / "u")]) == 2
+    assert "no such scene" in capsys.readouterr().err
+    assert not (out / "u").exists()
+
+    # run-time error (no camera): exit 1, one line on stderr and a JSON error event
+    scene.camera = None
+    assert cli_command.run(["export-scene", "--scene", scene.name, "--out", str(out / "n")]) == 1
+    cap = capsys.readouterr()
+    assert cap.err.strip().count("\n") == 0 and "has no active camera" in cap.err
+    assert json.loads(cap.out.strip().splitlines()[-1])["event"] == "error"
+    assert not (out / "n").exists()
+
+
+def test_sidebar_scene_gbuffers_panel(scene, tmp_path):
+    from gbuffer_editor.panels import sidebar
+
+    panels = [c for c in sidebar.classes if c.bl_label == "Scene G-Buffers"]
+    assert {c.bl_space_type for c in panels} == {"NODE_EDITOR", "CLIP_EDITOR"}
+    s = scene.gbuffer_editor
+    s.scene_export_dir, s.scene_export_motion_blur, s.scene_export_load = str(tmp_path / "o"), 3, True
+    layout = util.RecordingLayout()
+    sidebar.draw_scene_export(layout, SimpleNamespace(scene=scene))
+    op_props = {c[2]: c[3] for c in layout.calls if c[0] == "operator_prop"}
+    assert op_props == {"directory": str(tmp_path / "o"), "current_frame_only": False, "motion_blur_steps": 3,
+                        "samples": 0, "load_compositor": True}
+    rna = bpy.ops.gbuffer.export_scene.get_rna_type()
+    assert set(op_props) <= set(rna.properties.keys())
+    s.scene_export_dir = ""
+    scene.camera = None
+    layout = util.RecordingLayout()
+    sidebar.draw_scene_export(layout, SimpleNamespace(scene=scene))
+    labels = [c[1].get("text") for c in layout.calls if c[0] == "label"]
+    assert "//gbuffers_export_test/" in labels and "The scene has no camera" in labels
