@@ -8,14 +8,23 @@ Exit codes: 0 success, 130 cancelled (SIGINT/SIGTERM), 1 failure at run time,
 2 bad arguments or bad input. On failure a JSON line
 ``{"event": "error", "message", "frame", "file"}`` goes to stdout and a one-line
 reason to stderr; on cancel ``{"event": "cancelled", "written", "frame"}``.
+
+Stdout carries JSON events only: :func:`main` keeps the real stdout for them and points
+file descriptor 1 (and ``sys.stdout``) at stderr while the subcommand runs, so a
+library that prints (the OpenEXR C++ library warns on stdout about a corrupt file)
+cannot break the one-object-per-line protocol (:mod:`backend.events`).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
-import json
+import io
+import os
 import sys
 from typing import List, Optional
+
+from . import events
 
 #: modules (relative to this package) that provide ``add_parser(subparsers)``
 SUBCOMMANDS = [".jobs.decompose", ".jobs.restyle"]
@@ -39,42 +48,97 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _error_line(message: str, frame=None, file=None) -> None:
-    sys.stdout.write(json.dumps({"event": "error", "message": message, "frame": frame,
-                                 "file": None if file is None else str(file)}) + "\n")
-    sys.stdout.flush()
+    events.emit({"event": "error", "message": message, "frame": frame,
+                 "file": None if file is None else str(file)})
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
 
 
+def _flush_c_stdio() -> None:
+    """Flush the C library's stdio buffers (text a C/C++ library printed but not yet wrote)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None) if os.name != "nt" else ctypes.cdll.msvcrt
+        libc.fflush(None)
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+
+
+@contextlib.contextmanager
+def json_stdout():
+    """Keep the real stdout for JSON events; send everything else printed to stderr.
+
+    Duplicates file descriptor 1 for the event stream (:func:`backend.events.set_stream`),
+    then points fd 1 at fd 2 and ``sys.stdout`` at ``sys.stderr``: output of C libraries
+    and stray ``print`` calls goes to stderr (the terminal, or the Blender worker's log).
+    The event stream is the same file as before, so ``isatty()`` (tqdm bar on a terminal,
+    JSON lines otherwise) is unchanged. Everything is restored on exit. When stdout is not
+    file descriptor 1 (e.g. replaced in-process), events simply go to ``sys.stdout``.
+    """
+    try:
+        if sys.stdout is None or sys.stdout.fileno() != 1 or sys.stderr is None:
+            raise ValueError
+        sys.stdout.flush()
+        real = os.dup(1)
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        yield sys.stdout
+        return
+    ev = io.TextIOWrapper(io.FileIO(real, "w", closefd=False), encoding="utf-8",
+                          errors="replace", line_buffering=True)
+    old_stdout = sys.stdout
+    old_events = events.set_stream(ev)
+    try:
+        sys.stderr.flush()
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        yield ev
+    finally:
+        _flush_c_stdio()
+        try:
+            sys.stderr.flush()
+            ev.flush()
+        except (OSError, ValueError):
+            pass
+        sys.stdout = old_stdout
+        events.set_stream(old_events)
+        os.dup2(real, 1)
+        os.close(real)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Parse ``argv`` and run the subcommand; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    with json_stdout():
+        return _run(args)
+
+
+def _run(args) -> int:
     from .colour import ColourError
     from .contract import ContractError
     from .footage import FootageError
     from .jobs.runner import JobCancelled, JobError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except JobCancelled as e:
-        sys.stdout.write(json.dumps({"event": "cancelled", "written": e.written, "frame": e.frame}) + "\n")
-        sys.stdout.flush()
+        events.emit({"event": "cancelled", "written": e.written, "frame": e.frame})
         sys.stderr.write(f"{e}; complete frames are kept\n")
         return 130
     except KeyboardInterrupt:
-        sys.stdout.write(json.dumps({"event": "cancelled", "written": None, "frame": None}) + "\n")
+        events.emit({"event": "cancelled", "written": None, "frame": None})
         sys.stderr.write("cancelled\n")
         return 130
     except JobError as e:
         _error_line(str(e), e.frame, e.file)
         return 1
     except (FootageError, ColourError, ContractError) as e:
-        _error_line(str(e).splitlines()[0])
+        _error_line(str(e).splitlines()[0], getattr(e, "frame", None), getattr(e, "file", None))
         return 2
     except (ValueError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        _error_line(str(msg).splitlines()[0])
+        _error_line(str(msg).splitlines()[0], getattr(e, "frame", None), getattr(e, "file", None))
         return 2
     except OSError as e:
         _error_line(f"{e.filename or ''}: {e.strerror or e}".strip(": "), file=e.filename)

@@ -52,6 +52,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import colour
+from .errors import InputError
 
 MOVIE_EXTS = {".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mxf", ".mpg", ".mpeg", ".ts",
               ".m2ts", ".gif", ".y4m", ".ogv", ".wmv", ".flv"}
@@ -64,8 +65,9 @@ SEQUENCE_FPS = Fraction(24)
 TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf", "tty"})
 
 
-class FootageError(ValueError):
-    """Footage cannot be opened or decoded; the message names the file and frame."""
+class FootageError(InputError):
+    """Footage cannot be opened or decoded; the message names the file and frame
+    (``frame``: 1-based source frame number = output number, ``file``: the file)."""
 
 
 @dataclass
@@ -175,9 +177,9 @@ def _check_finite(rgb: np.ndarray, alpha: Optional[np.ndarray], path: str, index
         if arr is not None and not np.all(np.isfinite(arr)):
             bad = int(np.count_nonzero(~np.isfinite(arr)))
             raise FootageError(
-                f"{path} (frame {index}): {bad} NaN/Inf value(s) in {name}; "
-                "fix the source render (NaN/Inf input is rejected, not guessed)"
-            )
+                f"{path} (frame {index + 1}): {bad} NaN/Inf value(s) in {name}; "
+                "fix the source render (NaN/Inf input is rejected, not guessed)",
+                frame=index + 1, file=path)
 
 
 def _natural_number(name: str) -> Optional[int]:
@@ -193,9 +195,14 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
 
     try:
         with OpenEXR.File(path, separate_channels=True) as f:
+            if not f.parts:  # OpenEXR gives no parts when the pixel data cannot be read
+                raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
+                                   file=path)
             chans = {k: np.asarray(v.pixels) for k, v in f.channels().items()}
+    except FootageError:
+        raise
     except Exception as e:
-        raise FootageError(f"{path}: not a readable OpenEXR file ({e})") from e
+        raise FootageError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
 
     def find(c):
         if c in chans:
@@ -211,7 +218,10 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     elif r is not None:
         rgb = np.repeat(r[..., None], 3, axis=-1)
     else:
-        raise FootageError(f"{path}: EXR has no R/G/B or Y channels (has {sorted(chans)})")
+        if not chans:  # OpenEXR returns no channels when the pixel data cannot be read
+            raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
+                               file=path)
+        raise FootageError(f"{path}: EXR has no R/G/B or Y channels (has {sorted(chans)})", file=path)
     dtype = str(rgb.dtype)
     return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype
 
@@ -246,7 +256,11 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
     """Decode one image file -> (linear rgb float32, alpha or None, pix_fmt, bits, linear?)."""
     ext = Path(path).suffix.lower()
     if ext == ".exr":
-        rgb, alpha, dtype = _read_exr(path)
+        try:
+            rgb, alpha, dtype = _read_exr(path)
+        except FootageError as e:
+            e.frame = index + 1
+            raise
         _check_finite(rgb, alpha, path, index)
         if alpha is not None:  # OpenEXR stores premultiplied colour: un-premultiply
             alpha = np.clip(alpha, 0.0, 1.0)
@@ -260,10 +274,12 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
     try:
         data = np.fromfile(path, dtype=np.uint8)  # works with any (non-ASCII) path
     except OSError as e:
-        raise FootageError(f"{path} (frame {index}): cannot read ({e.strerror})") from e
+        raise FootageError(f"{path} (frame {index + 1}): cannot read ({e.strerror})",
+                           frame=index + 1, file=path) from e
     img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
     if img is None:
-        raise FootageError(f"{path} (frame {index}): not a readable image (corrupt or truncated?)")
+        raise FootageError(f"{path} (frame {index + 1}): not a readable image (corrupt or truncated?)",
+                           frame=index + 1, file=path)
     if img.ndim == 2:
         img = img[..., None]
     if Path(path).suffix.lower() in (".jpg", ".jpeg", ".tif", ".tiff", ".png", ".webp"):
@@ -287,7 +303,8 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
     elif dt in (np.float32, np.float16, np.float64):
         scale, bits, linear_file = 1.0, 8 * dt.itemsize, True
     else:
-        raise FootageError(f"{path} (frame {index}): unsupported pixel type {dt}")
+        raise FootageError(f"{path} (frame {index + 1}): unsupported pixel type {dt}",
+                           frame=index + 1, file=path)
     rgb = rgb_raw.astype(np.float32) / scale
     alpha = None if a_raw is None else np.clip(a_raw.astype(np.float32) / scale, 0, 1)
     _check_finite(rgb, alpha, path, index)
@@ -303,23 +320,24 @@ def _sequence_files(path: str) -> List[str]:
         files = [str(q) for q in p.iterdir()
                  if q.is_file() and q.suffix.lower() in IMAGE_EXTS and not q.name.startswith(".")]
         if not files:
-            raise FootageError(f"{path}: folder contains no images ({', '.join(sorted(IMAGE_EXTS))})")
+            raise FootageError(f"{path}: folder contains no images ({', '.join(sorted(IMAGE_EXTS))})",
+                               file=path)
         exts = {Path(f).suffix.lower() for f in files}
         if len(exts) > 1:
             raise FootageError(f"{path}: folder mixes image types {sorted(exts)}; use a pattern "
-                               "like name_####.png to pick one sequence")
+                               "like name_####.png to pick one sequence", file=path)
     else:
         name = p.name
         m = re.search(r"%0?(\d*)d|#+", name)
         if not m:
-            raise FootageError(f"{path}: not a folder or a frame pattern")
+            raise FootageError(f"{path}: not a folder or a frame pattern", file=path)
         rx = re.compile("^" + re.escape(name[: m.start()]) + r"(\d+)" + re.escape(name[m.end():]) + "$")
         parent = p.parent if str(p.parent) else Path(".")
         if not parent.is_dir():
-            raise FootageError(f"{path}: folder {parent} does not exist")
+            raise FootageError(f"{path}: folder {parent} does not exist", file=path)
         files = [str(parent / q) for q in os.listdir(parent) if rx.match(q)]
         if not files:
-            raise FootageError(f"{path}: no files match the pattern")
+            raise FootageError(f"{path}: no files match the pattern", file=path)
     return sorted(files, key=lambda f: (_natural_number(Path(f).name) or 0, f))
 
 
@@ -377,8 +395,8 @@ class _ImageFootage(Footage):
                 rgb, alpha, *_ = _read_image(f, self._cs, i)
             if rgb.shape[:2] != (info.height, info.width):
                 raise FootageError(
-                    f"{f} (frame {i}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
-                    f"sequence's {info.width}x{info.height}")
+                    f"{f} (frame {i + 1}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
+                    f"sequence's {info.width}x{info.height}", frame=i + 1, file=f)
             rgb = _resize(rgb, info.out_width, info.out_height)
             if alpha is not None:
                 alpha = _resize(alpha, info.out_width, info.out_height)
@@ -399,12 +417,12 @@ class _MovieFootage(Footage):
         try:
             self._container = av.open(path)
         except (av.error.FFmpegError, OSError) as e:
-            raise FootageError(f"{path}: cannot open as a movie ({e})") from e
+            raise FootageError(f"{path}: cannot open as a movie ({e})", file=path) from e
         try:
             vs = self._container.streams.video
             if not vs:
                 kinds = sorted({s.type for s in self._container.streams}) or ["none"]
-                raise FootageError(f"{path}: no video stream (streams: {', '.join(kinds)})")
+                raise FootageError(f"{path}: no video stream (streams: {', '.join(kinds)})", file=path)
             self._stream = stream = vs[0]
             cc = stream.codec_context
             fmt = getattr(stream, "format", None) if cc is not None else None
@@ -412,9 +430,10 @@ class _MovieFootage(Footage):
                 tag = getattr(getattr(stream, "codec_tag", None), "strip", lambda: "")() or "unknown"
                 raise FootageError(
                     f"{path}: unsupported video codec ({tag}); FFmpeg in this build cannot decode it "
-                    "- convert the clip to H.264/ProRes/PNG frames first")
+                    "- convert the clip to H.264/ProRes/PNG frames first", file=path)
             if cc.name in TEXT_CODECS:  # FFmpeg renders text files as video ("tty" demuxer)
-                raise FootageError(f"{path}: not a movie (FFmpeg reads it as text, codec {cc.name})")
+                raise FootageError(f"{path}: not a movie (FFmpeg reads it as text, codec {cc.name})",
+                                   file=path)
             stream.thread_type = "AUTO"
             self._bits = max((c.bits for c in fmt.components), default=8)
             self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \
@@ -423,7 +442,7 @@ class _MovieFootage(Footage):
             try:
                 first = next(self._decoder)
             except StopIteration:
-                raise FootageError(f"{path}: contains no decodable video frames") from None
+                raise FootageError(f"{path}: contains no decodable video frames", file=path) from None
             self._first = first
             rotation = int(round(getattr(first, "rotation", 0) or 0)) % 360
             if rotation == 0 and "rotate" in stream.metadata:
@@ -459,7 +478,8 @@ class _MovieFootage(Footage):
                 n += 1
                 yield frame
         except av.error.FFmpegError as e:
-            raise FootageError(f"{self._path} (frame {n}): decode failed ({e})") from e
+            raise FootageError(f"{self._path} (frame {n + 1}): decode failed ({e})",
+                               frame=n + 1, file=self._path) from e
 
     def close(self) -> None:
         if self._container is not None:
@@ -482,7 +502,8 @@ class _MovieFootage(Footage):
         try:
             arr = frame.reformat(format=target, **kw).to_ndarray()
         except Exception as e:
-            raise FootageError(f"{self._path} (frame {index}): cannot convert {fmt_name} to RGB ({e})") from e
+            raise FootageError(f"{self._path} (frame {index + 1}): cannot convert {fmt_name} to RGB ({e})",
+                               frame=index + 1, file=self._path) from e
         arr = arr.astype(np.float32) / (65535.0 if hi else 255.0)
         if self._k:
             arr = np.rot90(arr, k=self._k)
@@ -553,9 +574,9 @@ def open_footage(
         files = _sequence_files(p)
         return _ImageFootage(files, "sequence", p, colorspace, max_size)
     if not pp.exists():
-        raise FootageError(f"{p}: no such file or folder")
+        raise FootageError(f"{p}: no such file or folder", file=p)
     if not pp.is_file():
-        raise FootageError(f"{p}: not a regular file")
+        raise FootageError(f"{p}: not a regular file", file=p)
     if pp.suffix.lower() in IMAGE_EXTS:
         return _ImageFootage([p], "image", p, colorspace, max_size)
     return _MovieFootage(p, colorspace, max_size)

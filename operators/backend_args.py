@@ -129,14 +129,18 @@ def decompose_argv(
     max_size: int,
     frames: Optional[tuple] = None,
     stabilize: bool = False,
+    overwrite: bool = False,
     prefs=None,
 ) -> List[str]:
-    """Full command line for ``python -m backend decompose``."""
+    """Full command line for ``python -m backend decompose`` (``overwrite``: replace frames
+    an earlier run with other settings left in ``out_dir``, see the backend's ``--overwrite``)."""
     args = [source, "--out", str(out_dir), "--estimator", estimator, "--max-size", str(max_size)]
     if frames is not None:
         args += frames_arg(*frames)
     if stabilize:
         args.append("--stabilize")
+    if overwrite:
+        args.append("--overwrite")
     args += device_args(prefs)
     py, _ = worker_python(prefs)
     return worker.backend_command("decompose", args, python=py)

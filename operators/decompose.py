@@ -70,7 +70,8 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         default=False,
         options={"SKIP_SAVE"},
         description="Continue the last (cancelled or failed) run in its folder: finished frames "
-        "with the same settings are kept, the rest are computed",
+        "with the same settings are kept, the rest are computed (frames written there with "
+        "other settings are replaced)",
     )
 
     @classmethod
@@ -112,6 +113,7 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
             max_size=s.max_size,
             frames=frames,
             stabilize=s.stabilize,
+            overwrite=self.resume,  # Resume continues in that folder even after a settings change
             prefs=prefs,
         )
         return decompose_job(scene, argv, out_dir, env=backend_args.worker_environment(prefs))

@@ -19,7 +19,10 @@ Progress (JSON lines), cancel (SIGINT/SIGTERM keeps only complete frames) and re
 (frames whose EXR carries the current settings hash are skipped) come from the shared
 runner :func:`backend.jobs.runner.run_job`, exactly as for ``decompose``. The settings
 hash covers the prompt, the renderer settings and a digest of the input files (name,
-size, mtime), so re-running after editing the G-buffers re-renders.
+size, mtime), so re-running after editing the G-buffers re-renders: into the same folder
+that needs ``--overwrite``, which first removes the earlier frames, their previews, the
+MP4 and the manifest (without it, a folder holding frames written with other settings
+is refused; :mod:`backend.jobs.outputs`).
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 
-from .. import contract
+from .. import contract, events
+from ..errors import InputError
 from ..renderers.base import get_renderer
 from .runner import JobError, check_output_safe, run_job
 
@@ -271,6 +275,7 @@ def restyle(
     reference_dir: Optional[os.PathLike] = None,
     stream=None,
     progress_bar: Optional[bool] = None,
+    overwrite: bool = False,
 ):
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
 
@@ -285,6 +290,8 @@ def restyle(
         reference_dir: the *unedited* G-buffer folder ``gbuffer_dir`` was edited from
             (same frame numbers). Renderers that accept it (embedded) recover the
             source shading against the original albedo, so albedo edits act fully.
+        overwrite: replace the output of an earlier run with other settings in
+            ``out_dir`` (refused otherwise).
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -293,7 +300,8 @@ def restyle(
         JobError: unsafe output, unreadable input (naming file and frame), write failure.
         JobCancelled: SIGINT/SIGTERM.
         ValueError: no frames in range, bad ``--frames``, or a prompt the renderer does
-            not understand (:class:`backend.renderers.prompt.PromptError`).
+            not understand (:class:`backend.renderers.prompt.PromptError`). A range
+            that only ends past the last frame is clipped, with a ``warning`` event.
     """
     gbuffer_dir = Path(gbuffer_dir)
     out_dir = Path(out_dir)
@@ -314,9 +322,16 @@ def restyle(
         raise JobError(f"no G-buffer frames ({contract.FILE_PREFIX}NNNN.exr) in {gbuffer_dir}",
                        file=gbuffer_dir)
     files = {n: p for n, p in all_files.items() if n >= first and (last is None or n <= last)}
+    lo, hi = min(all_files), max(all_files)
+    if first > hi:
+        raise InputError(f"--frames {frames} starts past the end: {gbuffer_dir} has frames {lo}-{hi}",
+                         frame=first, file=gbuffer_dir)
     if not files:
-        raise ValueError(f"--frames {frames}: no frames in range; {gbuffer_dir} has "
-                         f"{min(all_files)}-{max(all_files)}")
+        raise InputError(f"--frames {frames}: no frames in range; {gbuffer_dir} has {lo}-{hi}",
+                         file=gbuffer_dir)
+    if last is not None and last > hi:
+        events.warning(f"--frames {frames}: {gbuffer_dir} ends at frame {hi}; clipped to "
+                       f"{max(first, lo)}-{hi}", file=gbuffer_dir, s=stream)
 
     options = dict(renderer_options or {})
     rend = get_renderer(renderer, **options)
@@ -426,7 +441,9 @@ def restyle(
     try:
         result = run_job(out_dir, tasks(), settings=settings, total=len(files), inputs=inputs,
                          job="restyle", path_for=lambda n: output_path(out_dir, n), manifest=manifest,
-                         read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar)
+                         read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar,
+                         overwrite=overwrite, companions=lambda n: [preview_path(out_dir, n)],
+                         extra_outputs=[out_dir / MP4_NAME])
     finally:
         for fut in prefetch.values():
             fut.cancel()
@@ -503,6 +520,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="the unedited G-buffer folder GBUFFER_DIR was edited from: source "
                         "shading is recovered against its albedo, so albedo edits act fully")
     p.add_argument("--no-mp4", action="store_true", help="skip the MP4 preview")
+    p.add_argument("--overwrite", action="store_true",
+                   help="when --out holds frames of an earlier restyle with other settings (prompt, "
+                        "renderer, edited G-buffers), remove them, their previews and manifest first; "
+                        "without it that is refused. Frames with the same settings are kept (resume)")
     p.set_defaults(func=_run_cli)
     return p
 
@@ -521,5 +542,5 @@ def _run_cli(args) -> int:
         opts[key] = v
     restyle(args.gbuffer_dir, args.out, args.prompt, renderer=args.renderer,
             renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
-            reference_dir=args.reference)
+            reference_dir=args.reference, overwrite=args.overwrite)
     return 0
