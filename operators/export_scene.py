@@ -106,8 +106,6 @@ def check_export(scene, directory: str, frames: Sequence[int], *, blend_path: Op
     out = Path(os.path.abspath(out))
     if out.exists() and not out.is_dir():
         raise JobFailed(f"output folder {out} is a file; choose a folder")
-    if blend_path and out == Path(os.path.abspath(blend_path)):
-        raise JobFailed(f"output folder {out} is the .blend file itself; choose a folder")
     reason = _foreign_frames(out)
     if reason is not None:
         raise JobFailed(f"output folder {out} overlaps other data: {reason}; choose another folder")

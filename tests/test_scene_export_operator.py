@@ -242,3 +242,50 @@ def test_sidebar_scene_gbuffers_panel(scene, tmp_path):
     sidebar.draw_scene_export(layout, SimpleNamespace(scene=scene))
     labels = [c[1].get("text") for c in layout.calls if c[0] == "label"]
     assert "//gbuffers_export_test/" in labels and "The scene has no camera" in labels
+
+
+def test_headless_command_on_a_saved_blend_in_a_fresh_process(tmp_path):
+    """``blender -b shot.blend --command gbuffer_editor export-scene --out //gb/ ...``: a
+    file saved elsewhere is opened in a fresh Blender, the add-on enabled, the command
+    run; ``//`` is next to the .blend, the file on disk is never saved unless --save."""
+    import bpy_util
+
+    blend = tmp_path / "shot.blend"
+    res = bpy_util.run_bpy(f"""
+        import os, sys
+        sys.path.insert(0, {str(util.TESTS_DIR)!r}); sys.path.insert(0, {str(util.REPO_ROOT)!r})
+        import bpy
+        sc = bpy.context.scene
+        sc.render.resolution_x, sc.render.resolution_y = {W}, {H}
+        sc.render.threads_mode, sc.render.threads = "FIXED", 1
+        sc.cycles.samples = 1
+        sc.frame_start, sc.frame_end = 1, 2
+        for ob in list(sc.objects):
+            if ob.type == "MESH":
+                bpy.data.objects.remove(ob)
+        sc.camera.location, sc.camera.rotation_euler = (0, 0, 0), (0, 0, 0)
+        bpy.ops.mesh.primitive_plane_add(size=40.0, location=(0, 0, -5))
+        bpy.ops.wm.save_as_mainfile(filepath={str(blend)!r})
+        mtime = os.stat({str(blend)!r}).st_mtime_ns
+        bpy.ops.wm.read_factory_settings(use_empty=True)
+        bpy.ops.wm.open_mainfile(filepath={str(blend)!r})   # as `blender -b shot.blend`
+        import blender_workflow_util as util
+        util.enable_addon()
+        from gbuffer_editor import cli_command
+        rc = cli_command.run(["export-scene", "--out", "//gb/", "--motion-blur", "2"])
+        rc2 = cli_command.run(["export-scene", "--out", "//gb/", "--frames", "2", "--setup",
+                               "--save", {str(tmp_path / "wired.blend")!r}])
+        from gbuffer_editor.operators import compositor
+        node = compositor.find_node(compositor.find_tree(bpy.context.scene), compositor.ROLE_GBUFFER)
+        emit_result({{"rc": rc, "rc2": rc2, "unchanged": os.stat({str(blend)!r}).st_mtime_ns == mtime,
+                      "node_start": node.frame_start if node else None}})
+    """)
+    assert res["rc"] == 0 and res["rc2"] == 0, res["stderr"][-3000:]
+    assert res["unchanged"] and (tmp_path / "wired.blend").exists()
+    assert _files(tmp_path / "gb") == ["gbuffer_0001.exr", "gbuffer_0002.exr"]
+    f = contract.read_frame(tmp_path / "gb" / "gbuffer_0001.exr", validate=True)
+    assert np.abs(f.depth - 5.0).max() < 1e-3 and f.meta["motion_blur_steps"] == 2
+    assert f.meta["source"] == str(blend)
+    assert res["node_start"] == 1  # the folder holds frames 1-2: the Image node starts at frame 1
+    done = [json.loads(line) for line in res["stdout"].splitlines() if line.startswith('{"event": "done"')]
+    assert [d["written"] for d in done] == [2, 1]
