@@ -320,12 +320,16 @@ def _parse_res(spec: str) -> tuple:
     return res
 
 
+_EVENTS = None  # the JSON event stream while run_cli runs (the real stdout)
+
+
 def _emit(**obj) -> None:
     import json
     import sys
 
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    stream = _EVENTS or sys.stdout
+    stream.write(json.dumps(obj) + "\n")
+    stream.flush()
 
 
 def _fail(message: str, frame=None, code: int = 1) -> int:
@@ -373,6 +377,20 @@ def run_cli(argv: List[str]) -> int:
             msg = f"bad number in --frames/--res ({msg})"
         print(f"export-scene: {msg}", file=sys.stderr)
         return 2
+    from ..backend.cli import json_stdout
+
+    global _EVENTS
+    # stdout carries only our JSON lines; Cycles' own messages go to stderr
+    with json_stdout() as _EVENTS:
+        try:
+            return _export_cli(a, scene, frames, res)
+        finally:
+            _EVENTS = None
+
+
+def _export_cli(a, scene, frames: List[int], res) -> int:
+    import sys
+
     try:
         out = check_export(scene, a.out if a.out.startswith("//") else os.path.abspath(a.out), frames)
     except JobFailed as e:

@@ -289,3 +289,4 @@ def test_headless_command_on_a_saved_blend_in_a_fresh_process(tmp_path):
     assert res["node_start"] == 1  # the folder holds frames 1-2: the Image node starts at frame 1
     done = [json.loads(line) for line in res["stdout"].splitlines() if line.startswith('{"event": "done"')]
     assert [d["written"] for d in done] == [2, 1]
+    assert "Saved:" not in res["stdout"] and "Saved:" in res["stderr"]  # Cycles' messages go to stderr; stdout has the JSON lines
