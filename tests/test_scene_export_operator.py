@@ -290,3 +290,29 @@ def test_headless_command_on_a_saved_blend_in_a_fresh_process(tmp_path):
     done = [json.loads(line) for line in res["stdout"].splitlines() if line.startswith('{"event": "done"')]
     assert [d["written"] for d in done] == [2, 1]
     assert "Saved:" not in res["stdout"] and "Saved:" in res["stderr"]  # Cycles' messages go to stderr; stdout has the JSON lines
+
+
+def test_exported_frames_restyle_with_material_edits(scene, tmp_path):
+    """Export -> Load into Compositor -> a material edit -> Restyle: the product's loop on
+    exact G-buffers (embedded renderer, worker process)."""
+    from gbuffer_editor import compat, worker
+    from gbuffer_editor.operators import compositor, restyle
+
+    scene.frame_end = 1
+    out = tmp_path / "gb"
+    assert _export(scene, directory=str(out), load_compositor=True) == {"FINISHED"}
+    tree = compositor.find_tree(scene)
+    value = compat.new_value_node(tree, 0.0, "Roughness 0")
+    value.parent = compositor.find_node(tree, compositor.ROLE_EDITS)
+    tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Roughness").inputs[0])
+    run = tmp_path / "restyle_001"
+    ctl = restyle.restyle_job(scene, run / "result", prompt="dense fog", renderer="embedded",
+                              edited_dir=run / "edited_gbuffer")
+    assert ctl.run_blocking() == worker.DONE, ctl.message
+    src = contract.read_frame(out / "gbuffer_0001.exr")
+    edited = contract.read_frame(run / "edited_gbuffer" / "gbuffer_0001.exr", validate=True)
+    assert np.all(edited.roughness == 0.0) and src.roughness.min() > 0.5
+    np.testing.assert_allclose(edited.depth, src.depth, rtol=1e-6)
+    assert edited.meta["estimator"] == "scene" and edited.meta["edited"] is True
+    assert _files(run / "result") == [] and sorted(p.name for p in (run / "result").glob("restyle_*.exr")) == \
+        ["restyle_0001.exr"]
