@@ -140,6 +140,9 @@ class GBufferRenderer:
                  denoise=None, threads=None, seed=None, persistent_data=False):
         self.scene = scene
         self.camera = camera or scene.camera
+        # without an explicit camera, follow the scene's camera-binding timeline markers
+        # (as F12 does); an explicit camera stays active for every frame
+        self._follow_markers = camera is None
         if self.camera is None or self.camera.type != "CAMERA":
             raise ExportError(f"scene {scene.name!r} has no camera to render from")
         if view_layer is None:
@@ -252,6 +255,11 @@ class GBufferRenderer:
     def _set_time(self, t: float) -> None:
         frame = math.floor(t)
         self.scene.frame_set(int(frame), subframe=float(t - frame))
+        cam = self.scene.camera  # frame_set applies camera markers
+        if self._follow_markers and cam is not None and cam.type == "CAMERA":
+            self.camera = cam
+        elif cam != self.camera:
+            self.scene.camera = self.camera
 
     def render_passes(self, time: float) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
         """Render at scene time ``time`` (frames, fractional allowed).

@@ -316,3 +316,23 @@ def test_exported_frames_restyle_with_material_edits(scene, tmp_path):
     assert edited.meta["estimator"] == "scene" and edited.meta["edited"] is True
     assert _files(run / "result") == [] and sorted(p.name for p in (run / "result").glob("restyle_*.exr")) == \
         ["restyle_0001.exr"]
+
+
+def test_camera_markers_switch_the_camera_per_frame(scene, tmp_path):
+    """Third-party files bind cameras to timeline markers: each frame is exported from the
+    camera Blender would render it with (depth, camera matrix); the scene's camera is
+    restored afterwards."""
+    cam_a = scene.camera
+    cam_b = bpy.data.objects.new("export_cam_b", bpy.data.cameras.new("export_cam_b"))
+    scene.collection.objects.link(cam_b)
+    cam_b.location = (0.0, 0.0, 1.0)  # 6 m from the plane
+    scene.timeline_markers.new("b", frame=2).camera = cam_b
+    scene.timeline_markers.new("a", frame=1).camera = cam_a
+    scene.frame_set(1)
+    out = tmp_path / "gb"
+    assert _export(scene, directory=str(out)) == {"FINISHED"}
+    f1, f2 = (contract.read_frame(out / f"gbuffer_{n:04d}.exr") for n in (1, 2))
+    assert np.abs(f1.depth - 5.0).max() < 1e-3 and np.abs(f2.depth - 6.0).max() < 1e-3
+    assert f1.meta["camera_matrix_world"][2][3] == pytest.approx(0.0)
+    assert f2.meta["camera_matrix_world"][2][3] == pytest.approx(1.0)
+    assert scene.camera == cam_a and scene.frame_current == 1
