@@ -85,10 +85,11 @@ class GBufferEditorPreferences(bpy.types.AddonPreferences):
     )
     precision: EnumProperty(
         name="Precision",
-        description="Floating-point precision of the diffusion backends",
+        description="Floating-point precision of the diffusion backends (Marigold, ControlNet) "
+        "on the GPU; the CPU and the embedded backends always use full precision",
         items=(
-            ('fp16', "FP16", "Half precision: faster, less memory (GPU only)"),
-            ('fp32', "FP32", "Full precision"),
+            ('fp16', "FP16", "Half precision on the GPU: faster, less memory"),
+            ('fp32', "FP32", "Full precision on the GPU too: slower, more memory, no fp16 overflow"),
         ),
         default='fp16',
     )

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from backend import contract
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -52,3 +56,246 @@ def test_outputs_follow_the_umask(tmp_path, footage):
     for p in files:
         if p.is_file():
             assert stat.S_IMODE(p.stat().st_mode) == 0o644, p
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _events(stdout: str):
+    """Every stdout line must be one JSON object (the progress protocol)."""
+    out = []
+    for line in stdout.splitlines():
+        ev = json.loads(line)  # a non-JSON line fails the test here
+        assert isinstance(ev, dict) and isinstance(ev.get("event"), str), line
+        out.append(ev)
+    return out
+
+
+def _snapshot(folder: Path):
+    return {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def boat_gb(tmp_path_factory, footage):
+    """A real decompose of boat.mp4 frames 1-3 at --max-size 64 (restyle input)."""
+    root = tmp_path_factory.mktemp("boat_gb")
+    r = _run("decompose", footage("boat"), "--out", root / "gb", "--frames", "1-3", "--max-size", "64",
+             tmp_path=root)
+    assert r.returncode == 0, r.stderr
+    return root / "gb"
+
+
+# ------------------------------------------------ 1. re-run with other settings / --overwrite
+
+
+def test_decompose_rerun_with_other_settings_is_refused_then_overwrite_replaces_only_ours(tmp_path, footage):
+    src = Path(footage("boat"))
+    src_stat = src.stat()
+    out = tmp_path / "gb"
+    r = _run("decompose", src, "--out", out, "--frames", "1-3", "--max-size", "64", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (out / "notes.txt").write_text("mine")  # the user's own files are never touched
+    (out / "gbuffer_sketch.png").write_bytes(b"not ours")
+    (out / "decompose.log").write_text("log of the earlier run\n")
+    before = _snapshot(out)
+
+    # other settings (max size), overlapping frame range: refused, nothing written or removed
+    r = _run("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", tmp_path=tmp_path)
+    assert r.returncode == 1
+    err = _events(r.stdout)[-1]
+    assert err["event"] == "error" and err["file"] == str(out)
+    assert str(out) in err["message"] and "--overwrite" in err["message"] and "other settings" in err["message"]
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ")
+    assert _snapshot(out) == before
+
+    # --overwrite: the earlier frames and manifest go, everything else stays
+    r = _run("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", "--overwrite",
+             tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "decompose.log", "gbuffer_0002.exr", "gbuffer_0003.exr", "gbuffer_0004.exr", "gbuffer_sketch.png",
+        "manifest.json", "notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine" and (out / "gbuffer_sketch.png").read_bytes() == b"not ours"
+    man = contract.read_manifest(out)
+    assert [f["frame"] for f in man["frames"]] == [2, 3, 4] and man["settings"]["max_size"] == 96
+    for n in (2, 3, 4):
+        assert contract.read_frame(contract.frame_path(out, n)).meta["settings_hash"] == man["settings_hash"]
+    assert src.stat().st_size == src_stat.st_size and src.stat().st_mtime_ns == src_stat.st_mtime_ns
+
+    # same settings: resumes as before (with or without --overwrite), nothing recomputed
+    mtimes = _snapshot(out)
+    for extra in ([], ["--overwrite"]):
+        r = _run("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", *extra,
+                 tmp_path=tmp_path)
+        assert r.returncode == 0, r.stderr
+        prog = [e for e in _events(r.stdout) if e["event"] == "progress"]
+        assert [e["skipped"] for e in prog] == [True, True, True]
+        assert {k: v for k, v in _snapshot(out).items() if k.endswith(".exr")} == \
+            {k: v for k, v in mtimes.items() if k.endswith(".exr")}
+
+
+def test_restyle_rerun_with_other_prompt_is_refused_then_overwrite_clears_previews(tmp_path, boat_gb):
+    out = tmp_path / "rs"
+    r = _run("restyle", boat_gb, "--prompt", "fog", "--out", out, tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (out / "keep.txt").write_text("x")
+    before = _snapshot(out)
+    r = _run("restyle", boat_gb, "--prompt", "snow", "--out", out, "--frames", "2-3", tmp_path=tmp_path)
+    assert r.returncode == 1
+    err = _events(r.stdout)[-1]
+    assert err["event"] == "error" and "--overwrite" in err["message"] and str(out) in err["message"]
+    assert _snapshot(out) == before
+    r = _run("restyle", boat_gb, "--prompt", "snow", "--out", out, "--frames", "2-3", "--overwrite",
+             tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "keep.txt", "manifest.json", "preview.mp4", "preview/restyle_0002.png", "preview/restyle_0003.png",
+        "restyle_0002.exr", "restyle_0003.exr"]
+    assert contract.read_manifest(out)["prompt"] == "snow"
+    assert sorted(p.name for p in boat_gb.iterdir()) == [
+        "gbuffer_0001.exr", "gbuffer_0002.exr", "gbuffer_0003.exr", "manifest.json"]  # input untouched
+
+
+# ------------------------------------------------ 2. corrupt EXR: JSON-only stdout, clear error
+
+
+def test_truncated_gbuffer_exr_keeps_stdout_json_and_says_corrupt(tmp_path, boat_gb):
+    import shutil
+
+    gb = tmp_path / "gb"
+    shutil.copytree(boat_gb, gb)
+    bad = gb / "gbuffer_0002.exr"
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    r = _run("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs", tmp_path=tmp_path)
+    assert r.returncode == 1
+    evs = _events(r.stdout)  # the OpenEXR library's warning did not reach stdout
+    err = evs[-1]
+    assert err["event"] == "error" and err["frame"] == 2 and err["file"] == str(bad)
+    assert "missing pass" not in err["message"]
+    assert "unreadable" in err["message"] and "corrupt" in err["message"]
+    assert "gbuffer_0002.exr" in err["message"] and "frame 2" in err["message"]
+    assert "Warning" in r.stderr  # the library's own chatter went to stderr (the worker's log)
+    assert [e["frame"] for e in evs if e["event"] == "progress"] == [1]
+
+
+def test_library_stdout_goes_to_stderr_and_tty_detection_is_kept(tmp_path):
+    """fd 1 points at stderr while a subcommand runs; events go to the real stdout."""
+    script = (
+        "import os, sys\n"
+        "sys.path.insert(0, %r)\n"
+        "from backend import cli, events\n"
+        "with cli.json_stdout() as ev:\n"
+        "    os.write(1, b'C LIBRARY CHATTER\\n')\n"
+        "    print('python chatter')\n"
+        "    events.emit({'event': 'x', 'tty': ev.isatty()})\n"
+        "print('after')\n" % str(REPO))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ['{"event": "x", "tty": false}', "after"]
+    assert "C LIBRARY CHATTER" in r.stderr and "python chatter" in r.stderr
+
+
+# ------------------------------------------------ 3. error events carry frame and file
+
+
+def test_error_events_carry_frame_and_file(tmp_path, boat_gb):
+    import cv2
+    import numpy as np
+
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    for i in (1, 2, 3):
+        cv2.imwrite(str(seq / f"s_{i:04d}.png"), np.full((24, 32, 3), 40 * i, np.uint8))
+    data = (seq / "s_0002.png").read_bytes()
+    (seq / "s_0002.png").write_bytes(data[:30])
+    r = _run("decompose", seq, "--out", tmp_path / "o", "--max-size", "16", tmp_path=tmp_path)
+    assert r.returncode == 2
+    err = _events(r.stdout)[-1]
+    assert err["event"] == "error" and err["frame"] == 2 and err["file"] == str(seq / "s_0002.png")
+    assert "s_0002.png (frame 2)" in err["message"]
+
+    r = _run("decompose", tmp_path / "nope.mp4", "--out", tmp_path / "o2", tmp_path=tmp_path)
+    err = _events(r.stdout)[-1]
+    assert r.returncode == 2 and err["file"] == str(tmp_path / "nope.mp4") and "nope.mp4" in err["message"]
+
+    r = _run("restyle", boat_gb, "--prompt", "fog", "--out", tmp_path / "rs", "--frames", "9-9",
+             tmp_path=tmp_path)  # frames 1-3 only
+    err = _events(r.stdout)[-1]
+    assert r.returncode == 2 and err["frame"] == 9 and err["file"] == str(boat_gb)
+    assert "has frames 1-3" in err["message"]
+
+
+# ------------------------------------------------ 4. --frames past the end
+
+
+def test_frames_past_the_end(tmp_path, footage):
+    src = footage("boat")  # 16 frames
+    r = _run("decompose", src, "--out", tmp_path / "a", "--frames", "40-50", "--max-size", "32",
+             tmp_path=tmp_path)
+    assert r.returncode == 2
+    err = _events(r.stdout)[-1]
+    assert err["event"] == "error" and "clip has 16 frame" in err["message"]
+    assert err["frame"] == 40 and err["file"] == str(Path(src).absolute())
+    assert not (tmp_path / "a").exists() or not list((tmp_path / "a").iterdir())
+
+    r = _run("decompose", src, "--out", tmp_path / "b", "--frames", "15-40", "--max-size", "32",
+             tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    evs = _events(r.stdout)
+    warn = [e for e in evs if e["event"] == "warning"]
+    assert len(warn) == 1 and "16 frame" in warn[0]["message"] and "clipped to 15-16" in warn[0]["message"]
+    assert evs[-1]["event"] == "done" and evs[-1]["written"] == 2 and evs[-1]["total"] == 2
+    assert "warning: " in r.stderr
+    assert list(contract.list_frames(tmp_path / "b")) == [15, 16]
+
+    r = _run("restyle", tmp_path / "b", "--prompt", "fog", "--out", tmp_path / "rs", "--frames", "16-30",
+             "--no-mp4", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    warn = [e for e in _events(r.stdout) if e["event"] == "warning"]
+    assert len(warn) == 1 and "clipped to 16-16" in warn[0]["message"]
+
+
+# ------------------------------------------------ 5. --max-size
+
+
+@pytest.mark.parametrize("value", ["1", "2", "15", "-1", "-64"])
+def test_absurd_max_size_is_rejected(tmp_path, footage, value):
+    r = _run("decompose", footage("boat"), "--out", tmp_path / "o", f"--max-size={value}", tmp_path=tmp_path)
+    assert r.returncode == 2
+    assert "--max-size" in r.stderr and "at least 16" in r.stderr and "0 (full size)" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_max_size_zero_and_sixteen_are_accepted():
+    from backend.cli import build_parser
+
+    for value, want in (("0", 0), ("16", 16), ("768", 768)):
+        args = build_parser().parse_args(["decompose", "x.mp4", "--out", "o", "--max-size", value])
+        assert args.max_size == want
+
+
+# ------------------------------------------------ precision preference -> diffusion dtype
+
+
+def test_precision_preference_reaches_the_diffusion_backends(monkeypatch):
+    pytest.importorskip("torch")
+    import torch
+
+    from backend.estimators.marigold import MarigoldEstimator
+    from backend.precision import ENV, resolve_dtype
+    from backend.renderers.controlnet import ControlNetRenderer
+
+    monkeypatch.setattr(MarigoldEstimator, "_load", lambda self, task, model, **kw: object())
+    for pref, want_auto, want_torch in (("fp32", "float32", torch.float32), ("fp16", "auto", torch.float16),
+                                        (None, "auto", torch.float16)):
+        if pref is None:
+            monkeypatch.delenv(ENV, raising=False)
+        else:
+            monkeypatch.setenv(ENV, pref)
+        assert resolve_dtype("auto") == want_auto
+        assert resolve_dtype("float16") == "float16"  # an explicit option wins
+        est = MarigoldEstimator(depth="x", normals=None, intrinsics=None, device="cuda")
+        assert est.dtype == want_torch and est.settings()["dtype"] == str(want_torch).split(".")[1]
+        assert MarigoldEstimator(depth="x", normals=None, intrinsics=None, device="cpu").dtype == torch.float32
+        rend = ControlNetRenderer(device="cuda")
+        assert rend.dtype_name == want_auto and rend.settings()["dtype"] == want_auto

@@ -129,9 +129,12 @@ def test_resume_skips_matching_frames_and_recomputes_changed_settings(tmp_path):
     est3 = TinyEstimator()
     res = decompose(src, out, estimator=_use(est3), max_size=32, stream=io.StringIO())
     assert res.written == [2] and res.skipped == [1, 3]
-    # different settings -> different hash -> everything recomputed
+    # different settings -> different hash: refused (frames would mix), unless overwrite
     est4 = TinyEstimator(seed=5)
-    res = decompose(src, out, estimator=_use(est4), max_size=32, stream=io.StringIO())
+    with pytest.raises(JobError, match="other settings .*--overwrite"):
+        decompose(src, out, estimator=_use(est4), max_size=32, stream=io.StringIO())
+    assert est4.calls == 0
+    res = decompose(src, out, estimator=_use(est4), max_size=32, stream=io.StringIO(), overwrite=True)
     assert res.written == [1, 2, 3] and est4.calls == 3
     h = contract.read_frame(contract.frame_path(out, 1)).meta["settings_hash"]
     assert h == res.settings_hash != ""
@@ -280,7 +283,7 @@ def test_frames_beyond_source_is_a_clear_error(tmp_path):
     from backend.footage import FootageError
 
     src = _clip(tmp_path, n=2)
-    with pytest.raises(FootageError, match=r"--frames starts at 5 but the source has 2 frame"):
+    with pytest.raises(FootageError, match=r"--frames 5-6 starts past the end: the clip has 2 frame"):
         decompose(src, tmp_path / "o", estimator="tiny", frames="5-6", stream=io.StringIO())
 
 

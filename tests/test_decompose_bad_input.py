@@ -61,7 +61,7 @@ def test_truncated_png_in_sequence_names_file_and_frame(tmp_path):
     write_image(seq / "a_0001.png", gradient_rgb(8, 8))
     data = write_image(seq / "a_0002.png", gradient_rgb(8, 8, 3)).read_bytes()
     (seq / "a_0002.png").write_bytes(data[:20])
-    with pytest.raises(FootageError, match=r"a_0002\.png \(frame 1\): not a readable image"):
+    with pytest.raises(FootageError, match=r"a_0002\.png \(frame 2\): not a readable image"):
         _dec(seq, tmp_path / "o")
     assert list(contract.list_frames(tmp_path / "o")) == [1]  # the good frame is complete
 
@@ -109,7 +109,7 @@ def test_nan_inf_in_exr_is_rejected_with_file_and_frame(tmp_path):
     bad[2, 3, 1] = np.nan
     bad[0, 0, 0] = np.inf
     write_exr(seq / "r_0002.exr", bad)
-    with pytest.raises(FootageError, match=r"r_0002\.exr \(frame 1\): 2 NaN/Inf value\(s\) in RGB"):
+    with pytest.raises(FootageError, match=r"r_0002\.exr \(frame 2\): 2 NaN/Inf value\(s\) in RGB"):
         _dec(seq, tmp_path / "o")
 
 

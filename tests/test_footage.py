@@ -224,7 +224,7 @@ def test_sequences_folder_and_patterns(tmp_path):
 def test_sequence_size_change_is_a_clear_error(tmp_path):
     write_image(tmp_path / "s_0001.png", np.zeros((4, 4, 3), np.uint8))
     write_image(tmp_path / "s_0002.png", np.zeros((5, 4, 3), np.uint8))
-    with open_footage(tmp_path) as r, pytest.raises(FootageError, match=r"s_0002\.png \(frame 1\)"):
+    with open_footage(tmp_path) as r, pytest.raises(FootageError, match=r"s_0002\.png \(frame 2\)"):
         list(r)
 
 

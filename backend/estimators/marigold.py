@@ -28,7 +28,8 @@ no custom pipeline code from a repository runs.
 Running
 -------
 * Device: ``auto`` = CUDA, else MPS, else CPU.
-* Precision: fp16 on CUDA/MPS, fp32 on CPU (``dtype=`` overrides). A frame whose fp16
+* Precision: fp16 on CUDA/MPS, fp32 on CPU (``dtype=`` overrides; the add-on's
+  *Precision* preference ``fp32`` makes ``auto`` fp32, :mod:`backend.precision`). A frame whose fp16
   output contains NaN/Inf is re-run in fp32 (the pipeline is cast to fp32 for that
   frame and back); ``fp32_reruns`` counts them.
 * The input frame (scene-linear) is sRGB-encoded for the network (Marigold was trained
@@ -161,7 +162,10 @@ class MarigoldEstimator(Estimator):
     ):
         import torch
 
+        from ..precision import resolve_dtype
+
         self.device = auto_device(device)
+        dtype = resolve_dtype(dtype)  # the add-on's Precision preference
         if dtype == "auto":
             self.dtype = torch.float32 if self.device == "cpu" else torch.float16
         else:
@@ -220,6 +224,7 @@ class MarigoldEstimator(Estimator):
             "num_inference_steps": self.num_inference_steps,
             "ensemble_size": self.ensemble_size,
             "seed": self.seed,
+            "dtype": str(self.dtype).replace("torch.", ""),
         }
 
     # ------------------------------------------------------------------ running

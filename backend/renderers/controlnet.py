@@ -122,7 +122,8 @@ class ControlNetRenderer(Renderer):
             the UNet accepts); the result is resized back to the frame size.
         normal_convention: ``bae`` (default) or ``opengl``.
         local_files_only: ``None`` = only when ``HF_HUB_OFFLINE`` is set.
-        dtype: ``auto`` (fp16 on CUDA) | ``float32`` | ``float16``.
+        dtype: ``auto`` (fp16 on CUDA; fp32 when the add-on's *Precision* preference is
+            ``fp32``, :mod:`backend.precision`) | ``float32`` | ``float16``.
 
     Raises:
         ValueError: bad option values.
@@ -160,7 +161,9 @@ class ControlNetRenderer(Renderer):
         self.max_size = int(max_size)
         self.normal_convention = normal_convention
         self.local_files_only = local_files_only
-        self.dtype_name = dtype
+        from ..precision import resolve_dtype
+
+        self.dtype_name = resolve_dtype(dtype)  # "auto" follows the add-on's Precision preference
         self._img2img = None
         self._txt2img = None
         self._device = None
