@@ -8,6 +8,7 @@ directory and on ``PYTHONPATH``. The worker prints JSON lines on stdout::
     {"event": "progress", "frame": i, "done": n, "total": N, "fps": x, "eta_s": y}
     {"event": "done", ...}
     {"event": "error", "message": "...", "frame": i, "file": "..."}
+    {"event": "warning", "message": "...", "frame": i, "file": "..."}   (the job goes on)
 
 A reader thread puts those lines on a queue; :meth:`WorkerJob.poll` drains it on
 Blender's main thread (from a modal operator's timer or ``bpy.app.timers``), so the UI
@@ -112,6 +113,7 @@ class WorkerJob:
         frame: last frame index reported.
         message: the reason of a failure (backend's message, else the log's last line).
         error_frame, error_file: where the backend failed, when it said so.
+        warnings: messages of the backend's ``warning`` events (e.g. a clipped frame range).
         result: the ``done`` event dict.
         returncode: the process exit status once it ended.
         log_path: file holding the worker's stderr and non-JSON stdout.
@@ -140,6 +142,7 @@ class WorkerJob:
         self.message = ""
         self.error_frame = None
         self.error_file = None
+        self.warnings: List[str] = []
         self.result: dict = {}
         self.returncode = None
         self._proc: Optional[subprocess.Popen] = None
@@ -238,6 +241,8 @@ class WorkerJob:
             if ev.get("total"):
                 self.total = int(ev["total"])
                 self.done = int(ev.get("done", self.total) or self.total)
+        elif kind == "warning":
+            self.warnings.append(str(ev.get("message") or ""))
         elif kind == "error":
             self.message = str(ev.get("message") or "unknown error")
             self.error_frame = ev.get("frame")

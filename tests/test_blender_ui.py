@@ -490,6 +490,9 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     s.last_decompose_dir = str(out)
     ctl3 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=True), bpy.context)
     assert ctl3.steps[0].argv[6] == str(out)
+    # Resume continues in that folder even after a settings change: frames written there
+    # with other settings are replaced (a fresh run gets a new, empty folder)
+    assert "--overwrite" in ctl3.steps[0].argv and "--overwrite" not in argv
     env = ctl.steps[0].env
     assert env["PYTHONPATH"].split(":")[0] == str(util.REPO_ROOT)
     assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off

@@ -48,6 +48,15 @@ def test_backend_command_and_env():
     assert not any("site-packages" in p and "extensions" not in p for p in ext["PYTHONPATH"].split(":"))
 
 
+def test_warning_event_is_kept_and_does_not_end_the_job(tmp_path):
+    job = worker.WorkerJob(["python"], log_path=tmp_path / "job.log")
+    line = '{"event": "warning", "message": "--frames 15-40: the clip has 16 frame(s); clipped to 15-16", ' \
+           '"frame": null, "file": "/f/boat.mp4"}\n'
+    job._apply(worker.parse_event(line))
+    assert job.warnings == ["--frames 15-40: the clip has 16 frame(s); clipped to 15-16"]
+    assert job.state == worker.RUNNING and job.message == ""
+
+
 def test_progress_then_done(tmp_path):
     job, out = _job(tmp_path, 4, "ok")
     seen = []
