@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import json
 import os
+import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
@@ -40,7 +41,8 @@ import numpy as np
 from .. import contract, events
 from ..errors import InputError
 from ..renderers.base import get_renderer
-from .runner import JobError, check_output_safe, run_job
+from ..renderers.shading import preview_8bit
+from .runner import Deferred, JobError, check_output_safe, run_job
 
 DEFAULT_RENDERER = "embedded"
 OUT_PREFIX = "restyle_"
@@ -94,9 +96,10 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
 
     h, w = rgb.shape[:2]
     a = np.ones((h, w), np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
-    rgb16 = np.clip(rgb * a[..., None], 0.0, 65000.0).astype(np.float16)  # premultiplied
-    chans = {c: np.ascontiguousarray(rgb16[..., i]) for i, c in enumerate("RGB")}
-    chans["A"] = np.ascontiguousarray(np.clip(a, 0.0, 1.0).astype(np.float16))
+    rgb16 = contract.to_half(np.clip(rgb * a[..., None], 0.0, 65000.0))  # premultiplied
+    planar = np.ascontiguousarray(np.moveaxis(rgb16, -1, 0))
+    chans = {c: planar[i] for i, c in enumerate("RGB")}
+    chans["A"] = contract.to_half(np.clip(a, 0.0, 1.0))
     # PIZ: lossless, ~40 % faster to write and smaller than ZIP on filmed content
     hdr = {"compression": OpenEXR.PIZ_COMPRESSION, "type": OpenEXR.scanlineimage}
     for k, v in (header or {}).items():
@@ -118,17 +121,80 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def write_png(path: os.PathLike, rgb_linear: np.ndarray) -> Path:
-    """sRGB 8-bit PNG preview of a scene-linear frame, written atomically."""
+def write_png(path: os.PathLike, rgb_linear: Optional[np.ndarray], srgb8: Optional[np.ndarray] = None) -> Path:
+    """sRGB 8-bit PNG preview of a scene-linear frame (or of ``srgb8``, an already
+    computed :func:`backend.renderers.shading.preview_8bit` image), written atomically."""
     import cv2
 
     from ..renderers.shading import preview_8bit
 
-    ok, buf = cv2.imencode(".png", preview_8bit(rgb_linear)[..., ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    img = srgb8 if srgb8 is not None else preview_8bit(rgb_linear)
+    ok, buf = cv2.imencode(".png", img[..., ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 1])
     if not ok:
         raise OSError(f"PNG encoding failed for {path}")
     _atomic_bytes(Path(path), buf.tobytes())
     return Path(path)
+
+
+class Mp4Encoder:
+    """Streaming H.264 yuv420p MP4 writer (PyAV) for sRGB uint8 ``H x W x 3`` frames.
+
+    Writes to ``path`` directly (callers pass a temporary path and rename it). Odd
+    widths/heights are padded by one replicated row/column (yuv420p needs even sizes).
+    """
+
+    def __init__(self, path: os.PathLike, fps=DEFAULT_FPS, crf: int = 18):
+        import av
+
+        self.path = Path(path)
+        self.box = av.open(str(self.path), mode="w", format="mp4")
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.crf = crf
+        self.stream = None
+        self.size = None
+        self.count = 0
+
+    def add(self, img: np.ndarray) -> None:
+        """Encode one frame. Raises ValueError when the size changes."""
+        import av
+
+        h, w = img.shape[:2]
+        ph, pw = h % 2, w % 2
+        if ph or pw:
+            img = np.pad(img, ((0, ph), (0, pw), (0, 0)), mode="edge")
+        if self.stream is None:
+            self.stream = self.box.add_stream("libx264", rate=self.fps)
+            self.stream.width, self.stream.height = img.shape[1], img.shape[0]
+            self.stream.pix_fmt = "yuv420p"
+            self.stream.options = {"crf": str(self.crf), "preset": "veryfast"}
+            self.size = img.shape[:2]
+        elif img.shape[:2] != self.size:
+            raise ValueError(f"preview frames change size: {img.shape[:2]} vs {self.size}")
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+        for pkt in self.stream.encode(frame):
+            self.box.mux(pkt)
+        self.count += 1
+
+    def close(self) -> None:
+        """Flush and close. Raises ValueError when no frame was added."""
+        try:
+            if self.stream is None:
+                raise ValueError("no frames to encode")
+            for pkt in self.stream.encode():
+                self.box.mux(pkt)
+        finally:
+            self.box.close()
+
+    def discard(self) -> None:
+        """Close without caring about errors and delete the file."""
+        try:
+            self.box.close()
+        except Exception:
+            pass
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
 
 
 def write_mp4(path: os.PathLike, frames: Iterable[np.ndarray], fps=DEFAULT_FPS, crf: int = 18) -> Path:
@@ -137,35 +203,30 @@ def write_mp4(path: os.PathLike, frames: Iterable[np.ndarray], fps=DEFAULT_FPS, 
     Odd widths/heights are padded by one replicated row/column (yuv420p needs even
     sizes). Raises ValueError when ``frames`` is empty.
     """
-    import av
-
     path = Path(path)
-    n = 0
     with contract.atomic_path(path, prefix=".tmp_preview") as tmp:
-        with av.open(tmp, mode="w", format="mp4") as box:
-            stream = None
+        enc = Mp4Encoder(tmp, fps=fps, crf=crf)
+        try:
             for img in frames:
-                h, w = img.shape[:2]
-                ph, pw = h % 2, w % 2
-                if ph or pw:
-                    img = np.pad(img, ((0, ph), (0, pw), (0, 0)), mode="edge")
-                if stream is None:
-                    stream = box.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
-                    stream.width, stream.height = img.shape[1], img.shape[0]
-                    stream.pix_fmt = "yuv420p"
-                    stream.options = {"crf": str(crf), "preset": "veryfast"}
-                    size = img.shape[:2]
-                elif img.shape[:2] != size:
-                    raise ValueError(f"preview frames change size: {img.shape[:2]} vs {size}")
-                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
-                for pkt in stream.encode(frame):
-                    box.mux(pkt)
-                n += 1
-            if stream is None:
-                raise ValueError("no frames to encode")
-            for pkt in stream.encode():
-                box.mux(pkt)
+                enc.add(img)
+        except BaseException:
+            enc.discard()
+            raise
+        enc.close()
     return path
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    """True when no element is NaN/Inf (a float64 sum is finite exactly then)."""
+    return bool(np.isfinite(np.add.reduce(a, axis=None, dtype=np.float64)))
+
+
+def _mean_rgb(rgb: np.ndarray) -> List[float]:
+    """Per-channel mean of an ``H x W x 3`` float32 image (OpenCV, float64 accumulation)."""
+    import cv2
+
+    m = cv2.mean(np.ascontiguousarray(rgb, dtype=np.float32))
+    return [round(float(x), 6) for x in m[:3]]
 
 
 def _inputs_digest(files: List[Path]) -> str:
@@ -203,7 +264,8 @@ def _pair_error(prev, cur) -> Optional[tuple]:
     from .. import temporal
     from ..renderers.shading import linear_to_srgb
 
-    pair = temporal.FlowPair.compute(prev[0], cur[0])
+    # DIS 'fast' preset: the metric needs consistent pixels, not the best flow (~5x cheaper)
+    pair = temporal.FlowPair.compute(prev[0], cur[0], preset="fast")
     if not pair.mask.any():
         return None
     e_out = np.abs(cur[1] - temporal.warp(prev[1], pair.back)).mean(-1)[pair.mask].mean()
@@ -215,7 +277,7 @@ def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Dict[int, P
                    known: Optional[Dict[int, tuple]] = None) -> Optional[Dict[str, Any]]:
     """Temporal flicker of the result: mean absolute warping error on consistent pixels.
 
-    Flow is computed on the *source* frames (Combined pass, DIS, downscaled so the long
+    Flow is computed on the *source* frames (Combined pass, DIS 'fast' preset, downscaled so the long
     side is at most ``FLICKER_MAX_SIDE``), consecutive frames only; the previous output
     is warped into the current one and compared on flow-consistent pixels
     (forward-backward check, :mod:`backend.temporal`). Reported for the output and
@@ -254,7 +316,7 @@ def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Dict[int, P
         return None
     return {
         "metric": "mean absolute warping error of sRGB [0,1] output on flow-consistent pixels "
-                  "(DIS flow on the source frames, consecutive frames); lower is steadier",
+                  "(DIS 'fast' flow on the source frames, consecutive frames); lower is steadier",
         "output": float(np.mean([r[1] for r in rows])),
         "source": float(np.mean([r[2] for r in rows])),
         "per_frame": {str(r[0]): round(r[1], 6) for r in rows},
@@ -365,6 +427,23 @@ def restyle(
     png_jobs: List[tuple] = []
     order = list(files)
     following = dict(zip(order, order[1:]))
+    # The MP4 preview is encoded as frames are written; when the folder's frames are
+    # not exactly the ones this run rendered, in order (a resume skipped some), it is
+    # re-encoded from the PNG previews at the end instead.
+    video: Dict[str, Any] = {"enc": None, "frames": [], "broken": False}
+
+    def _stream_mp4(n: int, img8: np.ndarray) -> None:
+        if video["broken"]:
+            return
+        try:
+            if video["enc"] is None:
+                fd, tmp = tempfile.mkstemp(prefix=".tmp_preview_", suffix=".mp4", dir=out_dir)
+                os.close(fd)
+                video["enc"] = Mp4Encoder(tmp, fps=fps)
+            video["enc"].add(img8)
+            video["frames"].append(n)
+        except Exception:  # the end-of-job re-encode reports real problems
+            video["broken"] = True
 
     def get_frame(n: int, path: Path) -> contract.GBufferFrame:
         fut = prefetch.pop(n, None)
@@ -395,7 +474,7 @@ def restyle(
                     rgb = rend.render(frame, prompt, frame_index=n - 1, time_s=time_s, prev=prev, **kw)
                 except contract.ContractError as e:
                     raise JobError(f"frame {n} ({path}): {e}", frame=n, file=path) from e
-                if rgb.shape != frame.shape + (3,) or not np.all(np.isfinite(rgb)):
+                if rgb.shape != frame.shape + (3,) or not _all_finite(rgb):
                     raise JobError(f"renderer {renderer!r} returned shape {rgb.shape} or non-finite "
                                    f"values for frame {n} ({path})", frame=n, file=path)
                 header = {
@@ -407,22 +486,33 @@ def restyle(
                     contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
                 }
                 alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
-                write_rgba_exr(tmp_path, rgb, alpha, header)
-                if previews:
-                    png_jobs.append((n, pool.submit(write_png, preview_path(out_dir, n), rgb)))
-                if flicker:
-                    cur = _small(frame.combined[..., :3], rgb)
-                    if state.get("small_n") == n - 1:
-                        r = _pair_error(state["small"], cur)
-                        if r is not None:
-                            flick[n] = r
-                    state["small"], state["small_n"] = cur, n
                 state["prev"], state["prev_n"] = rgb, n
-                entry = {"source": path.name, "mean_rgb": [round(float(x), 6) for x in rgb.mean(axis=(0, 1))]}
+                entry = {"source": path.name, "mean_rgb": _mean_rgb(rgb)}
                 extra = getattr(rend, "last_info", None)
                 if extra:
                     entry.update(extra)
-                return entry
+
+                def write(rgb=rgb, alpha=alpha, header=header, src=frame.combined, n=n):
+                    # on the runner's writer thread, in frame order, while the next
+                    # frame renders: EXR, 8-bit preview (PNG on the I/O pool, MP4
+                    # stream), flicker against the previous frame
+                    write_rgba_exr(tmp_path, rgb, alpha, header)
+                    if previews or mp4:
+                        img8 = preview_8bit(rgb)
+                        if previews:
+                            png_jobs.append((n, pool.submit(write_png, preview_path(out_dir, n), None, img8)))
+                        if mp4:
+                            _stream_mp4(n, img8)
+                    if flicker:
+                        cur = _small(src[..., :3], rgb)
+                        if state.get("small_n") == n - 1:
+                            r = _pair_error(state["small"], cur)
+                            if r is not None:
+                                flick[n] = r
+                        state["small"], state["small_n"] = cur, n
+                    return None
+
+                return Deferred(write, entry)
 
             yield n, work
 
@@ -444,6 +534,10 @@ def restyle(
                          read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar,
                          overwrite=overwrite, companions=lambda n: [preview_path(out_dir, n)],
                          extra_outputs=[out_dir / MP4_NAME])
+    except BaseException:
+        if video["enc"] is not None:
+            video["enc"].discard()
+        raise
     finally:
         for fut in prefetch.values():
             fut.cancel()
@@ -461,6 +555,19 @@ def restyle(
         for n in done:
             if not preview_path(out_dir, n).exists() and output_path(out_dir, n).exists():
                 write_png(preview_path(out_dir, n), read_rgba_exr(output_path(out_dir, n)))
+    enc = video["enc"]
+    if enc is not None:
+        if mp4 and not video["broken"] and video["frames"] == done:
+            try:
+                enc.close()
+                os.chmod(enc.path, contract.default_file_mode())
+                os.replace(enc.path, out_dir / MP4_NAME)
+                man["preview_mp4"] = MP4_NAME
+                mp4 = False  # streamed: nothing to re-encode
+            except Exception:
+                enc.discard()
+        else:
+            enc.discard()
     if mp4 and done:
         import cv2
 

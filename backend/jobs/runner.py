@@ -18,7 +18,11 @@ jobs:
   :class:`JobCancelled` is raised (the CLI exits 130).
 * **Resume**: a frame whose file exists and whose stored settings hash equals the
   current one is skipped. The hash is kept per frame in ``manifest.json`` and, when
-  the job provides ``read_hash``, in the file itself (EXR header), which wins.
+  the job provides ``read_hash``, in the file itself (EXR header), which wins; the
+  manifest is then rewritten at most every ``MANIFEST_INTERVAL_S`` during the run
+  (and always at the end, on cancel and on failure).
+* **Overlap**: ``work`` may return :class:`Deferred` to finish its file on a writer
+  thread while the next frame is computed (one frame in flight, strictly in order).
 * **Safety**: the output folder may not be, contain, or lie inside any input.
 * **Failure**: any error becomes :class:`JobError` naming the file and frame; the
   temporary file is removed (full disk, unwritable folder, estimator crash...).
@@ -57,6 +61,8 @@ from .. import contract, events
 from .outputs import check_previous_outputs
 
 WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
+#: seconds between manifest rewrites during a run (see :func:`run_job`)
+MANIFEST_INTERVAL_S = 2.0
 
 
 class JobError(RuntimeError):
@@ -363,7 +369,7 @@ def run_job(
     result = JobResult(out_dir=out, total=total, settings_hash=shash, manifest=man)
     prog = _Progress(total, stream, progress_bar, job)
     prog.event(event="start", job=job, total=total, out=str(out), settings_hash=shash)
-    counters = {"done": 0, "busy_s": 0.0, "busy_from": None}
+    counters = {"done": 0, "busy_s": 0.0, "busy_from": None, "manifest_t": time.monotonic()}
     current = None
     # One frame may be finishing on the writer thread (a Deferred returned by ``work``)
     # while the next one is computed: (number, final, tmp, info, future).
@@ -384,8 +390,15 @@ def run_job(
         entry.update(info)
         frames[number] = entry
         result.written.append(number)
-        man["frames"] = frame_list()
-        _write_manifest(out, man, number)
+        # The manifest is rewritten after a frame at most every MANIFEST_INTERVAL_S when
+        # the files carry their own settings hash (resume reads it from them), so its
+        # cost does not grow with clip length; it is always written at the end, on
+        # cancel and on failure.
+        now = time.monotonic()
+        if read_hash is None or now - counters["manifest_t"] >= MANIFEST_INTERVAL_S:
+            man["frames"] = frame_list()
+            _write_manifest(out, man, number)
+            counters["manifest_t"] = now
         if on_frame is not None:
             on_frame(number, entry)
         now = time.monotonic()
@@ -502,6 +515,11 @@ def run_job(
             writer.shutdown(wait=True)
         for item in pending:
             cleanup_tmp(item[2])
+        man["frames"] = frame_list()
+        try:
+            _write_manifest(out, man, current)
+        except JobError:
+            pass
         raise
     finally:
         if writer is not None:

@@ -394,14 +394,19 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     """
     depth_w = d.unit * d.water_scale
     dist_w = d.ray_unit * d.water_scale
-    c = sh.caustics(planar[0] * depth_w, planar[2] * depth_w, time_s,
-                    scale=2.0 * math.pi / CAUSTIC_PERIOD_M)
     up = sh.smoothstep(0.2, 0.9, ny)
     footprint = dist_w * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
     fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
         F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
     fade = fade * np.sqrt(n_dot_v)
-    return F32(1.3 * p.caustics * p.water) * c * up * fade
+    weight = F32(1.3 * p.caustics * p.water) * up * fade
+    # the pattern (five sines per pixel) only where it shows: up-facing, near enough
+    lit = weight > 0
+    gain = np.zeros_like(weight)
+    if lit.any():
+        gain[lit] = weight[lit] * sh.caustics(planar[0][lit] * depth_w[lit], planar[2][lit] * depth_w[lit],
+                                              time_s, scale=2.0 * math.pi / CAUSTIC_PERIOD_M)
+    return gain
 
 
 def _underwater(out: np.ndarray, p: LookParams, d: _Distances, lf: np.ndarray, level: float):

@@ -261,73 +261,42 @@ def env_specular(f0: np.ndarray, n_dot_v: np.ndarray, roughness: np.ndarray,
     return env * (f0 * a + b)
 
 
-def downsample(img: np.ndarray, factor: int) -> np.ndarray:
-    """Box-downsample ``[C x] H x W`` by an integer factor (edges cropped to a multiple).
-
-    Sums strided slices (contiguous inner loops) instead of reducing a reshaped array.
-    """
-    h, w = img.shape[-2:]
-    if h < factor or w < factor:
-        return img.mean(axis=(-2, -1), keepdims=True, dtype=F32)
-    hh, ww = h // factor, w // factor
-    a = img[..., : hh * factor, : ww * factor]
-    rows = a[..., 0::factor, :].astype(F32, copy=True)
-    for j in range(1, factor):
-        rows += a[..., j::factor, :]
-    out = rows[..., 0::factor].copy()
-    for j in range(1, factor):
-        out += rows[..., j::factor]
-    out *= F32(1.0 / (factor * factor))
-    return out
-
-
-def box_blur(img: np.ndarray, radius: int) -> np.ndarray:
-    """Separable box blur (edge-clamped) of ``[C x] H x W`` with integral images."""
-    if radius <= 0:
-        return img
-    out = img
-    k = 2 * radius + 1
-    for axis in (-2, -1):
-        n = out.shape[axis]
-        pad = [(0, 0)] * out.ndim
-        pad[axis] = (radius + 1, radius)
-        c = np.cumsum(np.pad(out, pad, mode="edge"), axis=axis, dtype=F32)
-        hi = [slice(None)] * out.ndim
-        lo = [slice(None)] * out.ndim
-        hi[axis] = slice(k, k + n)
-        lo[axis] = slice(0, n)
-        out = (c[tuple(hi)] - c[tuple(lo)]) * F32(1.0 / k)
-    return out.astype(F32, copy=False)
-
-
-@lru_cache(maxsize=16)
-def _lerp_index(n_out: int, n_in: int):
-    s = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
-    s = np.clip(s, 0, n_in - 1)
-    i0 = np.floor(s).astype(np.int64)
-    i1 = np.minimum(i0 + 1, n_in - 1)
-    t = (s - i0).astype(F32)
-    return i0, i1, t
-
-
 def upsample(img: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Separable bilinear resize of ``[C x] h0 x w0`` to ``h x w`` (float32)."""
+    """Bilinear resize of ``[C x] h0 x w0`` to ``h x w`` (float32; pixel centres at
+    half-integers, edges clamped: OpenCV ``INTER_LINEAR``)."""
+    import cv2
+
     h0, w0 = img.shape[-2:]
-    y0, y1, ty = _lerp_index(h, h0)
-    x0, x1, tx = _lerp_index(w, w0)
-    a = img[..., x0] * (F32(1.0) - tx) + img[..., x1] * tx
-    ty = ty[:, None]
-    return (a[..., y0, :] * (F32(1.0) - ty) + a[..., y1, :] * ty).astype(F32)
+    planes = np.asarray(img, dtype=F32).reshape(-1, h0, w0)
+    out = np.empty((planes.shape[0], h, w), dtype=F32)
+    for i, p in enumerate(planes):
+        out[i] = cv2.resize(np.ascontiguousarray(p), (w, h), interpolation=cv2.INTER_LINEAR)
+    return out.reshape(img.shape[:-2] + (h, w))
 
 
 def lowpass(img: np.ndarray, scale: int = 8, radius: int = 2) -> np.ndarray:
-    """Cheap wide blur of ``[C x] H x W``: downsample by ``scale``, box blur twice, upsample."""
+    """Cheap wide blur of ``[C x] H x W`` (float32): box-downsample by the integer
+    ``scale`` (edges cropped to a multiple), box blur of width ``2 radius + 1`` twice
+    (edge-replicated), bilinear upsample back. OpenCV does each step per plane
+    (``INTER_AREA``, ``blur``, ``INTER_LINEAR``) and releases the GIL."""
+    import cv2
+
     h, w = img.shape[-2:]
-    small = downsample(img, scale)
-    small = box_blur(box_blur(small, radius), radius)
-    if small.shape[-2:] == (1, 1):
-        return np.broadcast_to(small, img.shape).astype(F32)
-    return upsample(small, h, w)
+    if h < scale or w < scale:
+        m = np.asarray(img, dtype=F32).mean(axis=(-2, -1), keepdims=True, dtype=F32)
+        return np.broadcast_to(m, img.shape).astype(F32)
+    hh, ww = h // scale, w // scale
+    planes = np.asarray(img, dtype=F32).reshape(-1, h, w)
+    out = np.empty(planes.shape, dtype=F32)
+    k = (2 * radius + 1, 2 * radius + 1)
+    for i, p in enumerate(planes):
+        small = cv2.resize(np.ascontiguousarray(p[: hh * scale, : ww * scale]), (ww, hh),
+                           interpolation=cv2.INTER_AREA)
+        if radius > 0:
+            small = cv2.blur(small, k, borderType=cv2.BORDER_REPLICATE)
+            small = cv2.blur(small, k, borderType=cv2.BORDER_REPLICATE)
+        out[i] = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+    return out.reshape(img.shape)
 
 
 def koschmieder(radiance: np.ndarray, transmittance: np.ndarray,
@@ -362,7 +331,7 @@ def height_fog_optical_depth(dist: np.ndarray, dir_y: np.ndarray, beta0: float,
 
 
 def caustics(px: np.ndarray, pz: np.ndarray, t: float, scale: float = 1.0) -> np.ndarray:
-    """Animated caustic pattern in ``[0, 1]`` from horizontal scene coordinates (H x W).
+    """Animated caustic pattern in ``[0, 1]`` from horizontal scene coordinates (any shape).
 
     A sum of three travelling, domain-warped sine waves, inverted and sharpened: thin
     bright lines resemble the focusing of sunlight by surface waves. ``px``/``pz`` in
