@@ -86,3 +86,30 @@ def test_sigint_with_a_frame_in_flight_finishes_it_and_cancels(tmp_path):
                   path_for=lambda n: out / f"f{n}.txt", stream=io.StringIO())
     assert res.skipped == [1, 2, 3] and res.written == [4, 5, 6]
     assert [n for k, n, _ in log if k == "compute"] == [4, 5, 6]
+
+
+def test_failure_outside_work_keeps_the_frame_in_flight(tmp_path):
+    """Decoding the next source frame fails (the task iterator raises) while frame 2 is
+    on the writer thread: frame 2 is complete work and is kept; no temporary files."""
+    out = tmp_path / "o"
+
+    def tasks():
+        it = _deferred_tasks(2, [], slow=0.05)
+        yield from it
+        raise RuntimeError("truncated source frame 3")
+
+    with pytest.raises(RuntimeError, match="truncated source frame 3"):
+        run_job(out, tasks(), settings={}, total=3, path_for=lambda n: out / f"f{n}.txt",
+                stream=io.StringIO())
+    assert sorted(p.name for p in out.iterdir()) == ["f1.txt", "f2.txt", "manifest.json"]
+    assert [f["frame"] for f in json.loads((out / "manifest.json").read_text())["frames"]] == [1, 2]
+
+
+def test_progress_done_counts_match_frames(tmp_path):
+    out = tmp_path / "o"
+    stream = io.StringIO()
+    run_job(out, _deferred_tasks(3, []), settings={}, total=3, path_for=lambda n: out / f"f{n}.txt",
+            stream=stream)
+    prog = [json.loads(line) for line in stream.getvalue().splitlines()]
+    prog = [(e["frame"], e["done"]) for e in prog if e["event"] == "progress"]
+    assert prog == [(1, 1), (2, 2), (3, 3)]

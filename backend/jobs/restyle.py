@@ -166,7 +166,9 @@ class Mp4Encoder:
             self.stream = self.box.add_stream("libx264", rate=self.fps)
             self.stream.width, self.stream.height = img.shape[1], img.shape[0]
             self.stream.pix_fmt = "yuv420p"
-            self.stream.options = {"crf": str(self.crf), "preset": "veryfast"}
+            # ultrafast: ~4x less CPU than veryfast (5 vs 17 ms per 960x540 frame) for a
+            # ~2x larger preview; one thread (the job already keeps both cores busy)
+            self.stream.options = {"crf": str(self.crf), "preset": "ultrafast", "threads": "1"}
             self.size = img.shape[:2]
         elif img.shape[:2] != self.size:
             raise ValueError(f"preview frames change size: {img.shape[:2]} vs {self.size}")

@@ -369,7 +369,8 @@ def run_job(
     result = JobResult(out_dir=out, total=total, settings_hash=shash, manifest=man)
     prog = _Progress(total, stream, progress_bar, job)
     prog.event(event="start", job=job, total=total, out=str(out), settings_hash=shash)
-    counters = {"done": 0, "busy_s": 0.0, "busy_from": None, "manifest_t": time.monotonic()}
+    counters = {"done": 0, "busy_s": 0.0, "busy_from": None, "manifest_t": time.monotonic(),
+                "manifest_dirty": False, "frame_failed": False}
     current = None
     # One frame may be finishing on the writer thread (a Deferred returned by ``work``)
     # while the next one is computed: (number, final, tmp, info, future).
@@ -382,7 +383,8 @@ def run_job(
         except OSError:
             pass
 
-    def finalize(number: int, final: Path, tmp: Path, info: Dict[str, Any], t_start: float) -> None:
+    def finalize(number: int, final: Path, tmp: Path, info: Dict[str, Any], t_start: float,
+                 done_at: int) -> None:
         if not tmp.exists() or tmp.stat().st_size == 0:
             raise JobError(f"job wrote nothing for frame {number} ({final})", frame=number, file=final)
         os.replace(tmp, final)
@@ -399,6 +401,9 @@ def run_job(
             man["frames"] = frame_list()
             _write_manifest(out, man, number)
             counters["manifest_t"] = now
+            counters["manifest_dirty"] = False
+        else:
+            counters["manifest_dirty"] = True
         if on_frame is not None:
             on_frame(number, entry)
         now = time.monotonic()
@@ -410,9 +415,9 @@ def run_job(
         fps = len(result.written) / counters["busy_s"] if counters["busy_s"] > 0 else None
         eta = None
         if total is not None and fps:
-            eta = round(max(0, total - counters["done"]) / fps, 2)
+            eta = round(max(0, total - done_at) / fps, 2)
         prog.step()
-        prog.event(event="progress", frame=number, done=counters["done"], total=total,
+        prog.event(event="progress", frame=number, done=done_at, total=total,
                    fps=None if fps is None else round(fps, 3), eta_s=eta, skipped=False)
 
     def drain(keep: int = 0) -> None:
@@ -420,7 +425,7 @@ def run_job(
         them in order; a failure names its frame. Frames still in ``pending`` when an
         exception leaves are waited for and removed by the handlers below."""
         while len(pending) > keep:
-            number, final, tmp, info, fut, t_start = pending[0]
+            number, final, tmp, info, fut, t_start, done_at = pending[0]
             try:
                 more = fut.result()
             except KeyboardInterrupt:
@@ -428,14 +433,16 @@ def run_job(
             except BaseException as e:
                 pending.pop(0)
                 cleanup_tmp(tmp)
+                counters["frame_failed"] = True  # later frames are not finalized (order)
                 _reraise(e, number, final, len(result.written))
             pending.pop(0)
             if isinstance(more, dict):
                 info.update(more)
             try:
-                finalize(number, final, tmp, info, t_start)
+                finalize(number, final, tmp, info, t_start, done_at)
             except BaseException as e:
                 cleanup_tmp(tmp)
+                counters["frame_failed"] = True
                 _reraise(e, number, final, len(result.written))
 
     try:
@@ -485,12 +492,13 @@ def run_job(
                 if isinstance(info, Deferred):
                     if writer is None:
                         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{job}-writer")
-                    pending.append((number, final, tmp, dict(info.info), writer.submit(info.write), t1))
+                    pending.append((number, final, tmp, dict(info.info), writer.submit(info.write), t1,
+                                    counters["done"]))
                     drain(keep=1)  # at most one frame in flight: memory stays flat
                     continue
                 try:
                     drain()
-                    finalize(number, final, tmp, info if isinstance(info, dict) else {}, t1)
+                    finalize(number, final, tmp, info if isinstance(info, dict) else {}, t1, counters["done"])
                 except BaseException as e:
                     cleanup_tmp(tmp)
                     _reraise(e, number, final, len(result.written))
@@ -511,15 +519,24 @@ def run_job(
             raise JobCancelled(len(result.written), current) from None
         raise
     except BaseException:
+        # a failure outside the frame in flight (e.g. decoding the next source frame):
+        # that frame is complete work, keep it (not after an earlier frame failed:
+        # frames are finalized strictly in order)
+        if not counters["frame_failed"]:
+            try:
+                drain()
+            except BaseException:
+                pass
         if writer is not None:
             writer.shutdown(wait=True)
         for item in pending:
             cleanup_tmp(item[2])
-        man["frames"] = frame_list()
-        try:
-            _write_manifest(out, man, current)
-        except JobError:
-            pass
+        if counters["manifest_dirty"]:  # frames finished since the last manifest write
+            man["frames"] = frame_list()
+            try:
+                _write_manifest(out, man, current)
+            except JobError:
+                pass
         raise
     finally:
         if writer is not None:
