@@ -204,6 +204,32 @@ def test_snow_whitens_up_facing_surfaces(scene):
     assert sat(snow[up]).mean() < 0.15 < sat(base[up]).mean()  # near-white (skylight blue)
 
 
+def test_snow_does_not_settle_on_glossy_surfaces():
+    """Up-facing but glossy (roughness 0.05, e.g. water an artist marked in the
+    compositor) stays dark; the same surface rough (0.8) turns white."""
+    r = EmbeddedRenderer()
+    up = (0.0, 1.0, 0.0)
+    water = wall(10.0, normal=up, albedo=(0.05, 0.08, 0.1), roughness=0.05)
+    ground = wall(10.0, normal=up, albedo=(0.05, 0.08, 0.1), roughness=0.8)
+    w_snow = r.render_layers(water, "snow").diffuse.mean()
+    g_snow = r.render_layers(ground, "snow").diffuse.mean()
+    w_base = r.render_layers(water, "").diffuse.mean()
+    assert g_snow > 5 * w_snow
+    assert w_snow < 2 * w_base
+
+
+def test_dense_fog_keeps_the_mid_ground_readable_on_relative_depth():
+    """Relative depth (1..100): 'dense fog' leaves a quarter of the way to the far
+    plane partly visible and the far plane gone; 'light fog' is a haze."""
+    r = EmbeddedRenderer()
+    mid = r.render_layers(wall(25.0, kind="relative"), "dense fog").transmittance.mean()
+    far = r.render_layers(wall(95.0, kind="relative"), "dense fog").transmittance.mean()
+    light_mid = r.render_layers(wall(25.0, kind="relative"), "light fog").transmittance.mean()
+    assert 0.2 < mid < 0.6, mid
+    assert far < 0.15, far
+    assert light_mid > 0.7, light_mid
+
+
 def test_rain_lowers_roughness_and_darkens_albedo(scene):
     r = EmbeddedRenderer(source_light=0.0)
     base = r.render_layers(scene, build_params(parse_prompt("overcast"), base=build_params(())))

@@ -366,7 +366,11 @@ def _surface_edits(p: LookParams, albedo, rough, metal, ny):
     """Snow cover on up-facing surfaces; wet surfaces (darker, smoother, puddles)."""
     one = F32(1.0)
     if p.snow > 0:
-        cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny), 0.0, 1.0)
+        # snow settles on up-facing surfaces, but not on glossy ones (roughness < ~0.25:
+        # liquid water, ice, polished tops): lowering a water surface's roughness in the
+        # compositor keeps it dark and open
+        cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny) * sh.smoothstep(0.12, 0.3, rough),
+                        0.0, 1.0)
         albedo = albedo + (sh.col(SNOW_ALBEDO) - albedo) * cover
         rough = rough + (F32(0.55) - rough) * cover
         metal = metal * (one - cover)

@@ -215,7 +215,7 @@ def _underwater(p: LookParams, s: float) -> LookParams:
 def _fog(p: LookParams, s: float) -> LookParams:
     return replace(
         p,
-        fog_tau=p.fog_tau + 3.5 * s ** 1.25,
+        fog_tau=p.fog_tau + 2.0 * s ** 1.25,
         key_intensity=p.key_intensity * (1.0 - 0.25 * min(s, 1.5)),
         sky_color=_mix(p.sky_color, (0.62, 0.65, 0.7), min(s, 1.0) * 0.5),
         source_light=p.source_light * (1.0 - 0.2 * min(s, 1.0)),
