@@ -358,7 +358,10 @@ def write_report(res: dict, out: Path) -> int:
     md = ["## Benchmarks", "", f"Machine: {res['machine']['cpu']}, {res['machine']['cores']} cores, "
           f"Python {res['machine']['python']}; {res['machine']['date']}", "",
           "### Speed and memory (embedded, CPU, end to end incl. EXR/PNG/MP4 writing)", "",
-          _table(res["speed"], ["stage", "resolution", "frames", "steady_fps", "wall_s", "peak_rss_mb"]), "",
+          "steady_fps: frames after the first, from the per-frame progress events; job_fps: all "
+          "frames over the whole job's wall time (model load, first frame, MP4 and metrics included).", "",
+          _table([dict(r, job_fps=round(r["frames"] / r["wall_s"], 2)) for r in res["speed"]],
+                 ["stage", "resolution", "frames", "steady_fps", "job_fps", "wall_s", "peak_rss_mb"]), "",
           "### Memory against clip length (bikes.mp4, 640x272)", "",
           _table(res["memory_vs_length"], ["frames_requested", "frames", "steady_fps", "peak_rss_mb"]), "",
           "### EXR ceiling", "", _table([res["exr_ceiling"]], list(res["exr_ceiling"].keys())), ""]
@@ -377,11 +380,12 @@ def write_report(res: dict, out: Path) -> int:
         md += ["### Quality of the embedded model (`training/evaluate.py`; AbsRel/delta1 after scale-and-shift "
                "alignment; the real sets are tiny: differences below ~0.03 AbsRel are noise)", "",
                ev.read_text().strip(), ""]
-    md += ["### Targets", "", "| target | measured (steady fps) | met |", "|---|---|---|"]
+    md += ["### Targets", "", "| target | steady fps | whole-job fps | met (steady) |", "|---|---|---|---|"]
     for label, pick, minimum in TARGETS:
         row = next((r for r in res.get("speed", []) if pick(r)), None)
         if row is not None:
-            md.append(f"| {label} | {row['steady_fps']:.2f} | {'yes' if row['steady_fps'] >= minimum else '**no**'} |")
+            md.append(f"| {label} | {row['steady_fps']:.2f} | {row['frames'] / row['wall_s']:.2f} | "
+                      f"{'yes' if row['steady_fps'] >= minimum else '**no**'} |")
     md.append("")
     text = "\n".join(md)
     print(text)
