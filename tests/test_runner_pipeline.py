@@ -113,3 +113,17 @@ def test_progress_done_counts_match_frames(tmp_path):
     prog = [json.loads(line) for line in stream.getvalue().splitlines()]
     prog = [(e["frame"], e["done"]) for e in prog if e["event"] == "progress"]
     assert prog == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_resume_with_a_gap_reports_frames_in_order(tmp_path):
+    out = tmp_path / "o"
+    run_job(out, _deferred_tasks(4, []), settings={}, total=4, path_for=lambda n: out / f"f{n}.txt",
+            stream=io.StringIO())
+    (out / "f2.txt").unlink()
+    stream = io.StringIO()
+    res = run_job(out, _deferred_tasks(4, [], slow=0.05), settings={}, total=4,
+                  path_for=lambda n: out / f"f{n}.txt", stream=stream)
+    assert res.written == [2] and res.skipped == [1, 3, 4]
+    prog = [json.loads(line) for line in stream.getvalue().splitlines()]
+    prog = [(e["frame"], e["skipped"]) for e in prog if e["event"] == "progress"]
+    assert prog == [(1, True), (2, False), (3, True), (4, True)]

@@ -464,6 +464,7 @@ def run_job(
                         stored = old_frames.get(number, {}).get("settings_hash")
                 counters["done"] += 1
                 if final.exists() and stored == shash:
+                    drain()  # report the frame in flight first: events stay in frame order
                     result.skipped.append(number)
                     frames.setdefault(number, {"frame": number, "file": final.name, "settings_hash": shash})
                     prog.step()
