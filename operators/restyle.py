@@ -103,6 +103,12 @@ class EditsStep(Step):
         r.use_compositing, r.use_sequencer = True, False
         compat.set_file_output_path(self.output, str(self.render_dir), "gbuffer_####")
         self.output.mute = False
+        # The edits come from the G-buffer Image node only. An unmuted Render Layers node
+        # anywhere in the tree (the default compositor, or a scene-export project) makes
+        # every bake frame re-render the 3D scene with its engine: mute them meanwhile.
+        self._muted_layers = [(n, n.mute) for n in tree.nodes if n.bl_idname == "CompositorNodeRLayers"]
+        for n, _ in self._muted_layers:
+            n.mute = True
 
     def file_number(self, scene_frame: int, start: Optional[int] = None) -> int:
         """Source file number the G-buffer Image node shows at ``scene_frame``."""
@@ -149,6 +155,12 @@ class EditsStep(Step):
         r.resolution_x, r.resolution_y, r.resolution_percentage = rx, ry, pct
         r.use_compositing, r.use_sequencer = use_comp, use_seq
         self.output.mute = mute
+        for n, was in getattr(self, "_muted_layers", ()):
+            try:
+                n.mute = was
+            except ReferenceError:  # node deleted meanwhile
+                pass
+        self._muted_layers = []
         compat.set_file_output_path(self.output, d or str(self.edited_dir), prefix or "gbuffer_")
         scene.frame_set(cur)
         self._saved = None

@@ -92,9 +92,26 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     r_out = compositor.find_node(tree, "out", "Roughness")
     tree.links.new(value.outputs[0], r_out.inputs[0])
 
+    # -- a Render Layers node in the tree (default compositor, scene-export projects):
+    # the edit bake must not re-render the 3D scene for every frame ----------------------
+    layers = tree.nodes.new("CompositorNodeRLayers")
+    layers.scene = scene
+    scene.render.engine = "CYCLES"
+    engine_stats = []
+
+    def _stats(text):
+        engine_stats.append(str(text))
+
+    bpy.app.handlers.render_stats.append(_stats)
+
     # -- restyle ---------------------------------------------------------------
     s.prompt = "dense fog"
-    assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    try:
+        assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    finally:
+        bpy.app.handlers.render_stats.remove(_stats)
+    assert not [t for t in engine_stats if "Sample" in t or "Rendering" in t], engine_stats[:5]
+    assert not layers.mute  # restored after the bake
     run = tmp_path / "restyle_001"
     edited = contract.read_frame(run / "edited_gbuffer" / "gbuffer_0002.exr", validate=True)
     assert np.all(edited.roughness == 0.0)
