@@ -73,6 +73,44 @@ def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
     return first, last
 
 
+ALBEDO_DETAIL_RANGE = (0.25, 4.0)
+ALBEDO_DETAIL_EPS = 0.005
+
+
+def albedo_detail_transfer(albedo_up: np.ndarray, src_full: np.ndarray, src_small: np.ndarray) -> np.ndarray:
+    """Restore fine detail in an albedo estimated at a lower resolution.
+
+    The estimator sees the frame area-downscaled to the processing size, so its albedo,
+    bilinearly upsampled, is blurred. Under the Retinex assumption (Land & McCann
+    1971: sharp image changes come from reflectance, shading varies smoothly) the
+    detail it misses is the ratio between the source and the same downscale/upscale
+    of the source, per channel::
+
+        A_full = clip(A_up * clip((I + e) / (up(down(I)) + e), 0.25, 4), 0, 1)
+
+    with ``e = 0.005`` (keeps dark, noisy pixels from being amplified). Fine shadow
+    edges and highlights are detail too and end up in the albedo. Measured on 80
+    held-out synthetic frames with the network at 1/2-1/3 of the frame size: albedo
+    PSNR 14.78 -> 14.91 dB, scale-invariant MSE 0.0257 -> 0.0249.
+
+    Args:
+        albedo_up: ``H x W x 3`` float32 linear albedo in [0, 1] at the frame size.
+        src_full: ``H x W x 3`` float32 scene-linear source frame.
+        src_small: the source at the processing size (area-downscaled), ``h x w x 3``.
+
+    Returns:
+        ``H x W x 3`` float32 albedo in [0, 1].
+    """
+    h, w = albedo_up.shape[:2]
+    e = np.float32(ALBEDO_DETAIL_EPS)
+    low = _resize(np.ascontiguousarray(src_small, dtype=np.float32), w, h)
+    ratio = (np.maximum(src_full, 0).astype(np.float32) + e) / (np.maximum(low, 0) + e)
+    np.clip(ratio, *ALBEDO_DETAIL_RANGE, out=ratio)
+    ratio *= albedo_up
+    np.clip(ratio, 0.0, 1.0, out=ratio)
+    return ratio
+
+
 def _resize(arr: np.ndarray, w: int, h: int, nearest: bool = False) -> np.ndarray:
     import cv2
 
@@ -171,6 +209,7 @@ def decompose(
     stream=None,
     progress_bar: Optional[bool] = None,
     overwrite: bool = False,
+    albedo_detail: bool = True,
 ):
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -188,6 +227,8 @@ def decompose(
         strength: history weight for ``stabilize``, in [0, 1).
         colorspace: OpenColorIO name of the source colour space (``None`` = default).
         hfov_deg: assumed horizontal field of view for normals from depth.
+        albedo_detail: when the processing size is below the frame size, restore the
+            source's fine detail in the upsampled albedo (:func:`albedo_detail_transfer`).
         stream, progress_bar: progress output, see :func:`backend.jobs.runner.run_job`.
         overwrite: replace frames an earlier run with other settings left in ``out_dir``
             (refused otherwise); see :func:`backend.jobs.outputs.check_previous_outputs`.
@@ -236,6 +277,7 @@ def decompose(
             "strength": float(strength) if stabilize else None,
             "colorspace": info.colorspace,
             "hfov_deg": hfov_deg,
+            "albedo_detail": bool(albedo_detail) and (pw, ph) != (W, H),
             "source": {"path": info.path, "width": W, "height": H, "n_frames": n_src},
         }
         out_dir = Path(out_dir)
@@ -350,6 +392,8 @@ def decompose(
             normal_f = np.where(nn > 1e-6, normal_f / np.maximum(nn, 1e-6), np.float32(0))
             normal_f[nn[..., 0] <= 1e-6] = contract.SKY_NORMAL
             albedo_f = np.clip(_resize(passes["albedo"], W, H), 0, 1)
+            if albedo_detail and (pw, ph) != (W, H):
+                albedo_f = albedo_detail_transfer(albedo_f, rgb_full, rgb)
             metal_f = np.clip(_resize(passes["metallic"], W, H), 0, 1)
             rough_f = np.clip(_resize(passes["roughness"], W, H), 0, 1)
             conf_f = None
@@ -469,6 +513,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="when --out holds frames of an earlier decompose with other settings, "
                         "remove them (and its manifest) first; without it that is refused. "
                         "Frames with the same settings are always kept (resume)")
+    p.add_argument("--no-albedo-detail", dest="albedo_detail", action="store_false",
+                   help="keep the estimator's upsampled albedo as is (default: restore the "
+                        "source's fine detail in it when the estimator ran below full size)")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
     p.set_defaults(func=_run_cli)
@@ -501,6 +548,7 @@ def _run_cli(args) -> int:
         estimator_options=parse_options(args.estimator_option),
         max_size=args.max_size or None, device=args.device,
         stabilize=args.stabilize, strength=args.stabilize_strength,
-        colorspace=args.colorspace, hfov_deg=args.hfov, overwrite=args.overwrite,
+        colorspace=args.colorspace, hfov_deg=args.hfov, albedo_detail=args.albedo_detail,
+        overwrite=args.overwrite,
     )
     return 0
