@@ -39,7 +39,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-SHARED = Path(os.environ.get("GBUFFER_SHARED", ROOT.parent / "shared"))
+# the shared data folder: GBUFFER_SHARED_DIR (GBUFFER_SHARED is an older alias)
+SHARED = Path(os.environ.get("GBUFFER_SHARED_DIR") or os.environ.get("GBUFFER_SHARED") or ROOT.parent / "shared")
 FOOTAGE = SHARED / "footage"
 
 

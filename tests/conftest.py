@@ -40,9 +40,36 @@ if str(REPO_ROOT) not in sys.path:
 FOOTAGE_NAMES = ("boat", "bikes", "dolphins", "phone_office")
 
 
+#: environment variable naming the shared data folder (``GBUFFER_SHARED`` is an alias)
+SHARED_ENV = "GBUFFER_SHARED_DIR"
+SHARED_SKIP = "shared data folder not found"
+
+
 def _shared_dir():
-    env = os.environ.get("GBUFFER_SHARED_DIR")
+    env = os.environ.get(SHARED_ENV) or os.environ.get("GBUFFER_SHARED")
     return Path(env) if env else REPO_ROOT.parent / "shared"
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr or "")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A loud banner when tests were skipped because the shared data (real footage) is
+    missing: they stay skippable (CI without the data is not red) but never silently."""
+    missing = [r for r in terminalreporter.stats.get("skipped", [])
+               if SHARED_SKIP in _skip_reason(r) or "footage not found" in _skip_reason(r)]
+    if not missing:
+        return
+    tr = terminalreporter
+    tr.write_sep("!", "{} test(s) SKIPPED: shared data missing".format(len(missing)), red=True, bold=True)
+    tr.write_line("{} test(s) on real footage did not run: the shared data folder {} was not found "
+                  "(or lacks footage/*.mp4).".format(len(missing), _shared_dir()))
+    tr.write_line("Point at it with {}=/path/to/shared (the folder holding footage/), "
+                  "or place it at ../shared next to the repository.".format(SHARED_ENV))
 
 
 _EXIT_STATUS = [0]
@@ -78,7 +105,7 @@ def shared_dir():
     """
     path = _shared_dir()
     if not path.is_dir():
-        pytest.skip("shared data folder not found: {} (set GBUFFER_SHARED_DIR)".format(path))
+        pytest.skip("{}: {} (set {})".format(SHARED_SKIP, path, SHARED_ENV))
     return path
 
 

@@ -26,7 +26,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CLIP = ROOT.parent / "shared" / "footage" / "boat.mp4"
+#: environment variable naming the shared data folder (``footage/``, ``groundtruth/``);
+#: ``GBUFFER_SHARED`` is accepted as an alias
+SHARED_ENV = "GBUFFER_SHARED_DIR"
+
+
+def shared_dir() -> Path:
+    """The shared data folder: ``$GBUFFER_SHARED_DIR`` (alias ``$GBUFFER_SHARED``), else
+    ``../shared`` next to the repository."""
+    env = os.environ.get(SHARED_ENV) or os.environ.get("GBUFFER_SHARED")
+    return Path(env) if env else ROOT.parent / "shared"
+
+
+DEFAULT_CLIP = shared_dir() / "footage" / "boat.mp4"
 PROMPTS = ("dense fog", "underwater")
 
 
@@ -59,12 +71,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-size", type=int, default=640, help="long side of the G-buffers (default 640)")
     ap.add_argument("--out", default=str(ROOT / "demo_output"), help="output folder (default demo_output/)")
     ap.add_argument("--sheet-frames", type=int, default=3, help="frames on the contact sheet")
+    ap.add_argument("--check-clip", action="store_true",
+                    help="only check that the clip exists (./dev demo runs this before setting up .venv)")
     args = ap.parse_args(argv)
 
     clip = Path(args.clip).resolve()
     if not clip.exists():
-        print(f"demo: clip not found: {clip}", file=sys.stderr)
+        print(f"demo: clip not found: {clip}; pass --clip PATH (a movie or image sequence) or set "
+              f"{SHARED_ENV} to the shared data folder holding footage/boat.mp4 "
+              f"(default: ../shared next to the repository)", file=sys.stderr)
         return 2
+    if args.check_clip:
+        return 0
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     first, last = (int(x) for x in args.frames.split("-"))
