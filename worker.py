@@ -276,11 +276,14 @@ class WorkerJob:
         lines = [l for l in lines if l and not l.startswith(("$ ", "# exit code", STDOUT_TAG.strip()))]
         return lines[-1] if lines else ""
 
-    def cancel(self, timeout: float = 15.0) -> None:
+    def cancel(self, timeout: float = 15.0, drain_timeout: float = 5.0) -> None:
         """Ask the worker to stop (SIGTERM), wait up to ``timeout`` s, then kill it.
 
-        The backend stops between frames; complete frames stay, no partial file is left.
-        Safe to call more than once or after the job ended.
+        Returns once the process has exited and the reader thread has queued all of its
+        output (end-of-stream; at most ``drain_timeout`` s more, e.g. when a child
+        process still holds the pipe), so the next :meth:`poll` finishes the job with
+        its ``returncode``. The backend stops between frames; complete frames stay, no
+        partial file is left. Safe to call more than once or after the job ended.
         """
         if self._proc is None or self.finished:
             return
@@ -292,6 +295,9 @@ class WorkerJob:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        self.returncode = self._proc.returncode
+        if self._reader is not None:
+            self._reader.join(timeout=drain_timeout)
 
     def wait(self, poll_interval: float = 0.1, on_poll: Optional[Callable[["WorkerJob"], None]] = None) -> str:
         """Block until the job ends (headless use and tests); returns the final state.

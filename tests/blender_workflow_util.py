@@ -151,11 +151,16 @@ for i in range(1, n + 1):
     os.replace(tmp, os.path.join(out, "f%04d.txt" % i))
     print(json.dumps({"event": "progress", "frame": i, "done": i, "total": n, "fps": 5.0,
                       "eta_s": (n - i) * 0.2}), flush=True)
-    if mode == "hang" and i == 2:
+    if mode.startswith("hang") and i == 2:
         while not stop:
             time.sleep(0.02)
     if stop:
         print(json.dumps({"event": "cancelled", "written": i}), flush=True)
+        if mode == "hang_late_eof":
+            # a child inherits stdout and holds it open after this process exits: the
+            # reader sees end-of-stream late (as a loaded machine schedules it late)
+            import subprocess
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
         sys.exit(130)
 print(json.dumps({"event": "done", "done": n, "total": n}), flush=True)
 '''
@@ -165,7 +170,8 @@ def write_fake_worker(folder: os.PathLike) -> Path:
     """Write the JSON-lines worker script; run it as ``[python, path, OUT, N, MODE]``.
 
     MODE: ``ok`` (N frames then done), ``fail`` (error event at frame 2, exit 1),
-    ``crash`` (traceback at frame 2), ``hang`` (waits after frame 2 until SIGTERM, exit 130).
+    ``crash`` (traceback at frame 2), ``hang`` (waits after frame 2 until SIGTERM, exit 130),
+    ``hang_late_eof`` (as ``hang``; its stdout reaches end-of-stream ~1 s after it exits).
     """
     p = Path(folder) / "fake_worker.py"
     p.write_text(FAKE_WORKER)

@@ -252,6 +252,14 @@ def test_job_controller_done_error_cancel(addon, scene, tmp_path):
     assert c.returncode == 130 and called == ["ok"]
     assert sorted(p.name for p in (tmp_path / "hang").glob("f*.txt")) == ["f0001.txt", "f0002.txt"]
 
+    # the reader sees end-of-stream ~1 s after the worker exited (as under CPU load):
+    # cancel still reports the exit status
+    c = ctl("hang_late_eof", n=5).start()
+    while c.step.progress()[0] < 2:
+        c.tick()
+    c.cancel()
+    assert c.state == worker.CANCELLED and c.returncode == 130
+
 
 def test_modal_path_timer_and_escape(addon, scene, tmp_path):
     """The modal operator's event handling, driven with timer / Esc events."""

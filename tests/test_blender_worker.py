@@ -101,6 +101,18 @@ def test_cancel_sends_sigterm_and_keeps_complete_frames(tmp_path):
     job.cancel()  # idempotent after the end
 
 
+def test_cancel_waits_for_the_reader_to_drain(tmp_path):
+    """cancel() returns once the process has exited *and* its output is read: the next
+    poll() finishes the job (the Blender controller reports CANCELLED with exit 130 right
+    after cancel, also when the reader thread sees end-of-stream late under load)."""
+    job, out = _job(tmp_path, 6, "hang_late_eof")
+    job.start()
+    _wait_for(lambda: job.done >= 2, job)
+    job.cancel()
+    job.poll()
+    assert job.finished and job.state == worker.CANCELLED and job.returncode == 130
+
+
 def test_missing_python_raises_oserror_naming_it(tmp_path):
     job = worker.WorkerJob(["/nonexistent/python3", "-m", "backend"], log_path=tmp_path / "x.log")
     with pytest.raises(OSError, match="/nonexistent/python3"):
