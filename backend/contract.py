@@ -321,13 +321,18 @@ def exr_threads() -> None:
         OpenEXR.set_global_thread_count(n)
 
 
-def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True) -> Path:
+def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True,
+                atomic: bool = True) -> Path:
     """Write one contract frame atomically (temporary file in the same folder, then rename).
 
     Args:
         path: destination ``.exr`` path (see :func:`frame_path`).
         frame: the G-buffers; ``frame.meta`` becomes header attributes.
         validate: run :meth:`GBufferFrame.validate` first.
+        atomic: write to a temporary file next to ``path`` and rename it; ``False``
+            writes ``path`` directly, for a caller that already writes to a temporary
+            path it renames itself (the job runner), so no nested temporary is left
+            behind when the process is killed.
 
     Returns:
         The written path.
@@ -351,6 +356,10 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     for k, v in meta.items():
         header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
     channels = _channel_dict(frame)
+    if not atomic:
+        with OpenEXR.File(header, channels) as f:
+            f.write(str(path))
+        return path
     with atomic_path(path) as tmp, OpenEXR.File(header, channels) as f:
         f.write(tmp)
     return path

@@ -416,3 +416,71 @@ def test_albedo_detail_restores_source_texture_when_upsampling(tmp_path):
     # at full processing size there is nothing to restore: the setting is recorded off
     res = decompose(src, tmp_path / "full", estimator="tiny", max_size=None, stream=io.StringIO())
     assert res.manifest["settings"]["albedo_detail"] is False
+
+
+def test_hard_kill_leftovers_of_a_frame_are_removed_before_it_is_recomputed(tmp_path):
+    """A SIGKILL leaves ``.tmp_<stem>_*`` (and, from older versions, ``.tmp_.tmp_<stem>_*``)
+    next to the frame it was writing: the next run removes those of each frame it computes,
+    and only those (a farm chunk writing other frames into the same folder keeps its own)."""
+    src = _clip(tmp_path, n=3)
+    out = tmp_path / "k"
+    out.mkdir()
+    stale = [out / ".tmp_gbuffer_0002_x1y2.exr", out / ".tmp_.tmp_gbuffer_0002_abcd_q9.exr"]
+    other_chunk = [out / ".tmp_gbuffer_0009_live.exr", out / ".tmp_gbuffer_00021_zz.exr"]
+    for p in stale + other_chunk:
+        p.write_bytes(b"partial")
+    res = decompose(src, out, estimator=_use(TinyEstimator()), max_size=32, stream=io.StringIO())
+    assert res.written == [1, 2, 3]
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in other_chunk)
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == sorted(p.name for p in other_chunk)
+
+
+def test_decompose_writes_no_nested_temporary(tmp_path, monkeypatch):
+    """The runner already writes to a temporary and renames it: the EXR writer must not
+    wrap that path in a second temporary (``.tmp_.tmp_gbuffer_*``, left by a hard kill)."""
+    import tempfile
+
+    prefixes = []
+    real_mkstemp = tempfile.mkstemp
+
+    def recording_mkstemp(*a, **kw):  # records, then runs the real mkstemp
+        prefixes.append(kw.get("prefix"))
+        return real_mkstemp(*a, **kw)
+
+    monkeypatch.setattr(tempfile, "mkstemp", recording_mkstemp)
+    src = _clip(tmp_path, n=2)
+    decompose(src, tmp_path / "n", estimator=_use(TinyEstimator()), max_size=32, stream=io.StringIO())
+    frame_tmps = [p for p in prefixes if p and "gbuffer_" in p]
+    assert frame_tmps == [".tmp_gbuffer_0001_", ".tmp_gbuffer_0002_"], prefixes
+
+
+def test_write_frame_atomic_false_writes_the_path_itself(tmp_path):
+    fr = contract.read_frame(contract.list_frames(_tiny_out(tmp_path))[1])
+    dest = tmp_path / "direct" / ".tmp_gbuffer_0001_abc.exr"
+    dest.parent.mkdir()
+    contract.write_frame(dest, fr, atomic=False)
+    assert [p.name for p in dest.parent.iterdir()] == [dest.name]
+    contract.read_frame(dest, validate=True)
+
+
+def _tiny_out(tmp_path):
+    out = tmp_path / "t"
+    decompose(_clip(tmp_path, n=1), out, estimator=_use(TinyEstimator()), max_size=32, stream=io.StringIO())
+    return out
+
+
+def test_max_size_above_the_embedded_native_size_resumes(tmp_path):
+    """The embedded estimator computes at 192 px whatever --max-size says: the settings
+    hash holds the cap actually used, so 320 and 1024 resume each other (no --overwrite)."""
+    src = _clip(tmp_path, n=2, h=120, w=320)
+    out = tmp_path / "e"
+    first = decompose(src, out, estimator="embedded", max_size=320, stream=io.StringIO())
+    assert first.written == [1, 2]
+    again = decompose(src, out, estimator="embedded", max_size=1024, stream=io.StringIO())
+    assert again.skipped == [1, 2] and again.written == []
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["settings"]["max_size"] == 192 and man["output"]["max_size_requested"] == 1024
+    # a cap below the native size changes the output: refused without --overwrite
+    with pytest.raises(JobError, match="other settings .*--overwrite"):
+        decompose(src, out, estimator="embedded", max_size=64, stream=io.StringIO())

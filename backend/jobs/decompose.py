@@ -271,7 +271,10 @@ def decompose(
         settings = {
             "contract_version": contract.CONTRACT_VERSION,
             "estimator": est.settings(),
-            "max_size": max_size,
+            # the cap actually used (an estimator that computes at a fixed size, such as
+            # embedded's 192 px, makes --max-size 320 and 1024 the same job: they resume
+            # each other); the requested value is in the manifest's "output"
+            "max_size": cap,
             "processing_size": [pw, ph],
             "stabilize": bool(stabilize),
             "strength": float(strength) if stabilize else None,
@@ -450,14 +453,15 @@ def decompose(
                     entry.update(extra)
                     # validation + EXR encoding run on the runner's writer thread while
                     # the next frame is decoded and estimated
-                    return Deferred(lambda: contract.write_frame(tmp_path, frame) and None, entry)
+                    # (the runner renames tmp_path atomically: no nested temporary file)
+                    return Deferred(lambda: contract.write_frame(tmp_path, frame, atomic=False) and None, entry)
 
                 yield number, work
 
         manifest = {
             "source": info.to_dict(),
             "estimator": {"name": estimator, "settings": est.settings()},
-            "output": {"width": W, "height": H, "processing_size": [pw, ph],
+            "output": {"width": W, "height": H, "processing_size": [pw, ph], "max_size_requested": max_size,
                        "intrinsics": list(intr_full), "intrinsics_assumed": True,
                        "hfov_deg": hfov_deg, "first_frame": first},
             "passes": list(contract.PASSES),

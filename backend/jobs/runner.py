@@ -15,7 +15,8 @@ jobs:
 * **Cancel**: the first SIGINT/SIGTERM lets the current frame finish and stops; a
   second one abandons the current frame at once. Either way only complete frames
   exist (each is written to a temporary file in the output folder, then renamed);
-  :class:`JobCancelled` is raised (the CLI exits 130).
+  :class:`JobCancelled` is raised (the CLI exits 130). Temporaries a hard kill left
+  (``.tmp_<stem>_*``) are removed right before their frame is computed again.
 * **Resume**: a frame whose file exists and whose stored settings hash equals the
   current one is skipped. The hash is kept per frame in ``manifest.json`` and, when
   the job provides ``read_hash``, in the file itself (EXR header), which wins; the
@@ -383,6 +384,14 @@ def run_job(
         except OSError:
             pass
 
+    def remove_stale_tmp(final: Path) -> None:
+        """Temporaries of this frame only, left by a killed run (SIGKILL, power loss):
+        ``.tmp_<stem>_*`` and the nested ``.tmp_.tmp_<stem>_*`` of older versions. Per
+        frame, so farm chunks writing other frames into the same folder are untouched."""
+        for pattern in (f".tmp_{final.stem}_*", f".tmp_.tmp_{final.stem}_*"):
+            for p in final.parent.glob(pattern):
+                cleanup_tmp(p)
+
     def finalize(number: int, final: Path, tmp: Path, info: Dict[str, Any], t_start: float,
                  done_at: int) -> None:
         if not tmp.exists() or tmp.stat().st_size == 0:
@@ -472,6 +481,7 @@ def run_job(
                                fps=None, eta_s=None, skipped=True)
                     continue
                 t1 = time.monotonic()
+                remove_stale_tmp(final)
                 fd, tmp = tempfile.mkstemp(prefix=".tmp_" + final.stem + "_", suffix=final.suffix,
                                            dir=final.parent)
                 os.close(fd)
