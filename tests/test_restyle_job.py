@@ -346,3 +346,46 @@ def test_mp4_streamed_in_one_run_and_rebuilt_after_a_partial_resume(tmp_path):
     with av.open(str(out2 / MP4_NAME)) as c:
         assert sum(1 for _ in c.decode(video=0)) == 3
     assert not [p.name for p in out2.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_frames_of_different_sizes_are_refused_naming_the_input(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=2)
+    f = sphere_scene(40, 56, sphere_center=(0.0, 1.0, -6.0))
+    contract.write_frame(contract.frame_path(gb, 3), f)
+    out = tmp_path / "out"
+    with pytest.raises(JobError) as ei:
+        restyle(gb, out, "dense fog", stream=io.StringIO())
+    e = ei.value
+    assert e.frame == 3 and e.file == str(contract.frame_path(gb, 3))
+    assert str(e) == (f"G-buffer frame 3 ({contract.frame_path(gb, 3)}) is 56x40 but frame 1 "
+                      f"({contract.frame_path(gb, 1)}) is 64x48: every frame of a sequence must have the same size")
+    assert not output_path(out, 3).exists()
+
+
+def test_gap_in_frame_numbers_warns(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=5)
+    contract.frame_path(gb, 2).unlink()
+    contract.frame_path(gb, 4).unlink()
+    s = io.StringIO()
+    res = restyle(gb, tmp_path / "out", "dense fog", stream=s, frames="1-5")
+    assert res.written == [1, 3, 5]
+    (w,) = [e for e in events(s) if e["event"] == "warning"]
+    assert "has no G-buffer frame 2, 4 between 1 and 5" in w["message"] and w["frame"] == 2
+    assert w["file"] == str(gb)
+    # a range that avoids the gap does not warn
+    s = io.StringIO()
+    restyle(gb, tmp_path / "out2", "dense fog", stream=s, frames="3-3")
+    assert not [e for e in events(s) if e["event"] == "warning"]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_input_pass_is_refused(tmp_path, bad):
+    gb = make_gbuffers(tmp_path / "gb", n=3)
+    p = contract.frame_path(gb, 2)
+    f = contract.read_frame(p)
+    f.roughness[5, 7] = bad  # as an edited EXR might hold
+    contract.write_frame(p, f, validate=False)
+    with pytest.raises(JobError) as ei:
+        restyle(gb, tmp_path / "out", "dense fog", stream=io.StringIO())
+    assert str(ei.value) == f"pass Roughness of {p} (frame 2) contains NaN or Inf; fix or re-export that G-buffer frame"
+    assert ei.value.frame == 2 and ei.value.file == str(p)

@@ -223,6 +223,27 @@ def _all_finite(a: np.ndarray) -> bool:
     return bool(np.isfinite(np.add.reduce(a, axis=None, dtype=np.float64)))
 
 
+def _exr_size(path: Path) -> tuple:
+    """``(H, W)`` of an EXR's data window (first part), from its header only."""
+    import OpenEXR
+
+    with OpenEXR.File(str(path), header_only=True) as f:
+        (x0, y0), (x1, y1) = f.header()["dataWindow"]
+    return int(y1 - y0 + 1), int(x1 - x0 + 1)
+
+
+def _ranges(numbers: List[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
+    out, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            out.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
+
+
 def _mean_rgb(rgb: np.ndarray) -> List[float]:
     """Per-channel mean of an ``H x W x 3`` float32 image (OpenCV, float64 accumulation)."""
     import cv2
@@ -396,6 +417,16 @@ def restyle(
     if last is not None and last > hi:
         events.warning(f"--frames {frames}: {gbuffer_dir} ends at frame {hi}; clipped to "
                        f"{max(first, lo)}-{hi}", file=gbuffer_dir, s=stream)
+    gaps = [n for n in range(min(files), max(files) + 1) if n not in files]
+    if gaps:
+        events.warning(f"{gbuffer_dir} has no G-buffer frame {_ranges(gaps)} between {min(files)} and "
+                       f"{max(files)}: {'that frame is' if len(gaps) == 1 else 'those frames are'} "
+                       f"not rendered", frame=gaps[0], file=gbuffer_dir, s=stream)
+    first_n = min(files)
+    try:
+        size0 = _exr_size(files[first_n])
+    except Exception:  # unreadable: reading the frame reports it, naming file and frame
+        size0 = None
 
     options = dict(renderer_options or {})
     rend = get_renderer(renderer, **options)
@@ -457,10 +488,23 @@ def restyle(
         except contract.ContractError as e:
             raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
 
+    def check_input(n: int, path: Path, frame: contract.GBufferFrame) -> None:
+        """Same size as the first frame; finite passes (an edited EXR may hold NaN/Inf)."""
+        if size0 is not None and frame.shape != size0:
+            (h, w), (h0, w0) = frame.shape, size0
+            raise JobError(f"G-buffer frame {n} ({path}) is {w}x{h} but frame {first_n} "
+                           f"({files[first_n]}) is {w0}x{h0}: every frame of a sequence must have "
+                           f"the same size", frame=n, file=path)
+        for name, arr in frame.arrays().items():
+            if not np.isfinite(np.add.reduce(arr, axis=None, dtype=np.float64)):
+                raise JobError(f"pass {name} of {path} (frame {n}) contains NaN or Inf; fix or "
+                               f"re-export that G-buffer frame", frame=n, file=path)
+
     def tasks():
         for n, path in files.items():
             def work(tmp_path: Path, shash: str, n=n, path=path):
                 frame = get_frame(n, path)
+                check_input(n, path, frame)
                 # previous output, for temporal renderers (only when rendered in this run:
                 # they also need the previous source, which a resume does not have)
                 prev = state["prev"] if state["prev_n"] == n - 1 else None
