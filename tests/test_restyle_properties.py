@@ -230,6 +230,34 @@ def test_dense_fog_keeps_the_mid_ground_readable_on_relative_depth():
     assert light_mid > 0.7, light_mid
 
 
+def test_glossy_ground_reflects_the_object_above_it():
+    """Roughness 0 on the ground: screen-space reflections show the red sphere in the
+    ground just below it (redder than the same render with reflections off, and than
+    a rough ground); the rest of the ground is not tinted red."""
+    f = sphere_scene(96, 128, albedo=(0.9, 0.05, 0.05), ground=(0.3, 0.3, 0.3), roughness=0.0,
+                     sphere_center=(0.0, 1.0, -5.0))
+    ground = (f.normal[..., 1] > 0.95) & (f.confidence > 0)
+    sphere = (f.normal[..., 1] <= 0.95) & (f.confidence > 0)
+    rows, cols = np.nonzero(sphere)
+    below = np.zeros_like(ground)
+    below[rows.max() + 1: rows.max() + 12, cols.min() + 4: cols.max() - 4] = True
+    below &= ground
+    far_side = ground & ~below
+    far_side[:, cols.min() - 8: cols.max() + 8] = False
+    assert below.sum() > 30 and far_side.sum() > 30
+
+    def spec_rb(renderer, frame, m):  # red / blue of the specular layer over m
+        sp = renderer.render_layers(frame, "").specular[:, m].mean(1)
+        return float(sp[0] / sp[2])
+
+    on, off = EmbeddedRenderer(), EmbeddedRenderer(reflections=0.0)
+    # the hemisphere alone is bluish (sky); the reflection of the red sphere is red
+    assert spec_rb(off, f, below) < 0.95 < 1.05 < spec_rb(on, f, below)
+    rough = with_(f, roughness=np.where(ground, F32(0.9), f.roughness))
+    assert spec_rb(on, rough, below) == pytest.approx(spec_rb(off, rough, below), rel=1e-6)  # rough: no SSR
+    assert abs(spec_rb(on, f, far_side) - spec_rb(off, f, far_side)) < 0.1  # ground elsewhere
+
+
 def test_rain_lowers_roughness_and_darkens_albedo(scene):
     r = EmbeddedRenderer(source_light=0.0)
     base = r.render_layers(scene, build_params(parse_prompt("overcast"), base=build_params(())))

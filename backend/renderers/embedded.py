@@ -18,7 +18,8 @@ Method (details and sources in ``docs/restyle.md`` and :mod:`.shading`):
    Lambert or Burley diffuse, Blender Principled metallic workflow: ``F0 = mix(0.04,
    albedo, metallic)``, diffuse ``*= 1 - metallic``, ``alpha = roughness^2``), a fill
    light (diffuse), a hemisphere ambient from ``normal.y``, and an analytic environment
-   specular reflecting the hemisphere.
+   specular reflecting the hemisphere -- on glossy surfaces (roughness < 0.45) the
+   relit frame itself, by screen-space reflections (:func:`_reflect_frame`).
 4. **Relight** (ratio-image relighting): ``shading = (1 - k) * E_rig * D + k * S_src *
    tint`` where ``k = source_light`` and ``tint`` is the look's mean irradiance over
    daylight's; ``out = albedo * (1 - metallic) * shading + specular``.
@@ -54,7 +55,7 @@ from .prompt import parse_prompt
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 2
+RENDER_VERSION = 3
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
@@ -239,13 +240,20 @@ class EmbeddedRenderer(Renderer):
         diffuse = diff_col * shading
         ref_y = F32(2.0) * n_dot_v * ny - view[1]  # y of the mirror direction
         env = sh.hemisphere(ref_y, sky_c, gnd_c)
-        specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v, rough, env)
 
         sky = d.sky
         sky_rgb = src * sh.col(p.sky_gain)
         if p.sky_fill_amount > 0:
             a = p.sky_fill_amount
             sky_rgb = sky_rgb * F32(1.0 - a) + sh.col(np.asarray(p.sky_fill) * a)
+        n_dot_v_env = n_dot_v
+        if p.reflections > 0:
+            # glossy surfaces reflect the relit frame itself, not only the sky/ground
+            # hemisphere: screen-space reflections replace the hemisphere where they hit
+            env, n_dot_v_env = _reflect_frame(env, n_dot_v, view, p, depth, rough, sky,
+                                              np.where(sky, sky_rgb, diffuse),
+                                              sh.intrinsics_for(h, w, intr, self.fov_y_deg))
+        specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v_env, rough, env)
         surface = np.where(sky, sky_rgb, diffuse + specular)
         if sky.any():
             diffuse[:, sky] = 0.0
@@ -380,6 +388,76 @@ def _surface_edits(p: LookParams, albedo, rough, metal, ny):
         albedo = albedo * (one - F32(0.45) * wet)
         rough = rough * (one - F32(0.6) * wet) * (one - F32(0.9) * puddle)
     return albedo, rough, metal
+
+
+#: surfaces rougher than this reflect only the hemisphere (no screen-space reflection)
+SSR_MAX_ROUGHNESS = 0.45
+#: screen-space reflections are traced on a grid whose long side is about this many pixels
+SSR_GRID = 320
+
+
+def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: LookParams,
+                   depth: np.ndarray, rough: np.ndarray, sky: np.ndarray, radiance: np.ndarray,
+                   intr: tuple):
+    """What glossy pixels reflect, and at which angle.
+
+    Screen-space reflections of ``radiance`` (the relit frame without specular) are
+    blended over the hemisphere ``env`` by hit weight x glossiness
+    (``1 - smoothstep(0.1, SSR_MAX_ROUGHNESS, roughness)``) x ``p.reflections``;
+    rougher surfaces see a blurred copy. The mirror directions, and the ``n.v`` of the
+    Fresnel term on glossy pixels, come from normals of the depth buffer being traced,
+    so reflection, geometry and Fresnel agree. Traced on a grid of about ``SSR_GRID``
+    pixels (long side), upsampled bilinearly.
+
+    Returns:
+        ``(env 3 x H x W, n_dot_v H x W)`` for :func:`~.shading.env_specular`.
+    """
+    import cv2
+
+    gloss = F32(1.0) - sh.smoothstep(0.1, SSR_MAX_ROUGHNESS, rough)
+    gloss[sky] = 0.0
+    if not (gloss > 0).any():
+        return env, n_dot_v
+    h, w = depth.shape
+    k = max(1, int(round(max(h, w) / SSR_GRID)))
+    hl, wl = max(1, h // k), max(1, w // k)
+
+    def small(a):
+        return cv2.resize(np.ascontiguousarray(a, dtype=F32), (wl, hl), interpolation=cv2.INTER_AREA)
+
+    from ..geometry import normals_from_depth
+
+    d_l = small(depth)
+    g_l = small(gloss)
+    rad_l = np.stack([small(c) for c in radiance])
+    fx, fy, cx, cy = intr
+    sx, sy = wl / w, hl / h
+    intr_l = (fx * sx, fy * sy, cx * sx, cy * sy)
+    # mirror directions from the normals of the depth buffer being traced: estimated
+    # normals a few degrees off that geometry (typical on footage) send most rays out
+    # of the frame instead of onto the surfaces the depth says are there
+    n_l = np.ascontiguousarray(np.moveaxis(normals_from_depth(d_l, intr_l), -1, 0), dtype=F32)
+    if min(hl, wl) > 4:  # one-sided differences at the border: take the inner neighbours'
+        n_l[:, 0], n_l[:, -1] = n_l[:, 1], n_l[:, -2]
+        n_l[:, :, 0], n_l[:, :, -1] = n_l[:, :, 1], n_l[:, :, -2]
+    col, wgt = sh.screen_space_reflection(d_l, n_l, rad_l, intr_l, g_l > 0)
+    # rough-ish surfaces see a blurred reflection
+    blur = sh.lowpass(col, scale=1, radius=2) if min(hl, wl) > 8 else col
+    r_l = small(rough)
+    t = np.clip(r_l / F32(SSR_MAX_ROUGHNESS), 0.0, 1.0)
+    col = col + (blur - col) * t
+    # screen-space data is least reliable at the frame border (one-sided depth
+    # differences, clipped relative depth): fade out over the outer 4 %
+    yy = np.minimum(np.arange(hl), np.arange(hl)[::-1]).astype(F32) / F32(max(1.0, 0.04 * hl))
+    xx = np.minimum(np.arange(wl), np.arange(wl)[::-1]).astype(F32) / F32(max(1.0, 0.04 * wl))
+    edge = np.minimum(np.clip(yy, 0, 1)[:, None], np.clip(xx, 0, 1)[None, :])
+    wgt = wgt * g_l * edge * F32(min(max(p.reflections, 0.0), 1.0))
+    col = sh.upsample(col, h, w)
+    wgt = sh.upsample(wgt, h, w)
+    n_full = sh.upsample(n_l, h, w)
+    nv_depth = np.maximum(n_full[0] * view[0] + n_full[1] * view[1] + n_full[2] * view[2], F32(1e-4))
+    nv = n_dot_v + (nv_depth - n_dot_v) * wgt  # where a reflection was found
+    return env + (col - env) * wgt, nv
 
 
 def _water_light_filter(p: LookParams) -> np.ndarray:

@@ -58,6 +58,7 @@ class LookParams:
     # surfaces
     albedo_gain: Vec = (1.0, 1.0, 1.0)
     wetness: float = 0.0          # 0..1: darker albedo, low roughness, sky reflections
+    reflections: float = 1.0      # screen-space reflections on glossy surfaces (0 = off)
     snow: float = 0.0             # 0..1.5: white cover on up-facing surfaces
     # fog (Koschmieder + exponential height fog)
     fog_tau: float = 0.0          # optical depth at fog_extent_m (uniform part)
