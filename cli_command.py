@@ -3,7 +3,10 @@
 Registered with ``bpy.utils.register_cli_command`` (Blender 4.2+). The arguments are
 those of the backend CLI (``python -m backend decompose|restyle --help``) plus a few
 Blender-side options; the command blocks until the worker ends and returns its exit
-status: 0 done, 130 cancelled, 1 or 2 failed (reason on stderr).
+status: 0 done, 130 cancelled, 1 or 2 failed (reason on stderr). Stdout carries JSON
+lines only: the worker's ``start`` / ``progress`` / ``warning`` events (with ``"stage"``:
+``decompose``, ``restyle``, or ``edits`` for the material-edit bake), then one ``done``,
+``error`` or ``cancelled``; everything else (Blender's ``Saved: ...``) goes to stderr.
 
 decompose INPUT --out DIR [backend options] [--setup] [--save FILE.blend]
     Runs the decompose worker. ``--setup`` wires the result into the scene's compositor
@@ -51,39 +54,87 @@ def _blender_options(subcommand: str) -> argparse.ArgumentParser:
     return p
 
 
-def _print_progress(ctl) -> None:
-    step = ctl.step
-    if step is None:
-        return
-    done, total = step.progress()
-    key = (ctl.index, done, total)
-    if key != getattr(ctl, "_last_printed", None):
-        ctl._last_printed = key
-        count = f" {done}/{total}" if total else ""
-        print(f"[gbuffer_editor] {ctl.label}: {step.label}{count}", flush=True)
+#: worker events passed on as they come; the command's own outcome (``done``, ``error``,
+#: ``cancelled``) is emitted once at the end, after the Blender-side steps
+_FORWARDED = ("start", "progress", "warning")
 
 
-def _finish(ctl, save: Optional[str]) -> int:
+def _emit(obj: dict) -> None:
+    from .backend import events
+
+    events.emit(obj)
+
+
+def _fail(message: str, code: int, frame=None, file=None) -> int:
+    """One ``error`` JSON line on stdout, the reason on stderr; returns ``code``."""
+    _emit({"event": "error", "message": message, "frame": frame, "file": None if file is None else str(file)})
+    print(f"[gbuffer_editor] {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _progress(ctl) -> None:
+    """JSON lines for the job: the worker's own events (tagged with the stage) and, for
+    Blender-side steps (material edits), one ``progress`` event per finished frame."""
+    from .operators import jobs
+
+    emitted = ctl.__dict__.setdefault("_emitted", {})
+    for i, step in enumerate(ctl.steps[: ctl.index + 1]):
+        if isinstance(step, jobs.WorkerStep):
+            job = step.job
+            if job is not None and job.on_event is None:
+                argv = step.argv
+                stage = argv[argv.index("backend") + 1] if "backend" in argv[:-1] else step.label
+
+                def forward(ev, stage=stage):
+                    if ev.get("event") in _FORWARDED:
+                        _emit(dict(ev, stage=stage))
+
+                job.on_event = forward
+            continue
+        if isinstance(step, jobs.CallStep):
+            continue
+        done, total = step.progress()
+        for k in range(emitted.get(i, 0) + 1, done + 1):
+            _emit({"event": "progress", "stage": "edits", "done": k, "total": total or None})
+            print(f"[gbuffer_editor] {ctl.label}: {step.label} {k}/{total}", file=sys.stderr, flush=True)
+        emitted[i] = max(done, emitted.get(i, 0))
+
+
+def _last_job(ctl):
+    from .operators import jobs
+
+    found = [st.job for st in ctl.steps if isinstance(st, jobs.WorkerStep) and st.job is not None]
+    return found[-1] if found else None
+
+
+def _finish(ctl, save: Optional[str], out: Path) -> int:
     from . import worker
 
+    job = _last_job(ctl)
     if ctl.state == worker.DONE:
         if save:
-            bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(save), check_existing=False)
-        print(f"[gbuffer_editor] {ctl.message}", flush=True)
+            try:
+                bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(save), check_existing=False)
+            except RuntimeError as e:
+                return _fail(f"cannot save {save}: {e}", 1, file=save)
+        done = dict(job.result) if job is not None else {}
+        done.update(event="done", out=str(out), message=ctl.message)
+        _emit(done)
+        print(f"[gbuffer_editor] {ctl.message}", file=sys.stderr, flush=True)
         return 0
-    print(f"[gbuffer_editor] {ctl.message}", file=sys.stderr, flush=True)
     if ctl.state == worker.CANCELLED:
+        _emit({"event": "cancelled", "written": job.done if job is not None else None, "frame": None})
+        print(f"[gbuffer_editor] {ctl.message}", file=sys.stderr, flush=True)
         return worker.EXIT_CANCELLED
     rc = ctl.returncode
-    return rc if rc not in (None, 0) else 1
+    return _fail(ctl.message, rc if rc not in (None, 0) else 1,
+                 frame=job.error_frame if job is not None else None,
+                 file=job.error_file if job is not None else None)
 
 
 def run(argv: List[str]) -> int:
     """Run ``decompose`` or ``restyle`` with backend-CLI arguments, or ``export-scene``; blocks;
     returns the exit code."""
-    from . import worker
-    from .operators import backend_args, decompose, jobs, restyle
-
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
@@ -99,6 +150,18 @@ def run(argv: List[str]) -> int:
         opts, passthrough = _blender_options(sub).parse_known_args(rest)
     except SystemExit as e:  # argparse reports the problem itself
         return int(e.code or 2)
+    from .backend.cli import json_stdout
+
+    # stdout carries only JSON lines (as export-scene and the backend CLI); Blender's own
+    # messages ("Saved: ...") and our human-readable lines go to stderr
+    with json_stdout():
+        return _run_job(sub, opts, passthrough)
+
+
+def _run_job(sub: str, opts, passthrough: List[str]) -> int:
+    from . import worker
+    from .operators import backend_args, decompose, jobs, restyle
+
     scene = bpy.context.scene
     out = Path(os.path.abspath(opts.out))
     prefs = backend_args.preferences()
@@ -111,14 +174,12 @@ def run(argv: List[str]) -> int:
             ctl = decompose.decompose_job(scene, argv_full, out, wire=opts.setup, env=env)
         else:
             if not passthrough or passthrough[0].startswith("-"):
-                print("restyle: GBUFFER_DIR is required", file=sys.stderr)
-                return 2
+                return _fail("restyle: GBUFFER_DIR is required", 2)
             gbuffer_dir = Path(os.path.abspath(passthrough[0]))
             extra = passthrough[1:]
             prompt = _take_option(extra, "--prompt")
             if prompt is None:
-                print("restyle: --prompt is required", file=sys.stderr)
-                return 2
+                return _fail("restyle: --prompt is required", 2)
             out.mkdir(parents=True, exist_ok=True)
             tree = decompose.compositor.find_tree(scene)
             has_setup = tree is not None and decompose.compositor.find_node(tree, "gbuffer") is not None
@@ -132,10 +193,12 @@ def run(argv: List[str]) -> int:
                 gbuffer_dir=gbuffer_dir, load=has_setup, prefs=prefs,
             )
     except (OSError, ValueError, LookupError, jobs.JobFailed) as e:
-        print(f"[gbuffer_editor] {e}", file=sys.stderr)
-        return 2
-    ctl.run_blocking(on_tick=_print_progress)
-    return _finish(ctl, opts.save)
+        return _fail(str(e), 2)
+    try:
+        ctl.run_blocking(on_tick=_progress)
+    except KeyboardInterrupt:
+        ctl.cancel()
+    return _finish(ctl, opts.save, out)
 
 
 def _take_option(args: List[str], name: str) -> Optional[str]:

@@ -74,7 +74,8 @@ def json_stdout():
     and stray ``print`` calls goes to stderr (the terminal, or the Blender worker's log).
     The event stream is the same file as before, so ``isatty()`` (tqdm bar on a terminal,
     JSON lines otherwise) is unchanged. Everything is restored on exit. When stdout is not
-    file descriptor 1 (e.g. replaced in-process), events simply go to ``sys.stdout``.
+    file descriptor 1 (e.g. replaced in-process), events go to that ``sys.stdout`` and only
+    Python-level prints are sent to ``sys.stderr``.
     """
     try:
         if sys.stdout is None or sys.stdout.fileno() != 1 or sys.stderr is None:
@@ -82,7 +83,17 @@ def json_stdout():
         sys.stdout.flush()
         real = os.dup(1)
     except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
-        yield sys.stdout
+        if sys.stdout is None or sys.stderr is None:
+            yield sys.stdout
+            return
+        old_stdout = sys.stdout
+        old_events = events.set_stream(old_stdout)
+        sys.stdout = sys.stderr
+        try:
+            yield old_stdout
+        finally:
+            sys.stdout = old_stdout
+            events.set_stream(old_events)
         return
     ev = io.TextIOWrapper(io.FileIO(real, "w", closefd=False), encoding="utf-8",
                           errors="replace", line_buffering=True)

@@ -8,6 +8,7 @@ registers the decompose tests' tiny random-weight estimator (tests/decompose_uti
 and runs the same backend CLI; everything else is identical.
 """
 import os
+import json
 import time
 from types import SimpleNamespace
 
@@ -152,6 +153,14 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     assert compositor.gbuffer_output(tree).mute
 
 
+def _json_lines(text: str) -> list:
+    """Every non-empty line of ``text`` parsed as JSON (fails on any other line)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    bad = [line for line in lines if not line.startswith("{")]
+    assert not bad, f"non-JSON lines on stdout: {bad}"
+    return [json.loads(line) for line in lines]
+
+
 def test_headless_command(addon, footage, tmp_path, capsys):
     """``blender -b --command gbuffer_editor ...``: the registered function with an argv list."""
     from gbuffer_editor import cli_command
@@ -166,7 +175,12 @@ def test_headless_command(addon, footage, tmp_path, capsys):
                           "--save", str(tmp_path / "shot.blend")])
     assert rc == 0, capsys.readouterr().err
     assert _frame_files(gb, "gbuffer_") == ["gbuffer_0002.exr", "gbuffer_0003.exr"]
-    assert "Decompose: done" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    ev = _json_lines(cap.out)  # stdout: JSON lines only; human lines go to stderr
+    assert ev[0]["event"] == "start" and ev[0]["stage"] == "decompose"
+    assert [e["frame"] for e in ev if e["event"] == "progress"] == [2, 3]
+    assert ev[-1]["event"] == "done" and ev[-1]["out"] == str(gb) and ev[-1]["written"] == 2
+    assert "Decompose: done" in cap.err
     assert (tmp_path / "shot.blend").exists()
     tree = compositor.find_tree(scene)
     image = compositor.find_node(tree, compositor.ROLE_GBUFFER)
@@ -179,15 +193,52 @@ def test_headless_command(addon, footage, tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     assert _frame_files(tmp_path / "styled_edited_gbuffer", "gbuffer_") == ["gbuffer_0002.exr", "gbuffer_0003.exr"]
     assert _frame_files(out, "restyle_") == ["restyle_0002.exr", "restyle_0003.exr"]
+    cap = capsys.readouterr()
+    ev = _json_lines(cap.out)
+    assert [(e["stage"], e["done"]) for e in ev if e["event"] == "progress" and e["stage"] == "edits"] == \
+        [("edits", 1), ("edits", 2)]
+    assert [e["frame"] for e in ev if e["event"] == "progress" and e["stage"] == "restyle"] == [2, 3]
+    assert ev[-1]["event"] == "done" and ev[-1]["out"] == str(out)
+    assert "[gbuffer_editor]" not in cap.out and "Restyle: done" in cap.err
 
-    # errors: meaningful exit codes and a reason on stderr
+    # errors: meaningful exit codes, an error JSON line on stdout and the reason on stderr
     assert cli_command.run(["restyle", str(gb), "--out", str(tmp_path / "x")]) == 2
-    assert "--prompt is required" in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert "--prompt is required" in cap.err
+    assert _json_lines(cap.out) == [{"event": "error", "message": "restyle: --prompt is required",
+                                     "frame": None, "file": None}]
     assert cli_command.run(["frobnicate"]) == 2
     missing = tmp_path / "missing.mp4"
     assert cli_command.run(["decompose", str(missing), "--out", str(tmp_path / "m")]) == 2
-    err = capsys.readouterr().err
-    assert "missing.mp4" in err and "log:" in err
+    cap = capsys.readouterr()
+    assert "missing.mp4" in cap.err and "log:" in cap.err
+    (err_ev,) = _json_lines(cap.out)
+    assert err_ev["event"] == "error" and "missing.mp4" in err_ev["message"]
+
+
+def test_headless_command_stdout_is_json_only_at_fd_level(footage, tmp_path):
+    """In a real process, Blender's own C-level messages (``Saved: ...``, ``Info: Saved as``)
+    and our human lines go to stderr: file descriptor 1 carries only JSON lines."""
+    import bpy_util
+
+    est = "embedded" if util.EMBEDDED_ONNX.exists() else "tiny"  # noqa: F841 (as test_headless_command)
+    res = bpy_util.run_bpy(f"""
+        import sys
+        import bpy  # noqa: F401 (makes addon_utils importable)
+        sys.path.insert(0, {str(util.TESTS_DIR)!r})
+        import blender_workflow_util as util
+        util.enable_addon()
+        from gbuffer_editor import cli_command
+        rc = cli_command.run(["decompose", {str(footage("boat"))!r}, "--out", {str(tmp_path / "gb")!r},
+                              "--estimator", {est!r}, "--max-size", "32", "--frames", "1-2",
+                              "--save", {str(tmp_path / "s.blend")!r}])
+        emit_result({{"rc": rc}})
+    """, timeout=300)
+    assert res["rc"] == 0, res["stderr"][-3000:]
+    lines = [l for l in res["stdout"].splitlines() if l.strip() and not l.startswith(bpy_util.RESULT_PREFIX)]
+    ev = _json_lines("\n".join(lines))
+    assert ev[0]["event"] == "start" and ev[-1]["event"] == "done"
+    assert "Saved" in res["stderr"] and "Decompose: done" in res["stderr"]
 
 
 def test_cancel_real_decompose_keeps_only_complete_frames(addon, footage, tmp_path):
