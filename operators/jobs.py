@@ -30,6 +30,25 @@ def active_job(scene) -> Optional["JobController"]:
     return job if job is not None and not job.finished else None
 
 
+def brief(message: str, limit: int = 160) -> str:
+    """A short first line of ``message`` for Blender's report (which truncates long text);
+    the full text stays in the Status panel (``scene.gbuffer_editor.status``) and the log."""
+    text = (message or "").strip()
+    line = text.splitlines()[0] if text else ""
+    if len(line) <= limit and line == text:
+        return line
+    log = ""
+    if "; log: " in line:
+        line, log = line.rsplit("; log: ", 1)
+        log = f"; log: {log}"
+    cut = line.find(". ")
+    if 0 < cut < limit:
+        line = line[: cut + 1]
+    elif len(line) > limit:
+        line = line[:limit].rstrip() + "..."
+    return f"{line} (full message in the Status panel){log}"
+
+
 class JobFailed(RuntimeError):
     """A step failed; the message is meant for the user (reason, frame, file, log)."""
 
@@ -277,14 +296,16 @@ class ModalJobMixin:
         if job.state == worker_mod.CANCELLED:
             self.report({"WARNING"}, job.message)
             return {"CANCELLED"}
-        self.report({"ERROR"}, job.message)
+        self.report({"ERROR"}, brief(job.message))  # the full text: Status panel and log
         return {"CANCELLED"}
 
     def _start(self, context) -> Optional[JobController]:
         try:
             return self.build_job(context).start()
         except (JobFailed, LookupError, OSError, ValueError) as e:
-            self.report({"ERROR"}, str(e))
+            if context.scene is not None:
+                context.scene.gbuffer_editor.status = str(e)  # the full text
+            self.report({"ERROR"}, brief(str(e)))
             return None
 
     def execute(self, context):

@@ -173,6 +173,21 @@ class EditsStep(Step):
         return self.i, len(self.frames or ())
 
 
+def check_prompt(prompt: str, renderer: Optional[str] = None) -> None:
+    """Refuse a prompt the renderer cannot understand, before anything is written.
+
+    The embedded renderer (the default) understands a closed vocabulary
+    (:func:`..backend.renderers.prompt.parse_prompt`); diffusion renderers take free text.
+
+    Raises:
+        ValueError: (``PromptError``) naming the unknown words and the vocabulary.
+    """
+    if (renderer or "embedded") == "embedded":
+        from ..backend.renderers.prompt import parse_prompt
+
+        parse_prompt(prompt or "")
+
+
 def restyle_job(
     scene,
     result_dir: os.PathLike,
@@ -195,6 +210,7 @@ def restyle_job(
         extra_args: further backend CLI arguments (``--frames``, ``--seed``, ...).
         load: load the result into the compositor when done.
     """
+    check_prompt(prompt, renderer or _take_renderer(extra_args))
     result_dir = Path(result_dir)
     steps: List[Step] = []
     extra = list(extra_args or [])
@@ -229,6 +245,17 @@ def restyle_job(
     return JobController(scene, "Restyle", steps)
 
 
+def _take_renderer(args: Optional[List[str]]) -> Optional[str]:
+    """The value of ``--renderer`` in backend CLI arguments, if any."""
+    args = list(args or [])
+    for i, a in enumerate(args):
+        if a == "--renderer" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--renderer="):
+            return a.split("=", 1)[1]
+    return None
+
+
 class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
     """Apply the compositor's material edits to the G-buffers and re-render every frame
     from them with the prompt (worker process; Esc cancels). Each run writes a new
@@ -259,6 +286,7 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
     def build_job(self, context) -> JobController:
         scene = context.scene
         s = scene.gbuffer_editor
+        check_prompt(s.prompt, s.renderer)  # before the restyle_NNN folder exists
         run_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "restyle")
         return restyle_job(
             scene, run_dir / RESULT_DIR, prompt=s.prompt, renderer=s.renderer, edited_dir=run_dir / EDITED_DIR

@@ -504,3 +504,34 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     env = ctl.steps[0].env
     assert env["PYTHONPATH"].split(":")[0] == str(util.REPO_ROOT)
     assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off
+
+
+def test_restyle_unknown_prompt_stops_before_anything_is_written(addon, tmp_path):
+    """An unknown word for the embedded renderer is refused before restyle_NNN/ exists (no
+    bake of the material edits); the report is one short line, the Status keeps it all."""
+    from gbuffer_editor.operators import decompose
+
+    sc = bpy.context.scene
+    gb = util.write_gbuffer_frames(tmp_path / "gb", n=2)
+    decompose.wire_gbuffers(sc, gb)
+    s = sc.gbuffer_editor
+    runs = tmp_path / "runs"
+    s.output_dir = str(runs) + "/"
+    s.renderer = "embedded"
+    s.prompt = "purple dragons"
+    with pytest.raises(RuntimeError) as ei:  # background mode: an ERROR report raises
+        bpy.ops.gbuffer.restyle()
+    report = str(ei.value)
+    assert "does not understand 'purple', 'dragons' in prompt 'purple dragons'." in report
+    assert len(report) < 250 and "full message in the Status panel" in report
+    assert s.status.startswith("the embedded renderer does not understand") and s.status.endswith(
+        "--renderer controlnet.")
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_brief_report_keeps_the_log_path():
+    from gbuffer_editor.operators.jobs import brief
+
+    assert brief("short; log: /x/restyle.log") == "short; log: /x/restyle.log"
+    long = "bad thing happened. " + "details " * 60 + "; log: /x/restyle.log"
+    assert brief(long) == "bad thing happened. (full message in the Status panel); log: /x/restyle.log"
