@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import signal
 import subprocess
 import sys
@@ -160,7 +161,7 @@ class WorkerJob:
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "a", encoding="utf-8", buffering=1)
-        self._log.write("$ " + " ".join(self.argv) + "\n")
+        self._log.write("$ " + shlex.join(self.argv) + "\n")  # copy-pasteable into a shell
         try:
             self._proc = subprocess.Popen(
                 self.argv,

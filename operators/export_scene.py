@@ -305,8 +305,11 @@ classes = (GBUFFER_OT_export_scene,)
 # -- headless: blender -b scene.blend --command gbuffer_editor export-scene ... -----------
 def _parse_frames(spec: str) -> List[int]:
     a, sep, b = spec.strip().partition("-")
-    first = int(a)
-    last = int(b) if sep else first
+    try:
+        first = int(a)
+        last = int(b) if sep else first
+    except ValueError:
+        raise ValueError(f"--frames {spec}: expected a frame number N or a range A-B, e.g. 1-24") from None
     if last < first:
         raise ValueError(f"--frames {spec}: the end is before the start")
     return list(range(first, last + 1))
@@ -314,7 +317,10 @@ def _parse_frames(spec: str) -> List[int]:
 
 def _parse_res(spec: str) -> tuple:
     w, _, h = spec.lower().partition("x")
-    res = (int(w), int(h))
+    try:
+        res = (int(w), int(h))
+    except ValueError:
+        raise ValueError(f"--res {spec}: expected WIDTHxHEIGHT in pixels, e.g. 1920x1080") from None
     if min(res) < 1:
         raise ValueError(f"--res {spec}: width and height must be >= 1")
     return res
@@ -372,10 +378,7 @@ def run_cli(argv: List[str]) -> int:
         scene = bpy.data.scenes[a.scene] if a.scene else bpy.context.scene
         frames = _parse_frames(a.frames) if a.frames else scene_frames(scene)
     except ValueError as e:
-        msg = str(e)
-        if msg.startswith("invalid literal"):
-            msg = f"bad number in --frames/--res ({msg})"
-        print(f"export-scene: {msg}", file=sys.stderr)
+        print(f"export-scene: {e}", file=sys.stderr)
         return 2
     from ..backend.cli import json_stdout
 

@@ -113,6 +113,19 @@ def test_cancel_waits_for_the_reader_to_drain(tmp_path):
     assert job.finished and job.state == worker.CANCELLED and job.returncode == 130
 
 
+def test_log_records_a_copy_pasteable_command(tmp_path):
+    import shlex
+
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [sys.executable, "-c", "import sys; print(sys.argv[1:])", "--prompt", "dense fog", "--out", "a b/c"]
+    job = worker.WorkerJob(argv, log_path=out / "job.log", cwd=tmp_path, env=worker.worker_env()).start()
+    job.wait(poll_interval=0.02)
+    first = (out / "job.log").read_text().splitlines()[0]
+    assert first == "$ " + shlex.join(argv)
+    assert "--prompt 'dense fog' --out 'a b/c'" in first and shlex.split(first[2:]) == argv
+
+
 def test_missing_python_raises_oserror_naming_it(tmp_path):
     job = worker.WorkerJob(["/nonexistent/python3", "-m", "backend"], log_path=tmp_path / "x.log")
     with pytest.raises(OSError, match="/nonexistent/python3"):

@@ -299,3 +299,14 @@ def test_precision_preference_reaches_the_diffusion_backends(monkeypatch):
         assert MarigoldEstimator(depth="x", normals=None, intrinsics=None, device="cpu").dtype == torch.float32
         rend = ControlNetRenderer(device="cuda")
         assert rend.dtype_name == want_auto and rend.settings()["dtype"] == want_auto
+
+
+def test_out_pointing_at_a_file_says_it_is_a_file(tmp_path, footage):
+    target = tmp_path / "taken.txt"
+    target.write_text("not a folder")
+    r = _run("decompose", footage("boat"), "--out", target, "--frames", "1-1", tmp_path=tmp_path)
+    assert r.returncode == 1
+    err = _events(r.stdout)[-1]
+    assert err["event"] == "error" and err["file"] == str(target)
+    assert err["message"] == f"output folder {target} is a file, not a folder; choose another --out"
+    assert target.read_text() == "not a folder"

@@ -185,3 +185,26 @@ def test_registry_and_decompose_with_marigold(tiny_models, tmp_path, footage):
     assert fr.shape == (448, 832) and fr.meta["estimator"] == "marigold"
     assert fr.meta["filled"] == []  # all passes came from the models
     assert set(fr.meta["models"]) == set(opts[k] for k in ("depth", "normals", "intrinsics"))
+
+
+def test_model_not_available_message_is_one_line(tmp_path):
+    """huggingface_hub's errors span lines; the CLI reports a message's first line only, so
+    the reason must be one line (it used to end in an unclosed parenthesis)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from backend.estimators.marigold import resolve_model\n"
+            "try:\n"
+            f"    resolve_model('prs-eth/marigold-depth-v1-1', cache_dir={str(tmp_path)!r}, local_files_only=False)\n"
+            "except Exception as e:\n"
+            "    print(str(e))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    # an endpoint that refuses connections: the download fails at once, never reaches the Hub
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_ETAG_TIMEOUT="2", HF_HUB_DOWNLOAD_TIMEOUT="2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=env, cwd=str(Path(__file__).resolve().parent.parent))
+    msg = r.stdout.strip()
+    assert "not available (download failed" in msg, r.stdout + r.stderr
+    assert "\n" not in msg and msg.count("(") == msg.count(")")
+    assert msg.endswith("). Pass a local folder or run once online.")

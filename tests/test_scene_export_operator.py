@@ -208,6 +208,11 @@ def test_headless_command_export_scene(scene, tmp_path, capsys):
     assert cli_command.run(["export-scene", "--scene", scene.name, "--out", str(out / "u"),
                             "--frames", "3-1"]) == 2
     assert "end is before the start" in capsys.readouterr().err
+    for bad, text in ((["--frames", "x"], "--frames x: expected a frame number N or a range A-B, e.g. 1-24"),
+                      (["--res", "wide"], "--res wide: expected WIDTHxHEIGHT in pixels, e.g. 1920x1080")):
+        assert cli_command.run(["export-scene", "--scene", scene.name, "--out", str(out / "u"), *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == f"export-scene: {text}" and "invalid literal" not in err
     assert cli_command.run(["export-scene", "--scene", scene.name]) == 2  # no --out
     assert cli_command.run(["export-scene", "--scene", "nope", "--out", str(out / "u")]) == 2
     assert "no such scene" in capsys.readouterr().err

@@ -98,7 +98,8 @@ def resolve_model(model: str, *, revision: Optional[str] = None, local_files_onl
                                             local_files_only=offline, allow_patterns=_ALLOW))
         except Exception as e:
             how = "offline: not in the Hugging Face cache" if offline else "download failed"
-            raise MarigoldError(f"Marigold model {model!r} not available ({how}: {type(e).__name__}: {e}). "
+            why = " ".join(str(e).split())  # one line: the CLI reports only a message's first line
+            raise MarigoldError(f"Marigold model {model!r} not available ({how}: {type(e).__name__}: {why}). "
                                 "Pass a local folder or run once online.") from e
     if folder.parent.name == "snapshots":
         return folder, folder.name

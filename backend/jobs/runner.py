@@ -201,6 +201,8 @@ def prepare_output_dir(out_dir: os.PathLike) -> Path:
             full disk), naming it.
     """
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise JobError(f"output folder {out} is a file, not a folder; choose another --out", file=out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".probe_", dir=out)
