@@ -113,6 +113,7 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
         bpy.app.handlers.render_stats.remove(_stats)
     assert not [t for t in engine_stats if "Sample" in t or "Rendering" in t], engine_stats[:5]
     assert not layers.mute  # restored after the bake
+    tree.nodes.remove(layers)  # the next test module reuses this scene (test_blender_ui asserts no RLayers)
     run = tmp_path / "restyle_001"
     edited = contract.read_frame(run / "edited_gbuffer" / "gbuffer_0002.exr", validate=True)
     assert np.all(edited.roughness == 0.0)
