@@ -31,6 +31,38 @@ DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "model" / "weights" / "emb
 MODEL_ID = "gbuffer_editor/embedded"
 #: processing long side (pixels); matches the training scale (see docs/model-card.md)
 DEFAULT_MAX_SIZE = 192
+#: share of the albedo's chromaticity taken from the frame (see :func:`source_chroma_albedo`)
+SOURCE_CHROMA = 0.75
+_LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
+
+
+def source_chroma_albedo(albedo: np.ndarray, rgb: np.ndarray, amount: float = SOURCE_CHROMA) -> np.ndarray:
+    """Albedo with its chromaticity partly taken from the frame.
+
+    The small network's albedo colour is weak (it drifts toward a desaturated warm grey
+    on footage), while its brightness layout is useful. Under the Retinex assumption
+    that illumination is close to white, the frame's chromaticity ``I / Y(I)`` is the
+    reflectance's; the result is ``(1 - m) A + m Y(A) I / Y(I)`` (Rec.709 luminance
+    ``Y``), clipped to [0, 1]. ``m = 0.75`` was chosen on 100 training frames (albedo
+    PSNR 14.56 -> 14.74 dB); on 100 held-out synthetic frames it gives 14.59 -> 14.71 dB
+    and scale-invariant MSE 0.0269 -> 0.0259. Coloured light tints the albedo in
+    proportion to ``m``.
+
+    Args:
+        albedo: ``h x w x 3`` float32 linear albedo in [0, 1] (network output).
+        rgb: ``h x w x 3`` float32 scene-linear frame at the same size (>= 0).
+        amount: ``m`` in [0, 1]; 0 returns ``albedo`` unchanged.
+
+    Returns:
+        ``h x w x 3`` float32 in [0, 1].
+    """
+    m = float(amount)
+    if m <= 0:
+        return albedo
+    chroma = rgb / np.maximum(rgb @ _LUMA, np.float32(1e-4))[..., None]
+    from_src = (albedo @ _LUMA)[..., None] * chroma
+    out = albedo * np.float32(1.0 - m) + from_src * np.float32(m)
+    return np.clip(out, 0.0, 1.0).astype(np.float32, copy=False)
 OUTPUT_NAMES = ("disparity", "normal", "albedo", "metallic", "roughness", "sky")
 
 
@@ -60,6 +92,8 @@ class EmbeddedEstimator(Estimator):
             back to the input size; :data:`DEFAULT_MAX_SIZE` (192) by default.
         threads: onnxruntime intra-op threads (default 2).
         device: accepted for CLI compatibility; only ``cpu`` (or ``None``/``auto``).
+        source_chroma: share of the albedo's chromaticity taken from the frame
+            (:func:`source_chroma_albedo`; 0 = the network's own), in [0, 1].
 
     Raises:
         FileNotFoundError: the model file does not exist.
@@ -69,7 +103,8 @@ class EmbeddedEstimator(Estimator):
     name = "embedded"
 
     def __init__(self, model_path: Optional[os.PathLike] = None, max_size: Optional[int] = DEFAULT_MAX_SIZE,
-                 threads: Optional[int] = 2, device: Optional[str] = None, **_ignored):
+                 threads: Optional[int] = 2, device: Optional[str] = None,
+                 source_chroma: float = SOURCE_CHROMA, **_ignored):
         import onnxruntime as ort
 
         self.model_path = Path(model_path) if model_path else DEFAULT_MODEL
@@ -90,6 +125,9 @@ class EmbeddedEstimator(Estimator):
         # no busy-waiting worker threads: the machine is shared (Blender, decoding, EXR I/O)
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
+        if not 0.0 <= float(source_chroma) <= 1.0:
+            raise ValueError(f"source_chroma must be in [0, 1], got {source_chroma}")
+        self.source_chroma = float(source_chroma)
         self.sha256 = _file_sha256(self.model_path)
         self.threads = threads
 
@@ -140,6 +178,7 @@ class EmbeddedEstimator(Estimator):
         small = np.maximum(np.nan_to_num(small, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
         o = self.run_network(small)
         depth_s, conf_s = disparity_to_depth(o["disparity"], o["sky"])
+        o["albedo"] = source_chroma_albedo(o["albedo"], small, self.source_chroma)
         # one bilinear resize for all 10 channels: depth, confidence, normal (3), albedo (3),
         # metallic, roughness. Bilinear weights are convex, so [0, 1] values stay in [0, 1]
         # (up to rounding, removed below with cheap in-place min/max).
@@ -170,4 +209,5 @@ class EmbeddedEstimator(Estimator):
         )
 
     def settings(self) -> Dict[str, object]:
-        return {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12]}
+        return {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12],
+                "source_chroma": self.source_chroma}
