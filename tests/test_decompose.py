@@ -484,3 +484,21 @@ def test_max_size_above_the_embedded_native_size_resumes(tmp_path):
     # a cap below the native size changes the output: refused without --overwrite
     with pytest.raises(JobError, match="other settings .*--overwrite"):
         decompose(src, out, estimator="embedded", max_size=64, stream=io.StringIO())
+
+
+def test_farm_chunks_into_one_folder_merge_their_manifest(tmp_path):
+    """Two chunks of one shot (--frames 1-4 and 5-8) run at the same time into the same
+    folder: every frame is written once and the manifest lists all eight."""
+    src = _clip(tmp_path, n=8)
+    out = tmp_path / "farm"
+    procs = [subprocess.Popen(cli_cmd("decompose", src, "--out", out, "--estimator", "tiny_slow",
+                                      "--max-size", "32", "--frames", rng),
+                              env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rng in ("1-4", "5-8")]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert list(contract.list_frames(out)) == list(range(1, 9))
+    man = contract.read_manifest(out)
+    assert [f["frame"] for f in man["frames"]] == list(range(1, 9))
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]

@@ -44,6 +44,7 @@ Minimal use (this is the whole API a job needs)::
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -280,6 +281,32 @@ class _SignalGuard:
             signal.signal(s, h)
 
 
+@contextlib.contextmanager
+def _manifest_lock(out: Path):
+    """Exclusive advisory lock on the output folder itself (POSIX ``flock`` on its
+    descriptor: no lock file is left; a no-op where unavailable), so jobs writing
+    disjoint frame ranges into one folder at the same time (farm chunks) merge their
+    manifest entries instead of overwriting them."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    try:
+        fd = os.open(out, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
 def _write_manifest(out: Path, manifest: Dict[str, Any], frame: Optional[int]) -> None:
     try:
         contract.write_manifest(out, manifest)
@@ -369,6 +396,25 @@ def run_job(
     def frame_list():
         return [frames[k] for k in sorted(frames)]
 
+    def save_manifest(at: Optional[int]) -> None:
+        """Write the manifest, first adopting entries another job with the same settings
+        wrote meanwhile (a farm chunk of the same shot into the same folder)."""
+        with _manifest_lock(out):
+            try:
+                disk = contract.read_manifest(out)
+            except (OSError, ValueError):
+                disk = {}
+            if disk.get("settings_hash") == shash:
+                for e in disk.get("frames", []) or []:
+                    try:
+                        n = int(e["frame"])
+                    except (KeyError, TypeError, ValueError):
+                        continue
+                    if n not in frames and e.get("settings_hash") == shash and Path(path_for(n)).exists():
+                        frames[n] = e
+            man["frames"] = frame_list()
+            _write_manifest(out, man, at)
+
     result = JobResult(out_dir=out, total=total, settings_hash=shash, manifest=man)
     prog = _Progress(total, stream, progress_bar, job)
     prog.event(event="start", job=job, total=total, out=str(out), settings_hash=shash)
@@ -409,8 +455,7 @@ def run_job(
         # cancel and on failure.
         now = time.monotonic()
         if read_hash is None or now - counters["manifest_t"] >= MANIFEST_INTERVAL_S:
-            man["frames"] = frame_list()
-            _write_manifest(out, man, number)
+            save_manifest(number)
             counters["manifest_t"] = now
             counters["manifest_dirty"] = False
         else:
@@ -523,9 +568,8 @@ def run_job(
             writer.shutdown(wait=True)
         for item in pending:
             cleanup_tmp(item[2])
-        man["frames"] = frame_list()
         try:
-            _write_manifest(out, man, current)
+            save_manifest(current)
         except JobError:
             pass
         if isinstance(e, KeyboardInterrupt):
@@ -545,9 +589,8 @@ def run_job(
         for item in pending:
             cleanup_tmp(item[2])
         if counters["manifest_dirty"]:  # frames finished since the last manifest write
-            man["frames"] = frame_list()
             try:
-                _write_manifest(out, man, current)
+                save_manifest(current)
             except JobError:
                 pass
         raise
@@ -556,10 +599,9 @@ def run_job(
             writer.shutdown(wait=True)
         prog.close()
     done = counters["done"]
-    man["frames"] = frame_list()
     man["complete"] = True
     result.elapsed_s = time.monotonic() - t0
-    _write_manifest(out, man, None)
+    save_manifest(None)
     result.manifest = man
     prog.event(event="done", job=job, done=done, written=len(result.written), skipped=len(result.skipped),
                total=total, elapsed_s=round(result.elapsed_s, 3), out=str(out))
