@@ -572,8 +572,8 @@ def _falling(h: int, w: int, frame_index: int, time_s: float, *, slant: float, p
 
 def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
     """Fast, slightly slanted rain streaks (see :func:`_falling`)."""
-    return _falling(h, w, frame_index, time_s, slant=0.18, period=40.0, speed=1.5, length=0.12,
-                    density=0.18)
+    return _falling(h, w, frame_index, time_s, slant=0.18, period=70.0, speed=2.5, length=0.4,
+                    density=0.22)
 
 
 def _snowflakes(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
