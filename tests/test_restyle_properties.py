@@ -258,6 +258,23 @@ def test_glossy_ground_reflects_the_object_above_it():
     assert abs(spec_rb(on, f, far_side) - spec_rb(off, f, far_side)) < 0.1  # ground elsewhere
 
 
+def test_rough_metal_keeps_its_reflection_energy():
+    """Split-sum environment BRDF for metals (Karis 2014): a rough metal (r = 0.5) reflects
+    most of what a polished one does, only blurred -- not a dark blur (new-user trial)."""
+    r = EmbeddedRenderer(reflections=0.0)
+    metal = dict(albedo=(0.9, 0.6, 0.3))
+
+    def env_spec(rough):
+        f = wall(10.0, roughness=rough, **metal)
+        f = with_(f, metallic=np.ones_like(f.metallic))
+        return float(r.render_layers(f, "overcast").specular.mean())
+
+    assert env_spec(0.5) > 0.6 * env_spec(0.05)
+    # dielectrics keep the faded term (their source shading carries real reflections)
+    d = lambda rough: float(r.render_layers(wall(10.0, roughness=rough), "overcast").specular.mean())
+    assert d(0.5) < 0.5 * d(0.05)
+
+
 def test_rain_lowers_roughness_and_darkens_albedo(scene):
     r = EmbeddedRenderer(source_light=0.0)
     base = r.render_layers(scene, build_params(parse_prompt("overcast"), base=build_params(())))

@@ -253,7 +253,7 @@ class EmbeddedRenderer(Renderer):
             env, n_dot_v_env = _reflect_frame(env, n_dot_v, view, p, depth, rough, sky,
                                               np.where(sky, sky_rgb, diffuse),
                                               sh.intrinsics_for(h, w, intr, self.fov_y_deg))
-        specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v_env, rough, env)
+        specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v_env, rough, env, metallic=metal)
         surface = np.where(sky, sky_rgb, diffuse + specular)
         if sky.any():
             diffuse[:, sky] = 0.0

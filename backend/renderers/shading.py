@@ -238,15 +238,34 @@ def hemisphere(ny: np.ndarray, sky: np.ndarray, ground: np.ndarray) -> np.ndarra
     return ground + (sky - ground) * t
 
 
+def env_brdf_karis(f0: np.ndarray, n_dot_v: np.ndarray, roughness: np.ndarray) -> np.ndarray:
+    """Split-sum environment BRDF, Karis's analytic fit ("Physically Based Shading on
+    Mobile", 2014): ``F0 * A + B`` with ``A, B`` from roughness and ``n.v``.
+    ``f0``: 3 x H x W (or 3 x 1 x 1); ``n_dot_v``, ``roughness``: H x W -> 3 x H x W."""
+    r = np.asarray(roughness, dtype=F32)
+    rx = r * F32(-1.0) + F32(1.0)
+    ry = r * F32(-0.0275) + F32(0.0425)
+    rz = r * F32(-0.572) + F32(1.04)
+    rw = r * F32(0.022) + F32(-0.04)
+    a004 = np.minimum(rx * rx, np.exp2(F32(-9.28) * n_dot_v)) * rx + ry
+    a = a004 * F32(-1.04) + rz
+    b = a004 * F32(1.04) + rw
+    return f0 * a + b
+
+
 def env_specular(f0: np.ndarray, n_dot_v: np.ndarray, roughness: np.ndarray,
-                 env: np.ndarray) -> np.ndarray:
+                 env: np.ndarray, metallic: Optional[np.ndarray] = None) -> np.ndarray:
     """Analytic environment specular (split-sum fit, Fdez-Agüera 2019, simplified).
 
-    ``env * (F0 (1 - m5) + max(1 - r, F0) m5) * (1 - r)^2`` with ``m5 = (1 - n.v)^5``;
-    ``max(1 - r, F0)`` is taken as ``1 - r`` (they differ only for rough metals, where
-    the ``(1 - r)^2`` fade already removes the term), faded out below ``n.v = 0.15``.
+    Dielectrics: ``env * (F0 (1 - m5) + max(1 - r, F0) m5) * (1 - r)^2`` with
+    ``m5 = (1 - n.v)^5``; ``max(1 - r, F0)`` is taken as ``1 - r``. The ``(1 - r)^2``
+    fade keeps rough dielectrics from picking up the sky twice (their source shading
+    already carries the real reflections). Metals (``metallic`` 1) use the full
+    split-sum fit (:func:`env_brdf_karis`): their reflection is all they show, and the
+    fade made a rough metal edit a dark blur; ``metallic`` in between blends the two.
+    Everything is faded out below ``n.v = 0.15``.
     ``f0``, ``env``: 3 x H x W;
-    ``n_dot_v``, ``roughness``: H x W.
+    ``n_dot_v``, ``roughness``, ``metallic``: H x W.
     """
     m = np.clip(F32(1.0) - n_dot_v, 0.0, 1.0)
     m2 = m * m
@@ -258,7 +277,11 @@ def env_specular(f0: np.ndarray, n_dot_v: np.ndarray, roughness: np.ndarray,
     fr2 = fr2 * smoothstep(0.0, 0.15, n_dot_v)
     a = (F32(1.0) - m5) * fr2
     b = fr2 * fr * m5
-    return env * (f0 * a + b)
+    brdf = f0 * a + b
+    if metallic is not None and np.any(metallic > 0):
+        metal = np.asarray(metallic, dtype=F32)
+        brdf = brdf + (env_brdf_karis(f0, n_dot_v, roughness) * smoothstep(0.0, 0.15, n_dot_v) - brdf) * metal
+    return env * brdf
 
 
 def upsample(img: np.ndarray, h: int, w: int) -> np.ndarray:
