@@ -414,6 +414,8 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     """
     import cv2
 
+    if float(rough.min()) >= SSR_MAX_ROUGHNESS:  # nothing glossy (the usual estimate)
+        return env, n_dot_v
     gloss = F32(1.0) - sh.smoothstep(0.1, SSR_MAX_ROUGHNESS, rough)
     gloss[sky] = 0.0
     if not (gloss > 0).any():
