@@ -422,7 +422,7 @@ def run_job(
                 "manifest_dirty": False, "frame_failed": False}
     current = None
     # One frame may be finishing on the writer thread (a Deferred returned by ``work``)
-    # while the next one is computed: (number, final, tmp, info, future).
+    # while the next one is computed: (number, final, tmp, info, future, t_start, done_at).
     pending: list = []
     writer = None
 
