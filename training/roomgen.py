@@ -19,7 +19,14 @@ Camera: OpenGL convention (looks down -Z, +Y up), vertical FOV 40-70 deg, height
 0.6-1.9 m, pitch -35..+10 deg, roll +-4 deg. Outputs :class:`GBufferFrame` with
 metric planar depth, camera-space normals and Confidence 1 (no sky indoors).
 
-``python -m training.roomgen OUT_DIR --count N --start K`` writes contract EXRs.
+``--kinect`` (RGB-D-capture style, closer to NYU / Open3D): camera 0.2-1.5 m in front
+of a wall looking into the room (yaw +-35 deg; 25 % random), height 1.0-1.7 m, pitch
+-30..0 deg, horizontal FOV 55-65 deg; light low-saturation wall paint; wood-plank, tile
+or carpet floors; tables/chairs on thin legs; windows / glass doors (p=0.85, 40 % floor
+to ceiling) onto photographed exteriors 1.5-25 m beyond the wall, 2-10x brighter than
+the room; sunlight (p=0.65) whose shadow rays must leave through the opening.
+
+``python -m training.roomgen OUT_DIR --count N --start K [--kinect]`` writes contract EXRs.
 """
 from __future__ import annotations
 
@@ -124,13 +131,64 @@ def _rot_y(a):
     return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]], np.float32)
 
 
+def _wall_paint(rng) -> dict:
+    """Kinect style: mostly light, low-saturation wall paint (real rooms)."""
+    m = _material(rng, 1.0)
+    base = np.clip(rng.uniform(0.35, 0.85) * np.exp(rng.normal(0, 0.06, 3)), 0.03, 0.9).astype(np.float32)
+    n = cv2.resize(rng.random((4, 4)).astype(np.float32), (64, 64), interpolation=cv2.INTER_CUBIC)
+    m["tex"] = np.clip(base * (0.93 + 0.14 * n[..., None]), 0.03, 0.9).astype(np.float32)
+    m["metallic"], m["roughness"] = 0.0, float(rng.uniform(0.6, 1.0))
+    return m
+
+
+def _floor_material(rng) -> dict:
+    """Kinect style: wood planks, tiles, carpet/concrete noise, or a photograph."""
+    m = _material(rng, 0.0)
+    r = rng.random()
+    if r < 0.4:  # wood planks: warm stripes along one axis, per-plank tint
+        y = np.arange(256, dtype=np.float32)[:, None]
+        x = np.arange(256, dtype=np.float32)[None]
+        k = int(rng.integers(3, 9))
+        plank = (x * k // 256).astype(np.int64)
+        tint = 0.8 + 0.4 * rng.random(k + 1).astype(np.float32)
+        warp = cv2.resize(rng.random((16, 4)).astype(np.float32), (256, 256), interpolation=cv2.INTER_CUBIC)
+        grain = 0.75 + 0.25 * np.sin((x * rng.uniform(0.2, 0.6) + warp * 6 + y * 0.02) * np.pi)
+        base = np.array([0.45, 0.25, 0.12], np.float32) * rng.uniform(0.4, 1.3) * np.exp(rng.normal(0, 0.1, 3))
+        tex = base * (tint[plank] * grain)[..., None]
+        tex = np.where(((x * k) % 256 < 3)[..., None], tex * 0.5, tex)
+    elif r < 0.65:  # tiles
+        tex = _proc_texture(np.random.default_rng(int(rng.integers(1 << 30))))
+        k = int(rng.integers(2, 7))
+        yy, xx = np.mgrid[0:256, 0:256]
+        grout = ((yy * k) % 256 < 5) | ((xx * k) % 256 < 5)
+        tex = np.where(grout[..., None], tex * 0.6 + 0.2, tex)
+    elif r < 0.85:  # carpet / concrete
+        g = rng.uniform(0.1, 0.6) * np.exp(rng.normal(0, 0.15, 3))
+        n = rng.random((256, 256)).astype(np.float32) * 0.3 + 0.85
+        tex = g * cv2.GaussianBlur(n, (0, 0), 1.5)[..., None]
+    else:
+        tex = m["tex"]
+    m["tex"] = np.clip(tex, 0.03, 0.9).astype(np.float32)
+    m["scale"] = float(rng.uniform(1.0, 4.0))
+    m["rot"] = float(rng.choice([0.0, np.pi / 2]))
+    return m
+
+
 class Scene:
-    def __init__(self, rng):
+    def __init__(self, rng, kinect: bool = False):
         self.rng = rng
-        W, D, Hh = rng.uniform(3, 9), rng.uniform(3, 9), rng.uniform(2.3, 3.3)
+        self.kinect = kinect
+        lo = 3.5 if kinect else 3.0
+        W, D, Hh = rng.uniform(lo, 9), rng.uniform(lo, 9), rng.uniform(2.3, 3.3)
         self.room = np.array([W / 2, Hh, D / 2], np.float32)  # x in [-W/2, W/2], y in [0, H], z in [-D/2, D/2]
         self.room_mats = [_material(rng, 0.55) for _ in range(6)]  # -x, +x, floor, ceiling, -z, +z
         self.room_mats[3]["tex"] = np.clip(self.room_mats[3]["tex"] * 0 + rng.uniform(0.5, 0.9), 0, 0.9)
+        if kinect:
+            wall = _wall_paint(rng)
+            for i in (0, 1, 4, 5):
+                self.room_mats[i] = wall if rng.random() < 0.7 else (
+                    _wall_paint(rng) if rng.random() < 0.6 else _material(rng, 0.55))
+            self.room_mats[2] = _floor_material(rng)
         self.boxes, self.spheres, self.cyls = [], [], []
         for _ in range(int(rng.integers(2, 14))):
             hx, hy, hz = rng.uniform(0.15, 1.2), rng.uniform(0.1, 1.1), rng.uniform(0.15, 0.8)
@@ -154,16 +212,39 @@ class Scene:
         for _ in range(int(rng.integers(0, 3))):
             self.cyls.append({"c": np.array([rng.uniform(-W / 2, W / 2), 0, rng.uniform(-D / 2, D / 2)], np.float32),
                               "r": rng.uniform(0.04, 0.4), "h": rng.uniform(0.5, Hh), "m": _material(rng)})
+        if kinect:  # tables / chairs: a top on four thin legs
+            for _ in range(int(rng.integers(0, 3))):
+                hx, hz = rng.uniform(0.2, 0.8), rng.uniform(0.2, 0.6)
+                top = rng.uniform(0.4, 1.0)
+                cx, cz = rng.uniform(-W / 2 + hx, W / 2 - hx), rng.uniform(-D / 2 + hz, D / 2 - hz)
+                R = _rot_y(rng.uniform(0, np.pi))
+                m, leg = _material(rng), rng.uniform(0.015, 0.04)
+                self.boxes.append({"c": np.array([cx, top, cz], np.float32),
+                                   "h": np.array([hx, rng.uniform(0.015, 0.04), hz], np.float32), "R": R, "m": m})
+                for sx in (-1, 1):
+                    for sz in (-1, 1):
+                        c = np.array([cx, 0, cz], np.float32) + R @ np.array([sx * (hx - leg), 0, sz * (hz - leg)],
+                                                                             np.float32)
+                        c[1] = top / 2
+                        self.boxes.append({"c": c, "h": np.array([leg, top / 2, leg], np.float32), "R": R, "m": m})
         self.opening = None
-        if rng.random() < 0.6:  # door / window in one wall, backdrop behind it
+        if rng.random() < (0.85 if kinect else 0.6):  # door / window in one wall, backdrop behind it
             wall = int(rng.integers(0, 4))  # 0:-x 1:+x 2:-z 3:+z
             along = W if wall >= 2 else D
-            w = rng.uniform(0.6, min(2.5, along * 0.8))
+            w = rng.uniform(0.6, min(3.5 if kinect else 2.5, along * 0.8))
             c = rng.uniform(-along / 2 + w / 2, along / 2 - w / 2)
             y0 = 0.0 if rng.random() < 0.5 else rng.uniform(0.5, 1.2)
             y1 = rng.uniform(min(Hh, y0 + 1.0), Hh)
-            self.opening = {"wall": wall, "c": c, "w": w, "y0": y0, "y1": y1,
-                            "far": rng.uniform(1.5, 12.0), "m": _material(rng, 0.2)}
+            if kinect and rng.random() < 0.4:  # floor-to-ceiling glass
+                y0, y1 = 0.0, float(Hh) - rng.uniform(0.0, 0.3)
+            if kinect:  # outdoors: photographs (brick, grass, gravel ...) at larger scale, farther
+                mo = _material(rng, 0.0)
+                mo["scale"] = float(np.exp(rng.uniform(np.log(1.0), np.log(6.0))))
+                self.opening = {"wall": wall, "c": c, "w": w, "y0": y0, "y1": y1,
+                                "far": float(np.exp(rng.uniform(np.log(1.5), np.log(25.0)))), "m": mo}
+            else:
+                self.opening = {"wall": wall, "c": c, "w": w, "y0": y0, "y1": y1,
+                                "far": rng.uniform(1.5, 12.0), "m": _material(rng, 0.2)}
         # lights
         self.lights = []
         for _ in range(int(rng.integers(1, 4))):
@@ -299,28 +380,62 @@ def _shade_albedo(p, n, obj, mats):
     return alb, met, rou
 
 
-def render_room(h: int = 144, w: int = 192, seed: int = 0, ss: int = 2) -> GBufferFrame:
-    """One analytic indoor frame (see module doc) as a :class:`GBufferFrame`."""
+def _kinect_camera(rng, W, D, Hh):
+    """Hand-held RGB-D style: 0.2-1.5 m in front of a wall, looking into the room (+-35 deg)."""
+    if rng.random() < 0.25:
+        pos = np.array([rng.uniform(-W / 2 + 0.4, W / 2 - 0.4), 0, rng.uniform(-D / 2 + 0.4, D / 2 - 0.4)])
+        yaw = rng.uniform(0, 2 * np.pi)
+    else:
+        side = int(rng.integers(0, 4))  # wall behind the camera: 0:-x 1:+x 2:-z 3:+z
+        inward = [(1, 0), (-1, 0), (0, 1), (0, -1)][side]
+        dist = rng.uniform(0.2, 1.5)
+        if side < 2:
+            pos = np.array([-inward[0] * (W / 2 - min(dist, W / 2 - 0.3)), 0,
+                            rng.uniform(-D / 2 + 0.4, D / 2 - 0.4)])
+        else:
+            pos = np.array([rng.uniform(-W / 2 + 0.4, W / 2 - 0.4), 0,
+                            -inward[1] * (D / 2 - min(dist, D / 2 - 0.3))])
+        yaw = np.arctan2(-inward[0], -inward[1]) + np.radians(rng.uniform(-35, 35))
+    pos[1] = rng.uniform(1.0, min(1.7, Hh - 0.3))
+    return pos.astype(np.float32), yaw, np.radians(rng.uniform(-30, 0)), np.radians(rng.uniform(-3, 3))
+
+
+def render_room(h: int = 144, w: int = 192, seed: int = 0, ss: int = 2, kinect: bool = False) -> GBufferFrame:
+    """One analytic indoor frame (see module doc) as a :class:`GBufferFrame`.
+
+    ``kinect``: RGB-D-capture style (module doc): camera near a wall looking into the
+    room, height 1.0-1.7 m, pitch -30..0 deg, horizontal FOV 55-65 deg; light paint walls,
+    wood/tile/carpet floors, tables on legs, large windows onto a bright, far exterior
+    (photographs), and sunlight entering through the window."""
     rng = np.random.default_rng(seed)
     for _attempt in range(20):
-        sc = Scene(rng)
+        sc = Scene(rng, kinect=kinect)
         W, Hh, D = sc.room * np.array([2, 1, 2])
-        cam = np.array([rng.uniform(-W / 2 + 0.4, W / 2 - 0.4), rng.uniform(0.6, min(1.9, Hh - 0.3)),
-                        rng.uniform(-D / 2 + 0.4, D / 2 - 0.4)], np.float32)
+        if kinect:
+            cam, k_yaw, k_pitch, k_roll = _kinect_camera(rng, W, D, Hh)
+        else:
+            cam = np.array([rng.uniform(-W / 2 + 0.4, W / 2 - 0.4), rng.uniform(0.6, min(1.9, Hh - 0.3)),
+                            rng.uniform(-D / 2 + 0.4, D / 2 - 0.4)], np.float32)
         inside = any(np.all(np.abs((cam - b["c"]) @ b["R"]) < b["h"] + 0.2) for b in sc.boxes) or \
             any(np.linalg.norm(cam - s["c"]) < s["r"] + 0.2 for s in sc.spheres) or \
             any(np.linalg.norm((cam - c["c"])[[0, 2]]) < c["r"] + 0.2 for c in sc.cyls)
         if not inside:
             break
-    yaw, pitch, roll = rng.uniform(0, 2 * np.pi), np.radians(rng.uniform(-35, 10)), np.radians(rng.uniform(-4, 4))
+    if kinect:
+        yaw, pitch, roll = k_yaw, k_pitch, k_roll
+    else:
+        yaw, pitch, roll = rng.uniform(0, 2 * np.pi), np.radians(rng.uniform(-35, 10)), np.radians(rng.uniform(-4, 4))
     cy, sy, cp, sp, cr, sr = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch), np.cos(roll), np.sin(roll)
     Ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]], np.float32)
     Rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]], np.float32)
     Rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]], np.float32)
     R = Ry @ Rx @ Rz  # camera -> world
     H2, W2 = h * ss, w * ss
-    fov = np.radians(rng.uniform(40, 70))
-    fy = 0.5 * H2 / np.tan(fov / 2)
+    if kinect:  # horizontal FOV
+        fy = 0.5 * W2 / np.tan(np.radians(rng.uniform(55, 65)) / 2)
+    else:
+        fov = np.radians(rng.uniform(40, 70))
+        fy = 0.5 * H2 / np.tan(fov / 2)
     ys, xs = np.mgrid[0:H2, 0:W2].astype(np.float32)
     dc = np.stack([(xs + 0.5 - W2 / 2) / fy, -(ys + 0.5 - H2 / 2) / fy, -np.ones_like(xs)], -1).reshape(-1, 3)
     dw = dc @ R.T
@@ -348,7 +463,38 @@ def render_room(h: int = 144, w: int = 192, seed: int = 0, ss: int = 2) -> GBuff
         spec = np.clip((n * hv).sum(1), 0, 1) ** np.minimum(shin, 2000) * (shin + 2) / 8.0
         f0 = 0.04 * (1 - met)[:, None] + alb * met[:, None]
         rad += e * (alb * (1 - met)[:, None] / np.pi * 3.0 + f0 * spec[:, None])
-    if sc.opening is not None:  # the outside is brighter
+    if kinect and sc.opening is not None:
+        ext = obj == 6
+        if rng.random() < 0.65:  # sunlight through the opening: lit where a ray toward the sun exits through it
+            op = sc.opening
+            a = 0 if op["wall"] < 2 else 2
+            out_dir = np.zeros(3, np.float32)
+            out_dir[a] = -1.0 if op["wall"] in (0, 2) else 1.0
+            az, el = np.radians(rng.uniform(-55, 55)), np.radians(rng.uniform(15, 55))
+            side = np.zeros(3, np.float32)
+            side[2 - a] = 1.0
+            sd = out_dir * np.cos(el) * np.cos(az) + side * np.cos(el) * np.sin(az) + np.array([0, np.sin(el), 0])
+            sd = (sd / np.linalg.norm(sd)).astype(np.float32)
+            ndl = np.clip(n @ sd, 0, None)
+            cand = (ndl > 0) & ~ext
+            if cand.any():
+                _, _, so = sc.cast(p[cand] + n[cand] * 1e-3, np.broadcast_to(sd, (int(cand.sum()), 3)).copy())
+                lit = np.zeros(len(p), bool)
+                lit[np.flatnonzero(cand)[so == 6]] = True
+                sun = np.array([1.0, 0.93, 0.8], np.float32) * rng.uniform(2.0, 10.0)
+                hv = sd[None] + view
+                hv /= np.maximum(np.linalg.norm(hv, axis=1, keepdims=True), 1e-6)
+                shin = 2.0 / np.maximum(rou ** 4, 1e-3)
+                spec = np.clip((n * hv).sum(1), 0, 1) ** np.minimum(shin, 2000) * (shin + 2) / 8.0
+                f0 = 0.04 * (1 - met)[:, None] + alb * met[:, None]
+                e = sun[None] * (ndl * lit)[:, None]
+                rad += e * (alb * (1 - met)[:, None] / np.pi * 3.0 + f0 * spec[:, None])
+        if ext.any() and (~ext).any():  # the outside is much brighter than the room
+            lum_in = float(np.median(rad[~ext].mean(1)))
+            lum_alb = float(np.median(alb[ext].mean(1))) + 1e-4
+            rad[ext] = alb[ext] * (lum_in / lum_alb) * rng.uniform(2.0, 10.0) * \
+                np.exp(rng.normal(0, 0.05, 3)).astype(np.float32)
+    elif sc.opening is not None:  # the outside is brighter
         rad[obj == 6] *= rng.uniform(1.0, 6.0)
     depth = (-(p - cam) @ R)[:, 2]
     n_cam = n @ R
@@ -377,6 +523,7 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--size", type=int, nargs=2, default=[144, 192], metavar=("H", "W"))
+    ap.add_argument("--kinect", action="store_true", help="RGB-D capture style rooms (see render_room)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -384,7 +531,7 @@ def main(argv=None):
         p = frame_path(out, i + 1)
         if p.exists():
             continue  # resumable
-        write_frame(p, render_room(*args.size, seed=i), validate=True)
+        write_frame(p, render_room(*args.size, seed=i, kinect=args.kinect), validate=True)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--clip", type=float, default=5.0, help="gradient-norm clipping")
     ap.add_argument("--w-ssi", type=float, default=1.0, help="weight of the SSI depth loss")
+    ap.add_argument("--w-mat", type=float, default=0.5, help="weight of the metallic + roughness loss")
     ap.add_argument("--toy", action="store_true", help="smoke test on generated toy frames")
     args = ap.parse_args(argv)
 
@@ -188,7 +189,7 @@ def main(argv=None):
         idx = rng.integers(0, len(cache.train), args.batch)
         x, b = make_batch(cache.train, idx, hw, rng)
         o = net(x)
-        loss, parts = total_loss(o, b, {"ssi": args.w_ssi})
+        loss, parts = total_loss(o, b, {"ssi": args.w_ssi, "mat": args.w_mat})
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), args.clip)
