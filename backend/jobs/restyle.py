@@ -478,44 +478,54 @@ def restyle(
         except Exception:  # the end-of-job re-encode reports real problems
             video["broken"] = True
 
-    def get_frame(n: int, path: Path) -> contract.GBufferFrame:
+    def read_scanned(n: int):
+        """Read frame ``n`` (and its reference frame when used), and name its first pass
+        holding NaN/Inf (None: all finite); runs on the I/O pool, overlapping rendering.
+        Returns ``(frame, bad pass, reference frame or None)``."""
+        path = files[n]
+        try:
+            frame = contract.read_frame(path)
+        except contract.ContractError as e:
+            raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
+        bad = next((name for name, arr in frame.arrays().items()
+                    if not np.isfinite(np.add.reduce(arr, axis=None, dtype=np.float64))), None)
+        ref = None
+        if use_reference:
+            try:
+                ref = contract.read_frame(ref_files[n])
+            except contract.ContractError as e:
+                raise JobError(f"frame {n}: {e}", frame=n, file=ref_files[n]) from e
+        return frame, bad, ref
+
+    def get_frame(n: int):
         fut = prefetch.pop(n, None)
         nxt = following.get(n)
         if nxt is not None and nxt not in prefetch:
-            prefetch[nxt] = pool.submit(contract.read_frame, files[nxt])
-        try:
-            return fut.result() if fut is not None else contract.read_frame(path)
-        except contract.ContractError as e:
-            raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
+            prefetch[nxt] = pool.submit(read_scanned, nxt)
+        return fut.result() if fut is not None else read_scanned(n)
 
-    def check_input(n: int, path: Path, frame: contract.GBufferFrame) -> None:
+    def check_input(n: int, path: Path, frame: contract.GBufferFrame, bad: Optional[str]) -> None:
         """Same size as the first frame; finite passes (an edited EXR may hold NaN/Inf)."""
         if size0 is not None and frame.shape != size0:
             (h, w), (h0, w0) = frame.shape, size0
             raise JobError(f"G-buffer frame {n} ({path}) is {w}x{h} but frame {first_n} "
                            f"({files[first_n]}) is {w0}x{h0}: every frame of a sequence must have "
                            f"the same size", frame=n, file=path)
-        for name, arr in frame.arrays().items():
-            if not np.isfinite(np.add.reduce(arr, axis=None, dtype=np.float64)):
-                raise JobError(f"pass {name} of {path} (frame {n}) contains NaN or Inf; fix or "
-                               f"re-export that G-buffer frame", frame=n, file=path)
+        if bad is not None:
+            raise JobError(f"pass {bad} of {path} (frame {n}) contains NaN or Inf; fix or "
+                           f"re-export that G-buffer frame", frame=n, file=path)
 
     def tasks():
         for n, path in files.items():
             def work(tmp_path: Path, shash: str, n=n, path=path):
-                frame = get_frame(n, path)
-                check_input(n, path, frame)
+                frame, bad, ref = get_frame(n)
+                check_input(n, path, frame, bad)
                 # previous output, for temporal renderers (only when rendered in this run:
                 # they also need the previous source, which a resume does not have)
                 prev = state["prev"] if state["prev_n"] == n - 1 else None
                 t = frame.meta.get("timestamp")
                 time_s = float(t) if isinstance(t, (int, float)) and (t or n == 1) else (n - 1) / float(fps)
-                kw = {}
-                if use_reference:
-                    try:
-                        kw["reference"] = contract.read_frame(ref_files[n])
-                    except contract.ContractError as e:
-                        raise JobError(f"frame {n}: {e}", frame=n, file=ref_files[n]) from e
+                kw = {"reference": ref} if ref is not None else {}
                 try:
                     rgb = rend.render(frame, prompt, frame_index=n - 1, time_s=time_s, prev=prev, **kw)
                 except contract.ContractError as e:
