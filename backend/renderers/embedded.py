@@ -251,7 +251,7 @@ class EmbeddedRenderer(Renderer):
             # glossy surfaces reflect the relit frame itself, not only the sky/ground
             # hemisphere: screen-space reflections replace the hemisphere where they hit
             env, n_dot_v_env = _reflect_frame(env, n_dot_v, view, p, depth, rough, sky,
-                                              np.where(sky, sky_rgb, diffuse),
+                                              (sky_rgb, diffuse),
                                               sh.intrinsics_for(h, w, intr, self.fov_y_deg))
         specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v_env, rough, env, metallic=metal)
         surface = np.where(sky, sky_rgb, diffuse + specular)
@@ -397,11 +397,13 @@ SSR_GRID = 320
 
 
 def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: LookParams,
-                   depth: np.ndarray, rough: np.ndarray, sky: np.ndarray, radiance: np.ndarray,
+                   depth: np.ndarray, rough: np.ndarray, sky: np.ndarray, radiance: tuple,
                    intr: tuple):
     """What glossy pixels reflect, and at which angle.
 
-    Screen-space reflections of ``radiance`` (the relit frame without specular) are
+    ``radiance`` is ``(sky colour, diffuse)`` (3 x H x W each): the relit frame without
+    specular is the sky colour on sky pixels and the diffuse elsewhere, built only when
+    something is glossy. Screen-space reflections of it are
     blended over the hemisphere ``env`` by hit weight x glossiness
     (``1 - smoothstep(0.1, SSR_MAX_ROUGHNESS, roughness)``) x ``p.reflections``;
     rougher surfaces see a blurred copy. The mirror directions, and the ``n.v`` of the
@@ -420,6 +422,7 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     gloss[sky] = 0.0
     if not (gloss > 0).any():
         return env, n_dot_v
+    radiance = np.where(sky, radiance[0], radiance[1])
     h, w = depth.shape
     k = max(1, int(round(max(h, w) / SSR_GRID)))
     hl, wl = max(1, h // k), max(1, w // k)
