@@ -17,7 +17,7 @@ bpy = pytest.importorskip("bpy")
 
 import blender_workflow_util as util  # noqa: E402
 from backend import contract  # noqa: E402
-from test_scene_export import _snapshot  # noqa: E402  (the "unchanged .blend" snapshot)
+from test_scene_export import _principled, _snapshot  # noqa: E402  (material; "unchanged .blend" snapshot)
 
 W, H = 32, 24
 
@@ -37,17 +37,6 @@ def _plane_mesh(name, z, size):
     return me
 
 
-def _principled(name, base, metallic, roughness):
-    m = bpy.data.materials.new(name)
-    if bpy.app.version < (5, 0, 0):
-        m.use_nodes = True
-    p = next(n for n in m.node_tree.nodes if n.bl_idname == "ShaderNodeBsdfPrincipled")
-    p.inputs["Base Color"].default_value = (*base, 1.0)
-    p.inputs["Metallic"].default_value = metallic
-    p.inputs["Roughness"].default_value = roughness
-    return m
-
-
 @pytest.fixture
 def scene(addon):
     """A scene with a camera at the origin looking down -Z at a 40 m plane 5 m away."""
@@ -62,7 +51,7 @@ def scene(addon):
     sc.collection.objects.link(cam)
     sc.camera = cam
     me = _plane_mesh("export_plane", -5.0, 40.0)
-    me.materials.append(_principled("export_grey", (0.5, 0.4, 0.3), 0.2, 0.6))
+    me.materials.append(_principled("export_grey", (0.5, 0.4, 0.3), 0.2, 0.6)[0])
     sc.collection.objects.link(bpy.data.objects.new("export_plane", me))
     sc.collection.objects.link(bpy.data.objects.new("export_sun", bpy.data.lights.new("export_sun", "SUN")))
     yield sc
