@@ -220,11 +220,6 @@ def write_mp4(path: os.PathLike, frames: Iterable[np.ndarray], fps=DEFAULT_FPS, 
     return path
 
 
-def _all_finite(a: np.ndarray) -> bool:
-    """True when no element is NaN/Inf (a float64 sum is finite exactly then)."""
-    return bool(np.isfinite(np.add.reduce(a, axis=None, dtype=np.float64)))
-
-
 def _exr_size(path: Path) -> tuple:
     """``(H, W)`` of an EXR's data window (first part), from its header only."""
     import OpenEXR
@@ -489,8 +484,7 @@ def restyle(
             frame = contract.read_frame(path)
         except contract.ContractError as e:
             raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
-        bad = next((name for name, arr in frame.arrays().items()
-                    if not np.isfinite(np.add.reduce(arr, axis=None, dtype=np.float64))), None)
+        bad = next((name for name, arr in frame.arrays().items() if not contract.all_finite(arr)), None)
         ref = None
         if use_reference:
             try:
@@ -532,7 +526,7 @@ def restyle(
                     rgb = rend.render(frame, prompt, frame_index=n - 1, time_s=time_s, prev=prev, **kw)
                 except contract.ContractError as e:
                     raise JobError(f"frame {n} ({path}): {e}", frame=n, file=path) from e
-                if rgb.shape != frame.shape + (3,) or not _all_finite(rgb):
+                if rgb.shape != frame.shape + (3,) or not contract.all_finite(rgb):
                     raise JobError(f"renderer {renderer!r} returned shape {rgb.shape} or non-finite "
                                    f"values for frame {n} ({path})", frame=n, file=path)
                 header = {
