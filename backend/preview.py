@@ -70,24 +70,31 @@ def encode_frame_passes(frame) -> dict:
 
 
 def contact_sheet(rows: Sequence[Sequence[np.ndarray]], labels: Sequence[str],
-                  tile_width: int = 240, pad: int = 4, label_height: int = 18) -> np.ndarray:
+                  tile_width: int = 240, pad: int = 4, label_height: int = 18,
+                  row_labels: Optional[Sequence[str]] = None) -> np.ndarray:
     """Grid of ``uint8`` RGB tiles, one row per frame, with column labels on top.
 
     Args:
-        rows: rows of ``H x W x 3`` uint8 images (tiles are resized to ``tile_width``,
-            keeping the aspect of the first tile).
+        rows: rows of ``H x W x 3`` uint8 images. Cells are ``tile_width`` wide and as
+            high as the first tile at that width; each tile is resized to fit its cell
+            keeping its aspect ratio, centred on the grey background (so rows of
+            different aspect ratios stay aligned and undistorted).
         labels: one label per column.
+        row_labels: optional text drawn at the top-left of each row's first tile.
 
     Returns:
         ``H x W x 3`` uint8 image.
 
     Raises:
-        ValueError: empty input or a row whose length differs from ``labels``.
+        ValueError: empty input, a row whose length differs from ``labels``, or
+            ``row_labels`` of another length than ``rows``.
     """
     import cv2
 
     if not rows:
         raise ValueError("contact_sheet: no rows")
+    if row_labels is not None and len(row_labels) != len(rows):
+        raise ValueError(f"contact_sheet: {len(row_labels)} row labels for {len(rows)} rows")
     ncol = len(labels)
     h0, w0 = rows[0][0].shape[:2]
     th = max(1, round(tile_width * h0 / w0))
@@ -103,8 +110,16 @@ def contact_sheet(rows: Sequence[Sequence[np.ndarray]], labels: Sequence[str],
             raise ValueError(f"contact_sheet: row {r} has {len(row)} tiles, expected {ncol}")
         y = label_height + pad + r * (th + pad)
         for c, tile in enumerate(row):
-            x = pad + c * (tile_width + pad)
-            sheet[y:y + th, x:x + tile_width] = cv2.resize(tile, (tile_width, th), interpolation=cv2.INTER_AREA)
+            h, w = tile.shape[:2]
+            f = min(tile_width / w, th / h)
+            tw, tth = max(1, min(tile_width, round(w * f))), max(1, min(th, round(h * f)))
+            x = pad + c * (tile_width + pad) + (tile_width - tw) // 2
+            yy = y + (th - tth) // 2
+            sheet[yy:yy + tth, x:x + tw] = cv2.resize(tile, (tw, tth), interpolation=cv2.INTER_AREA)
+        if row_labels is not None:  # white on a dark outline: readable on any tile
+            for colour, thick in (((0, 0, 0), 3), ((255, 255, 255), 1)):
+                cv2.putText(sheet, str(row_labels[r]), (pad + 4, y + 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
+                            colour, thick, cv2.LINE_AA)
     return sheet
 
 

@@ -692,7 +692,18 @@ def _wall_with_window(rng, name, size, loc, mat):
     return (loc[0] + uc, loc[1], z0 + zc) if along_x else (loc[0], loc[1] + uc, z0 + zc)
 
 
-def _build_room(rng, scene, mats, hdrs):
+def _rgbd_camera_xy(rng, W, D):
+    """RGB-D-capture framing: a point with 0.6 m clearance, and the yaw of one wall it
+    faces (+-25 deg) at 1.2-4.5 m; falls back to the farthest wall."""
+    x, y = _u(rng, -W / 2 + 0.6, W / 2 - 0.6), _u(rng, -D / 2 + 0.6, D / 2 - 0.6)
+    # Blender camera at yaw 0 looks along +Y; yaw a looks along (-sin a, cos a)
+    walls = [(0.0, D / 2 - y), (math.pi, y + D / 2), (-math.pi / 2, W / 2 - x), (math.pi / 2, x + W / 2)]
+    ok = [wall for wall in walls if 1.2 <= wall[1] <= 4.5]
+    yaw, _dist = ok[int(rng.integers(len(ok)))] if ok else max(walls, key=lambda wall: wall[1])
+    return (x, y), yaw + _u(rng, -0.45, 0.45)
+
+
+def _build_room(rng, scene, mats, hdrs, camera_style: str = "default"):
     W, D, H = _u(rng, 3, 9), _u(rng, 3, 10), _u(rng, 2.4, 3.6)
     floor_mat = mats.make("floor", 1.0)
     wall_mat = mats.make("wall", 0.7)
@@ -728,7 +739,10 @@ def _build_room(rng, scene, mats, hdrs):
         ob.scale = (pw, ph, 1)
         _link(ob, mats.make(f"picture:{name}"))
     # furniture along walls and in the room
-    cam_xy = (_u(rng, -W / 2 + 0.6, W / 2 - 0.6) * 0.6, -D / 2 + _u(rng, 0.5, min(2.0, D / 2)))
+    if camera_style == "rgbd":
+        cam_xy, rgbd_yaw = _rgbd_camera_xy(rng, W, D)
+    else:
+        cam_xy = (_u(rng, -W / 2 + 0.6, W / 2 - 0.6) * 0.6, -D / 2 + _u(rng, 0.5, min(2.0, D / 2)))
     n_items = int(rng.integers(5, 14))
     for _ in range(n_items):
         for _try in range(10):
@@ -812,7 +826,10 @@ def _build_room(rng, scene, mats, hdrs):
     pitch = _u(rng, -0.4, 0.05)
     cam = dict(loc=(cam_xy[0], cam_xy[1], height), yaw=yaw, pitch=pitch, roll=_u(rng, -0.05, 0.05),
                lens=_u(rng, 18, 36), max_step=0.12)
-    return {"layout": "room", "size": [W, D, H], "ceiling": ceiling, "lights": lights,
+    if camera_style == "rgbd":  # hand-held RGB-D capture: eye level, toward a wall, ~60 deg FOV
+        cam.update(loc=(cam_xy[0], cam_xy[1], _u(rng, 1.0, 1.7)), yaw=rgbd_yaw, pitch=_u(rng, -0.5, -0.05),
+                   lens=_u(rng, 28, 34), max_step=0.05)
+    return {"layout": "room", "camera_style": camera_style, "size": [W, D, H], "ceiling": ceiling, "lights": lights,
             "world": lights["world"]}, cam
 
 
@@ -920,7 +937,8 @@ def _build_tabletop(rng, scene, mats, hdrs):
     return info, cam
 
 
-def build_scene(scene, rng: np.random.Generator, cache_dir: os.PathLike, kind: Optional[str] = None) -> dict:
+def build_scene(scene, rng: np.random.Generator, cache_dir: os.PathLike, kind: Optional[str] = None,
+                camera_style: str = "default") -> dict:
     """Clear ``scene`` and build a random layout (see module docstring) with a camera.
 
     Args:
@@ -928,6 +946,12 @@ def build_scene(scene, rng: np.random.Generator, cache_dir: os.PathLike, kind: O
         rng: numpy generator; the same seed gives the same scene.
         cache_dir: folder for cached photo textures.
         kind: force a layout (``room``/``outdoor``/``tabletop``).
+        camera_style: ``default``, or ``rgbd`` for rooms: an RGB-D-capture framing
+            (eye level 1.0-1.7 m, facing a wall 1.2-4.5 m away +-25 deg, pitched down
+            3-29 deg, lens 28-34 mm = 56-65 deg horizontal FOV, like NYU/Kinect captures).
+
+    Raises:
+        ValueError: unknown ``camera_style``, or ``rgbd`` for a layout other than ``room``.
 
     Returns:
         JSON-serialisable description (layout, world, lights, camera base pose).
@@ -937,7 +961,14 @@ def build_scene(scene, rng: np.random.Generator, cache_dir: os.PathLike, kind: O
     mats = MaterialFactory(rng, cache_dir)
     kind = kind or str(rng.choice(SCENE_KINDS, p=SCENE_WEIGHTS))
     builder = {"room": _build_room, "outdoor": _build_outdoor, "tabletop": _build_tabletop}[kind]
-    info, cam = builder(rng, scene, mats, hdrs)
+    if camera_style not in ("default", "rgbd"):
+        raise ValueError(f"camera_style must be 'default' or 'rgbd', got {camera_style!r}")
+    if camera_style == "rgbd":
+        if kind != "room":
+            raise ValueError(f"camera_style 'rgbd' needs the room layout, got {kind!r}")
+        info, cam = builder(rng, scene, mats, hdrs, camera_style="rgbd")
+    else:
+        info, cam = builder(rng, scene, mats, hdrs)
     cdata = bpy.data.cameras.new("camera")
     cdata.lens = cam["lens"]
     cdata.sensor_width = 36.0

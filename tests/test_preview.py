@@ -40,3 +40,21 @@ def test_contact_sheet_layout_and_errors():
         preview.contact_sheet([[tile]], ["a", "b"])
     with pytest.raises(ValueError):
         preview.contact_sheet([], ["a"])
+    with pytest.raises(ValueError, match="row labels"):
+        preview.contact_sheet([[tile, tile]], ["a", "b"], row_labels=["x", "y"])
+
+
+def test_contact_sheet_keeps_aspect_of_other_rows():
+    """A wider second row is letterboxed into the cell (not stretched), centred, and its
+    columns stay under the header of the first row's columns."""
+    tile = np.full((30, 40, 3), 200, np.uint8)
+    wide = np.full((20, 80, 3), 100, np.uint8)  # 4:1 in 80 x 60 cells -> 80 x 20, centred
+    sheet = preview.contact_sheet([[tile, tile], [wide, wide]], ["a", "b"], tile_width=80, pad=2,
+                                  label_height=10, row_labels=["first", "second"])
+    y0 = 10 + 2 + 62  # second row's cell top
+    cell = sheet[y0:y0 + 60, 84:164]  # second column
+    rows_with_tile = np.where((cell == 100).all(-1).all(-1))[0]
+    assert rows_with_tile.min() == 20 and rows_with_tile.max() == 39
+    assert (cell[:20] == 24).all() and (cell[40:] == 24).all()
+    # the row label is drawn into the first tile (white text pixels)
+    assert (sheet[y0:y0 + 16, 2:82] > 150).any() and not (sheet[y0:y0 + 16, 84:164] > 150).any()

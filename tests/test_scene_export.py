@@ -521,6 +521,35 @@ def test_procedural_scene_is_reproducible(tmp_path):
 
 
 @pytest.mark.blender
+def test_procedural_rgbd_camera_faces_a_near_wall(tmp_path):
+    """camera_style='rgbd': eye level, ~60 deg FOV, pitched down, looking at a wall
+    1.2-4.5 m ahead (+-0.45 rad); a ray down the view axis hits that wall."""
+    import math
+
+    from scene.procedural import build_scene
+
+    scene = _fresh()
+    for seed in range(4):
+        info = build_scene(scene, np.random.default_rng([11, seed]), tmp_path / "tex", kind="room",
+                           camera_style="rgbd")
+        cam = info["camera"]
+        W, D, _H = info["size"]
+        x, y, z = cam["loc"]
+        assert info["camera_style"] == "rgbd"
+        assert 1.0 <= z <= 1.7 and 28 <= cam["lens"] <= 34 and -0.5 <= cam["pitch"] <= -0.05
+        assert abs(x) <= W / 2 - 0.6 + 1e-6 and abs(y) <= D / 2 - 0.6 + 1e-6
+        # horizontal distance along the view direction to the room's walls
+        dx, dy = -math.sin(cam["yaw"]), math.cos(cam["yaw"])
+        t = min(((W / 2 if dx > 0 else -W / 2) - x) / dx if abs(dx) > 1e-9 else math.inf,
+                ((D / 2 if dy > 0 else -D / 2) - y) / dy if abs(dy) > 1e-9 else math.inf)
+        assert 0.6 < t < 4.5 / math.cos(0.45) + 1e-6, (seed, t)
+    with pytest.raises(ValueError, match="room"):
+        build_scene(scene, np.random.default_rng(0), tmp_path / "tex", kind="outdoor", camera_style="rgbd")
+    with pytest.raises(ValueError, match="camera_style"):
+        build_scene(scene, np.random.default_rng(0), tmp_path / "tex", kind="room", camera_style="fisheye")
+
+
+@pytest.mark.blender
 def test_render_dataset_writes_resumable_clips(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
     import render_dataset

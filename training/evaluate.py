@@ -151,35 +151,30 @@ def eval_synthetic(est, frames):
     return summary
 
 
-def contact_sheet(est, items, path: Path, tile_h: int = 144):
-    """Rows = items (name, linear rgb); columns = input, depth, normal, albedo, metallic, roughness."""
-    rows = []
+def contact_sheet(est, items, path: Path, tile_width: int = 256):
+    """Rows = items (name, linear rgb); columns = input, depth, normal, albedo, metallic,
+    roughness (:func:`backend.preview.contact_sheet`: aspect kept, columns aligned)."""
+    from backend.preview import contact_sheet as grid
+    from backend.preview import save_png
+
+    rows, names = [], []
     for name, rgb in items:
         out = est.predict(rgb)
-        h, w = rgb.shape[:2]
-        tw = max(1, int(round(w * tile_h / h)))
         g = rgb * (0.9 / max(np.percentile(rgb.mean(-1), 97), 1e-6))
         inp = (np.clip(g, 0, 1) ** (1 / 2.2) * 255).astype(np.uint8)
         inv = 1.0 / out.depth
         inv = (inv - inv.min()) / max(np.ptp(inv), 1e-6)
-        dep = cv2.applyColorMap((inv * 255).astype(np.uint8), cv2.COLORMAP_INFERNO)[..., ::-1]
+        dep = np.ascontiguousarray(cv2.applyColorMap((inv * 255).astype(np.uint8), cv2.COLORMAP_INFERNO)[..., ::-1])
         nrm = ((out.normal * 0.5 + 0.5) * 255).astype(np.uint8)
         alb = (np.clip(out.albedo, 0, 1) ** (1 / 2.2) * 255).astype(np.uint8)
         met = np.repeat((out.metallic[..., None] * 255).astype(np.uint8), 3, -1)
         rou = np.repeat((out.roughness[..., None] * 255).astype(np.uint8), 3, -1)
-        tiles = [cv2.resize(t, (tw, tile_h), interpolation=cv2.INTER_AREA) for t in (inp, dep, nrm, alb, met, rou)]
-        row = np.concatenate(tiles, 1)
-        cv2.putText(row, name, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
-        rows.append(row)
-    width = max(r.shape[1] for r in rows)
-    rows = [np.pad(r, ((0, 0), (0, width - r.shape[1]), (0, 0))) for r in rows]
-    header = np.zeros((18, width, 3), np.uint8)
-    tw0 = rows[0].shape[1] // 6
-    for i, t in enumerate(("input", "depth (near=bright)", "normal", "albedo", "metallic", "roughness")):
-        cv2.putText(header, t, (i * tw0 + 4, 13), cv2.FONT_HERSHEY_SIMPLEX, 0.42, (255, 255, 255), 1, cv2.LINE_AA)
-    sheet = np.concatenate([header] + rows, 0)
+        rows.append([inp, dep, nrm, alb, met, rou])
+        names.append(name)
+    sheet = grid(rows, ("input", "depth (near=bright)", "normal", "albedo", "metallic", "roughness"),
+                 tile_width=tile_width, row_labels=names)
     tmp = path.with_name(".tmp_" + path.name)
-    cv2.imwrite(str(tmp), sheet[..., ::-1])
+    save_png(tmp, sheet)
     os.replace(tmp, path)
 
 

@@ -114,6 +114,8 @@ def parse_args(argv=None):
                    help="share of clips rendered with 3 motion-blur sub-frames per frame")
     p.add_argument("--first-scene", type=int, default=0)
     p.add_argument("--kind", default=None, help="force a layout: room/outdoor/tabletop")
+    p.add_argument("--camera", default="default", choices=("default", "rgbd"),
+                   help="rgbd: RGB-D-capture framing of rooms (needs --kind room)")
     return p.parse_args(argv)
 
 
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         rng = np.random.default_rng([args.seed, i])
         try:
-            info = build_scene(scene, rng, cache, kind=args.kind)
+            info = build_scene(scene, rng, cache, kind=args.kind, camera_style=args.camera)
             if scene.world is not None and hasattr(scene.world, "cycles"):
                 scene.world.cycles.sample_map_resolution = 256
             mats = camera_path(rng, info["camera"] | {"loc": tuple(info["camera"]["loc"])}, L)
