@@ -69,3 +69,51 @@ def test_train_resume_and_checkpoint(tmp_path):
     done = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if '"done"' in line]
     assert [d["step"] for d in done] == [2, 4]
     assert (out / "best.pt").exists()
+
+
+def test_fda_swap_takes_target_low_frequencies_and_keeps_source_detail():
+    """Fourier domain adaptation (Yang & Soatto 2020): the mean colour (DC) and the
+    low-frequency shading come from the real photograph; edges and texture (high
+    frequencies) stay those of the render."""
+    import cv2
+
+    from training.augment import fda_swap
+
+    rng = np.random.default_rng(0)
+    h, w = 64, 80
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    src = np.clip(0.5 + 0.15 * np.sign(np.sin(xx / 2.0))[..., None] * np.ones(3, np.float32), 0, 1)
+    target = np.stack([0.2 + 0.5 * xx / w, 0.3 + 0 * xx, 0.6 - 0.3 * yy / h], -1).astype(np.float32)
+    out = fda_swap(src.astype(np.float32), target, beta=0.05)
+    assert out.shape == src.shape and out.dtype == np.float32
+    assert 0.0 <= out.min() and out.max() <= 1.0
+    # DC is swapped: per-channel means follow the photograph, not the render's 0.5 grey
+    np.testing.assert_allclose(out.mean((0, 1)), target.mean((0, 1)), atol=0.02)
+    # the stripes (high frequency) survive: high-pass of output == high-pass of source
+    hp = lambda a: a - cv2.GaussianBlur(a, (0, 0), 4)
+    inner = (slice(8, -8), slice(8, -8))
+    corr = np.corrcoef(hp(out)[inner].ravel(), hp(src)[inner].ravel())[0, 1]
+    assert corr > 0.9
+    # a beta covering no more than the DC still moves the mean, and bad input is refused
+    tiny = fda_swap(src.astype(np.float32), target, beta=0.001)
+    np.testing.assert_allclose(tiny.mean((0, 1)), target.mean((0, 1)), atol=0.05)
+    with pytest.raises(ValueError):
+        fda_swap(src[..., 0], target, 0.05)
+    with pytest.raises(ValueError):
+        fda_swap(src.astype(np.float32), target, 0.6)
+    # augment uses it only with a pool, and the targets never change
+    s = _sample()
+    x0, t0 = augment(s, (40, 56), np.random.default_rng(5))
+    x1, t1 = augment(s, (40, 56), np.random.default_rng(5), style_pool=[target], style_p=1.0)
+    assert not np.allclose(x0, x1)
+    for k in t0:
+        np.testing.assert_array_equal(t0[k], t1[k])
+
+
+def test_style_pool_has_no_test_images(tmp_path):
+    from training.data import STYLE_PHOTOS, style_pool
+
+    assert "stereo_motorcycle" not in STYLE_PHOTOS
+    pool = style_pool(tmp_path / "no_footage", size=(30, 40))
+    assert len(pool) == len(STYLE_PHOTOS)
+    assert all(p.shape == (30, 40, 3) and p.dtype == np.float32 and 0 <= p.min() and p.max() <= 1 for p in pool)

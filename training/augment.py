@@ -15,6 +15,12 @@ x exposure gain (log-normal, sigma 0.35) -> white balance (per-channel gain
 Gaussian blur or motion blur (line kernel, random angle) -> down/up-sampling ->
 signal-dependent noise -> JPEG re-encode (quality 25..95, OpenCV). Horizontal flip
 negates the X of the normals.
+
+Optional sim-to-real step (``style_pool``): Fourier domain adaptation (Yang & Soatto,
+"FDA: Fourier Domain Adaptation for Semantic Segmentation", CVPR 2020) swaps the
+low-frequency amplitude spectrum of the sRGB-encoded render for that of a real
+photograph (global colour cast, illumination gradients, contrast), keeping the
+render's phase (its structure), right after the tone curve.
 """
 from __future__ import annotations
 
@@ -94,8 +100,46 @@ def _motion_kernel(length: int, angle: float) -> np.ndarray:
     return k / k.sum()
 
 
-def photometric(rgb_linear: np.ndarray, rng: np.random.Generator, strength: float = 1.0) -> np.ndarray:
-    """Scene-linear H x W x 3 -> degraded sRGB-encoded H x W x 3 in [0, 1] (see module doc)."""
+def fda_swap(src: np.ndarray, target: np.ndarray, beta: float) -> np.ndarray:
+    """Fourier domain adaptation (Yang & Soatto, CVPR 2020) of one image.
+
+    Args:
+        src: ``H x W x 3`` float32 sRGB-encoded image in [0, 1] (the render).
+        target: ``h x w x 3`` float32 sRGB-encoded image in [0, 1] (a real photograph),
+            resized to ``H x W``.
+        beta: half-width of the swapped low-frequency square as a fraction of
+            ``min(H, W)`` (the paper's L; 0.01-0.09), at least one frequency bin.
+
+    Returns:
+        ``H x W x 3`` float32 in [0, 1]: ``src``'s phase with ``target``'s amplitude at
+        frequencies within the centred ``(2b+1)^2`` square (DC included), ``src``'s
+        amplitude elsewhere.
+
+    Raises:
+        ValueError: images that are not ``H x W x 3``, or ``beta`` outside (0, 0.5).
+    """
+    if src.ndim != 3 or src.shape[2] != 3 or target.ndim != 3 or target.shape[2] != 3:
+        raise ValueError(f"fda_swap needs two H x W x 3 images, got {src.shape} and {target.shape}")
+    if not 0.0 < beta < 0.5:
+        raise ValueError(f"beta must be in (0, 0.5), got {beta}")
+    h, w = src.shape[:2]
+    if target.shape[:2] != (h, w):
+        target = cv2.resize(target, (w, h), interpolation=cv2.INTER_AREA)
+    fs = np.fft.fftshift(np.fft.fft2(src, axes=(0, 1)), axes=(0, 1))
+    ft = np.fft.fftshift(np.fft.fft2(target, axes=(0, 1)), axes=(0, 1))
+    amp = np.abs(fs)
+    b = max(1, int(np.floor(min(h, w) * beta)))
+    cy, cx = h // 2, w // 2
+    win = (slice(max(0, cy - b), cy + b + 1), slice(max(0, cx - b), cx + b + 1))
+    amp[win] = np.abs(ft[win])
+    out = np.fft.ifft2(np.fft.ifftshift(amp * np.exp(1j * np.angle(fs)), axes=(0, 1)), axes=(0, 1)).real
+    return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+
+def photometric(rgb_linear: np.ndarray, rng: np.random.Generator, strength: float = 1.0,
+                style: np.ndarray = None, style_beta: float = 0.03) -> np.ndarray:
+    """Scene-linear H x W x 3 -> degraded sRGB-encoded H x W x 3 in [0, 1] (see module doc).
+    ``style``: a real sRGB photograph for :func:`fda_swap` after the tone curve (None: off)."""
     x = rgb_linear * auto_exposure_gain(rgb_linear)
     x = x * float(np.exp(rng.normal(0.0, 0.35 * strength)))
     x = x * np.exp(rng.uniform(-0.15, 0.15, 3) * strength).astype(np.float32)
@@ -107,6 +151,8 @@ def photometric(rgb_linear: np.ndarray, rng: np.random.Generator, strength: floa
         e = np.power(e, float(np.exp(rng.normal(0.0, 0.15 * strength))))
         c = rng.uniform(-0.25, 0.25) * strength
         e = np.clip(e + c * (e - 0.5) * (1 - np.abs(2 * e - 1)), 0, 1)  # mild S-curve
+    if style is not None:
+        e = fda_swap(e, style, style_beta)
     h, w = e.shape[:2]
     r = rng.random()
     if r < 0.25:
@@ -137,7 +183,8 @@ def photometric(rgb_linear: np.ndarray, rng: np.random.Generator, strength: floa
 
 
 def augment(sample: dict, out_hw: tuple, rng: np.random.Generator, *,
-            photometric_strength: float = 1.0, geometric: bool = True) -> tuple:
+            photometric_strength: float = 1.0, geometric: bool = True,
+            style_pool=None, style_p: float = 0.0) -> tuple:
     """One training example.
 
     Args:
@@ -146,6 +193,10 @@ def augment(sample: dict, out_hw: tuple, rng: np.random.Generator, *,
         rng: numpy Generator.
         photometric_strength: 0 disables photometric degradations (validation).
         geometric: random crop/flip; False resizes the full frame (validation).
+        style_pool: sequence of real ``h x w x 3`` sRGB float32 photographs; with
+            probability ``style_p`` one of them restyles the input (:func:`fda_swap`,
+            beta drawn from 0.008-0.02: 1-2 bins at training sizes; larger windows
+            paint colour blotches). Targets are unchanged.
 
     Returns:
         ``(x, targets)``: ``3 x h x w`` float32 network input and dict of
@@ -158,7 +209,11 @@ def augment(sample: dict, out_hw: tuple, rng: np.random.Generator, *,
     else:
         s = resize_sample(sample, out_hw)
     if photometric_strength > 0:
-        e = photometric(s["combined"], rng, photometric_strength)
+        style, beta = None, 0.03
+        if style_pool is not None and len(style_pool) and rng.random() < style_p:
+            style = style_pool[int(rng.integers(len(style_pool)))]
+            beta = float(rng.uniform(0.008, 0.02))  # 1-2 frequency bins at 120-160 px
+        e = photometric(s["combined"], rng, photometric_strength, style=style, style_beta=beta)
     else:
         rgb = np.maximum(s["combined"], 0)
         e = srgb_encode(rgb * auto_exposure_gain(rgb))

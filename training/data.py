@@ -201,6 +201,48 @@ def write_toy_frames(folder, n: int = 6, h: int = 48, w: int = 64) -> List[Path]
     return [write_frame(frame_path(folder, i + 1), toy_frame(h, w, seed=i)) for i in range(n)]
 
 
+# skimage photographs of real scenes used as FDA style targets. Never
+# "stereo_motorcycle": it is the Middlebury test image.
+STYLE_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
+
+
+def style_pool(footage_dir=None, every: int = 6, size: tuple = (120, 160), photos=STYLE_PHOTOS) -> List[np.ndarray]:
+    """Real photographs for Fourier domain adaptation (:func:`training.augment.fda_swap`).
+
+    Args:
+        footage_dir: folder of real video clips (``*.mp4``, decoded with PyAV); every
+            ``every``-th frame is used. ``None`` or a missing folder: photographs only.
+        size: ``(h, w)`` of the returned images (area-resized, aspect not kept: only
+            their low frequencies are used).
+        photos: scikit-image ``data`` names to add.
+
+    Returns:
+        list of ``h x w x 3`` float32 sRGB-encoded images in [0, 1]. No test-set image
+        (NYU, Open3D, Middlebury) is ever part of it.
+    """
+    h, w = size
+    out: List[np.ndarray] = []
+    if footage_dir is not None and Path(footage_dir).is_dir():
+        import av
+
+        for clip in sorted(Path(footage_dir).glob("*.mp4")):
+            with av.open(str(clip)) as c:
+                for i, fr in enumerate(c.decode(video=0)):
+                    if i % every == 0:
+                        img = fr.to_ndarray(format="rgb24").astype(np.float32) / 255.0
+                        out.append(cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA))
+    from skimage import data
+
+    for n in photos:
+        im = np.asarray(getattr(data, n)())
+        if im.ndim == 2:
+            im = np.repeat(im[..., None], 3, -1)
+        im = im[..., :3].astype(np.float32)
+        im = im / 255.0 if im.max() > 1.5 else im
+        out.append(cv2.resize(im, (w, h), interpolation=cv2.INTER_AREA))
+    return out
+
+
 def downscale(img: np.ndarray, max_side: int) -> np.ndarray:
     h, w = img.shape[:2]
     if max(h, w) <= max_side:

@@ -50,10 +50,11 @@ def _atomic_save(obj, path: Path):
     os.replace(tmp, path)
 
 
-def make_batch(samples, idx, hw, rng, strength=1.0, geometric=True):
+def make_batch(samples, idx, hw, rng, strength=1.0, geometric=True, style_pool=None, style_p=0.0):
     xs, ts = [], []
     for i in idx:
-        x, t = augment(as_float(samples[i]), hw, rng, photometric_strength=strength, geometric=geometric)
+        x, t = augment(as_float(samples[i]), hw, rng, photometric_strength=strength, geometric=geometric,
+                       style_pool=style_pool, style_p=style_p)
         xs.append(x)
         ts.append(t)
     batch = {k: torch.from_numpy(np.stack([t[k] for t in ts])) for k in ts[0]}
@@ -131,6 +132,10 @@ def main(argv=None):
     ap.add_argument("--clip", type=float, default=5.0, help="gradient-norm clipping")
     ap.add_argument("--w-ssi", type=float, default=1.0, help="weight of the SSI depth loss")
     ap.add_argument("--w-mat", type=float, default=0.5, help="weight of the metallic + roughness loss")
+    ap.add_argument("--fda", type=float, default=0.0,
+                    help="probability of Fourier domain adaptation toward a real photograph (0 = off)")
+    ap.add_argument("--fda-footage", default=str(Path(__file__).resolve().parents[2] / "shared" / "footage"),
+                    help="folder of real clips for --fda (plus scikit-image photographs)")
     ap.add_argument("--toy", action="store_true", help="smoke test on generated toy frames")
     args = ap.parse_args(argv)
 
@@ -149,6 +154,12 @@ def main(argv=None):
     if not cache.val:  # tiny sets: hold out one frame anyway
         cache.val.append(cache.train.pop())
 
+    styles = None
+    if args.fda > 0:
+        from .data import style_pool
+
+        styles = style_pool(args.fda_footage, size=tuple(args.size))
+        print(f"FDA: p={args.fda}, {len(styles)} real style images", flush=True)
     cfg = NetConfig()
     net = GBufNet(cfg)
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-4)
@@ -187,7 +198,7 @@ def main(argv=None):
         for g in opt.param_groups:
             g["lr"] = lr
         idx = rng.integers(0, len(cache.train), args.batch)
-        x, b = make_batch(cache.train, idx, hw, rng)
+        x, b = make_batch(cache.train, idx, hw, rng, style_pool=styles, style_p=args.fda)
         o = net(x)
         loss, parts = total_loss(o, b, {"ssi": args.w_ssi, "mat": args.w_mat})
         opt.zero_grad(set_to_none=True)
