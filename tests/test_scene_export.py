@@ -547,6 +547,12 @@ def test_procedural_rgbd_camera_faces_a_near_wall(tmp_path):
         build_scene(scene, np.random.default_rng(0), tmp_path / "tex", kind="outdoor", camera_style="rgbd")
     with pytest.raises(ValueError, match="camera_style"):
         build_scene(scene, np.random.default_rng(0), tmp_path / "tex", kind="room", camera_style="fisheye")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    import render_dataset
+
+    with pytest.raises(SystemExit):  # argparse error, before anything is rendered
+        render_dataset.parse_args(["--out", str(tmp_path / "x"), "--count", "1", "--camera", "rgbd"])
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.blender

@@ -116,7 +116,10 @@ def parse_args(argv=None):
     p.add_argument("--kind", default=None, help="force a layout: room/outdoor/tabletop")
     p.add_argument("--camera", default="default", choices=("default", "rgbd"),
                    help="rgbd: RGB-D-capture framing of rooms (needs --kind room)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.camera == "rgbd" and args.kind != "room":
+        p.error("--camera rgbd needs --kind room")
+    return args
 
 
 def main(argv=None) -> int:
