@@ -117,3 +117,35 @@ def test_style_pool_has_no_test_images(tmp_path):
     pool = style_pool(tmp_path / "no_footage", size=(30, 40))
     assert len(pool) == len(STYLE_PHOTOS)
     assert all(p.shape == (30, 40, 3) and p.dtype == np.float32 and 0 <= p.min() and p.max() <= 1 for p in pool)
+
+
+def test_train_ignores_stale_best_and_inits_from_safetensors(tmp_path):
+    """A best.pt left in --out by another run never becomes selected.pt; --init accepts
+    exported .safetensors weights (the shipped model's format)."""
+    from training.export_onnx import main as export_main
+    from training.train import main, spread
+
+    assert spread(10, 4) == [0, 3, 6, 9] and spread(3, 64) == [0, 1, 2]
+    base = ["--toy", "--batch", "2", "--size", "32", "48", "--threads", "1"]
+    a = tmp_path / "a"
+    assert main(base + ["--out", str(a), "--max-steps", "2", "--val-every", "1"]) == 0
+    # stale: a "best.pt" whose weights are all zero, in a run that never validates mid-way
+    b = tmp_path / "b"
+    b.mkdir()
+    ck = torch.load(a / "last.pt", weights_only=False)
+    ck["model"] = {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in ck["model"].items()}
+    torch.save(ck, b / "best.pt")
+    assert main(base + ["--out", str(b), "--max-steps", "2", "--val-every", "100"]) == 0
+    done = [json.loads(x) for x in (b / "log.jsonl").read_text().splitlines() if '"done"' in x][-1]
+    assert done["selected"] == "last"
+    sel = torch.load(b / "selected.pt", weights_only=False)["model"]
+    assert any(float(v.abs().sum()) > 0 for k, v in sel.items() if v.is_floating_point())
+    # exported weights as --init: the first step starts from exactly those weights
+    exp = tmp_path / "export"
+    assert export_main([str(a / "selected.pt"), "--out", str(exp)]) == 0
+    c = tmp_path / "c"
+    assert main(base + ["--out", str(c), "--minutes", "0", "--init", str(exp / "embedded.safetensors")]) == 0
+    got = torch.load(c / "last.pt", weights_only=False)["model"]
+    want = torch.load(a / "selected.pt", weights_only=False)["model"]
+    for k in want:
+        torch.testing.assert_close(got[k], want[k])

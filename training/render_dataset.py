@@ -25,7 +25,8 @@ Frame headers carry ``depth_kind=metric``, intrinsics, the camera matrix and
 * ``READY`` (JSON: count, resolution, ...) is (re)written once at least
   ``--ready-min`` frames exist.
 
-Suggested hold-out: clips with ``scene_id % 20 == 19``.
+Hold-out: training and evaluation hold frames out by the SHA-1 hash of the file name
+(:func:`training.data.is_holdout`, about 8 %), per frame, not per clip.
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def key_camera_path(cam, mats) -> None:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--count", type=int, required=True, help="number of frames wanted")
+    p.add_argument("--count", type=int, required=True, help="frames 1..COUNT are attempted (rejected clips leave gaps, so fewer may exist)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--res", default="192x144", help="WIDTHxHEIGHT")
     p.add_argument("--samples", type=int, default=16)
@@ -160,7 +161,7 @@ def main(argv=None) -> int:
                 "count": n, "resolution": [w, h], "clip_len": L, "seed": args.seed,
                 "samples": args.samples, "denoise": not args.no_denoise,
                 "naming": "gbuffer_{scene_id*clip_len + k + 1:04d}.exr",
-                "holdout": "scene_id % 20 == 19", "updated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "holdout": "training.data.is_holdout (SHA-1 of the file name, ~8 %)", "updated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             })
 
     for i in range(args.first_scene, n_scenes):

@@ -4,7 +4,7 @@ Why: the real-depth test sets (NYU, Open3D) are indoor rooms; this adds many che
 exactly labelled Manhattan-world layouts next to the Cycles-rendered procedural
 frames (``scene/procedural.py``). It is a renderer, not a path tracer:
 
-* geometry: a room box (floor, ceiling, 4 walls; 3-9 m), 2-10 yawed boxes
+* geometry: a room box (floor, ceiling, 4 walls; 3-9 m), 2-13 yawed boxes
   (furniture) standing on the floor or against walls, spheres, vertical cylinders
   (poles), and with p=0.6 a door/window opening in a wall through which a farther
   backdrop is seen;
@@ -266,7 +266,7 @@ class Scene:
 
     # ---------------------------------------------------------------- ray casting
     def cast(self, o, d, shadow=False):
-        """o, d: N x 3 world. Returns t (N,), normal (N x 3 world), hit point uv (N x 2), obj index."""
+        """o, d: N x 3 world. Returns ``(t, normal, obj)``: hit distance (N,), world normal (N x 3) and object index (N,)."""
         N = d.shape[0]
         inv = 1.0 / np.where(np.abs(d) < 1e-9, 1e-9, d)
         # room (inside): exit distance per axis

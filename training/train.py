@@ -14,8 +14,13 @@ Usage (from the repository root, with ``.venv``)::
   (``--minutes``), stored in the checkpoint so ``--resume`` continues the schedule.
 * Checkpoints: ``last.pt`` every ``--ckpt-every`` steps (atomic), ``best.pt`` = lowest
   loss on the held-out synthetic split at the time; at the end both are re-scored on
-  the final held-out split and the better becomes ``selected.pt`` (model selection
-  never looks at real data).
+  the final held-out split (up to 256 frames spread over it) and the better becomes
+  ``selected.pt`` (model selection never looks at real data). A ``best.pt`` left in
+  ``--out`` by an earlier run is never selected.
+* Validation during training uses 64 held-out frames spread evenly over all data
+  folders (:func:`spread`).
+* The cosine schedule runs on *wall time* (``--minutes``): the same command gives
+  more steps on a faster or idle machine.
 * ``--real-every N`` additionally logs real-image depth scores (NYU, Open3D) for
   monitoring only; they are written to the log, not used for selection.
 * Log: ``OUT/log.jsonl`` (one JSON object per log line).
@@ -61,15 +66,25 @@ def make_batch(samples, idx, hw, rng, strength=1.0, geometric=True, style_pool=N
     return torch.from_numpy(np.stack(xs)), batch
 
 
+def spread(n: int, max_n: int) -> list:
+    """``min(n, max_n)`` indices spread evenly over ``range(n)`` (all of them when
+    ``max_n >= n``): a validation subset that samples every data folder, not just the
+    first one loaded."""
+    if max_n >= n:
+        return list(range(n))
+    return sorted({int(i) for i in np.linspace(0, n - 1, max_n).round()})
+
+
 @torch.no_grad()
 def validate(net, samples, hw, max_n=64):
-    """Mean total loss on the held-out synthetic split (no photometric/geometric aug)."""
+    """Mean total loss on ``max_n`` held-out synthetic frames spread evenly over the
+    split (:func:`spread`), without photometric or geometric augmentation."""
     if not samples:
         return float("nan"), {}
     net.eval()
     rng = np.random.default_rng(123)
     tot, parts_sum, n = 0.0, {}, 0
-    idx = list(range(min(len(samples), max_n)))
+    idx = spread(len(samples), max_n)
     for j in range(0, len(idx), 8):
         x, b = make_batch(samples, idx[j:j + 8], hw, rng, strength=0.0, geometric=False)
         loss, parts = total_loss(net(x), b)
@@ -127,7 +142,8 @@ def main(argv=None):
     ap.add_argument("--real-every", type=int, default=0, help="log real depth scores (monitoring only)")
     ap.add_argument("--rescan", type=int, default=300)
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--init", default="", help="initialise weights from a checkpoint")
+    ap.add_argument("--init", default="", help="initialise weights from a training checkpoint (.pt) "
+                    "or exported weights (.safetensors with its .json, e.g. the shipped model)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--clip", type=float, default=5.0, help="gradient-norm clipping")
     ap.add_argument("--w-ssi", type=float, default=1.0, help="weight of the SSI depth loss")
@@ -172,8 +188,17 @@ def main(argv=None):
         state.update(ck["state"])
         print(f"resumed from {last} at step {state['step']}", flush=True)
     elif args.init:
-        ck = torch.load(args.init, map_location="cpu", weights_only=False)
-        net.load_state_dict(ck["model"])
+        if str(args.init).endswith(".safetensors"):
+            from .export_onnx import load_safetensors
+
+            init_net = load_safetensors(args.init)
+            if init_net.config.to_dict() != cfg.to_dict():
+                print(f"--init {args.init}: its architecture differs from this trainer's", file=sys.stderr)
+                return 2
+            net.load_state_dict(init_net.state_dict())
+        else:
+            ck = torch.load(args.init, map_location="cpu", weights_only=False)
+            net.load_state_dict(ck["model"])
     rng = np.random.default_rng(args.seed + state["step"])
     torch.manual_seed(args.seed + state["step"])
     log = open(out / "log.jsonl", "a")
@@ -237,7 +262,8 @@ def main(argv=None):
     save(last)
     # the held-out split grows while frames arrive: re-score best.pt on the final split
     selected = "last"
-    if (out / "best.pt").exists():
+    # only a best.pt this run wrote (a stale one from an earlier run in --out is ignored)
+    if state["best_step"] >= 0 and (out / "best.pt").exists():
         final_state = dict(state)
         ck = torch.load(out / "best.pt", map_location="cpu", weights_only=False)
         net.load_state_dict(ck["model"])
