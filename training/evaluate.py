@@ -14,7 +14,8 @@ ground-truth size, with the affine protocol of :mod:`training.metrics`.
 Sets:
 * held-out synthetic: frames whose file-name hash puts them in the held-out split
   (:func:`training.data.is_holdout`), never trained on, from each ``--synthetic``
-  folder (Cycles procedural frames, analytic rooms), at most ``--max-synthetic`` each;
+  folder (Cycles procedural frames, analytic rooms, Kinect-style analytic rooms, Cycles
+  rooms framed like RGB-D captures), at most ``--max-synthetic`` each;
   sky pixels (Confidence 0) excluded;
 * real depth: NYU v2 (3 frames), Open3D RGB-D (5 frames), Middlebury Motorcycle
   (disparity). No crop.
@@ -233,7 +234,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="ONNX file (default: the shipped one)")
     ap.add_argument("--max-size", type=int, default=None, help="processing long side (default: the estimator's)")
-    ap.add_argument("--synthetic", nargs="*", default=["training/data/procedural", "training/data/rooms"])
+    ap.add_argument("--synthetic", nargs="*",
+                    default=["training/data/procedural", "training/data/rooms", "training/data/rooms_kinect",
+                             "training/data/rooms_rgbd"],
+                    help="held-out synthetic sets (folders that do not exist are skipped)")
     ap.add_argument("--max-synthetic", type=int, default=60)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--threads", type=int, default=2)
