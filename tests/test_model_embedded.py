@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-GT = ROOT.parent / "shared" / "groundtruth"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from training.metrics import GT_ROOT as GT  # noqa: E402  (honours GBUFFER_GT_ROOT / GBUFFER_SHARED_DIR)
 
 _NO_TORCH_SCRIPT = r"""
 import sys, json

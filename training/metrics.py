@@ -28,7 +28,10 @@ import numpy as np
 
 from backend.model.encoding import srgb_decode
 
-GT_ROOT = Path(os.environ.get("GBUFFER_GT_ROOT", Path(__file__).resolve().parents[2] / "shared" / "groundtruth"))
+# the real test sets: GBUFFER_GT_ROOT, else GBUFFER_SHARED_DIR/groundtruth (the variable the
+# tests and the demo use), else ../shared/groundtruth beside the repository
+GT_ROOT = Path(os.environ.get("GBUFFER_GT_ROOT") or Path(
+    os.environ.get("GBUFFER_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared") / "groundtruth")
 
 
 def lstsq_scale_shift(pred: np.ndarray, target: np.ndarray, mask: np.ndarray) -> tuple:
