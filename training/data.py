@@ -231,16 +231,27 @@ def style_pool(footage_dir=None, every: int = 6, size: tuple = (120, 160), photo
                     if i % every == 0:
                         img = fr.to_ndarray(format="rgb24").astype(np.float32) / 255.0
                         out.append(cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA))
+    out += [skimage_photo(n, size) for n in photos]
+    return out
+
+
+def skimage_photo(name: str, size: tuple) -> np.ndarray:
+    """``skimage.data.<name>()`` as an ``h x w x 3`` float32 sRGB-encoded image in [0, 1]
+    (grey images repeated to 3 channels, alpha dropped, area-resized to ``size = (h, w)``).
+
+    Raises:
+        AttributeError: no such image in ``skimage.data``; whatever scikit-image raises
+            for an image it cannot provide offline.
+    """
     from skimage import data
 
-    for n in photos:
-        im = np.asarray(getattr(data, n)())
-        if im.ndim == 2:
-            im = np.repeat(im[..., None], 3, -1)
-        im = im[..., :3].astype(np.float32)
-        im = im / 255.0 if im.max() > 1.5 else im
-        out.append(cv2.resize(im, (w, h), interpolation=cv2.INTER_AREA))
-    return out
+    im = np.asarray(getattr(data, name)())
+    if im.ndim == 2:
+        im = np.repeat(im[..., None], 3, -1)
+    im = im[..., :3].astype(np.float32)
+    im = im / 255.0 if im.max() > 1.5 else im
+    h, w = size
+    return cv2.resize(im, (w, h), interpolation=cv2.INTER_AREA)
 
 
 def downscale(img: np.ndarray, max_side: int) -> np.ndarray:

@@ -46,22 +46,16 @@ EPS = 1e-4
 def _textures():
     global _TEXTURES
     if _TEXTURES is None:
-        from skimage import data
+        from .data import skimage_photo
 
         texs = []
         for n in ("astronaut", "brick", "camera", "cat", "coffee", "coins", "grass", "gravel", "rocket",
                   "text", "page", "moon", "horse", "hubble_deep_field", "immunohistochemistry", "clock",
                   "checkerboard", "retina", "cell", "chelsea"):
             try:
-                im = np.asarray(getattr(data, n)())
+                im = skimage_photo(n, (256, 256))
             except Exception:
                 continue
-            if im.ndim == 2:
-                im = np.repeat(im[..., None], 3, -1)
-            im = im[..., :3].astype(np.float32)
-            if im.max() > 1.5:
-                im = im / 255.0
-            im = cv2.resize(im, (256, 256), interpolation=cv2.INTER_AREA)
             texs.append(srgb_decode(im))
         _TEXTURES = texs
     return _TEXTURES
