@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .metrics import SHARED_ROOT
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,7 +43,7 @@ def _time(f, n):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=30)
-    ap.add_argument("--clip", default=str(ROOT.parent / "shared" / "footage" / "boat.mp4"))
+    ap.add_argument("--clip", default=str(SHARED_ROOT / "footage" / "boat.mp4"))
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args(argv)
     from backend.estimators.embedded import EmbeddedEstimator

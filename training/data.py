@@ -210,8 +210,8 @@ def style_pool(footage_dir=None, every: int = 6, size: tuple = (120, 160), photo
     """Real photographs for Fourier domain adaptation (:func:`training.augment.fda_swap`).
 
     Args:
-        footage_dir: folder of real video clips (``*.mp4``, decoded with PyAV); every
-            ``every``-th frame is used. ``None`` or a missing folder: photographs only.
+        footage_dir: folder of real video clips (``*.mp4``, read with
+            :func:`backend.footage.open_footage`); every ``every``-th frame is used. ``None`` or a missing folder: photographs only.
         size: ``(h, w)`` of the returned images (area-resized, aspect not kept: only
             their low frequencies are used).
         photos: scikit-image ``data`` names to add.
@@ -223,14 +223,14 @@ def style_pool(footage_dir=None, every: int = 6, size: tuple = (120, 160), photo
     h, w = size
     out: List[np.ndarray] = []
     if footage_dir is not None and Path(footage_dir).is_dir():
-        import av
+        from backend.footage import open_footage
+        from backend.model.encoding import srgb_encode
 
         for clip in sorted(Path(footage_dir).glob("*.mp4")):
-            with av.open(str(clip)) as c:
-                for i, fr in enumerate(c.decode(video=0)):
-                    if i % every == 0:
-                        img = fr.to_ndarray(format="rgb24").astype(np.float32) / 255.0
-                        out.append(cv2.resize(img, (w, h), interpolation=cv2.INTER_AREA))
+            with open_footage(clip) as foot:
+                for fr in foot:
+                    if fr.index % every == 0:
+                        out.append(cv2.resize(srgb_encode(fr.rgb), (w, h), interpolation=cv2.INTER_AREA))
     out += [skimage_photo(n, size) for n in photos]
     return out
 

@@ -263,7 +263,7 @@ def main(argv=None):
     real_items = [("NYU " + s["name"], s["rgb"]) for s in M.load_nyu()[:2]]
     real_items += [("Open3D " + s["name"], s["rgb"]) for s in M.load_open3d()[:1]]
     real_items += [("Middlebury motorcycle", M.load_middlebury()[0]["rgb"])]
-    foot = ROOT.parent / "shared" / "footage"
+    foot = M.SHARED_ROOT / "footage"
     for clip in ("boat.mp4", "phone_office.mp4"):
         img = footage_frame(foot / clip)
         if img is not None:

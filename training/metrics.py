@@ -28,10 +28,11 @@ import numpy as np
 
 from backend.model.encoding import srgb_decode
 
-# the real test sets: GBUFFER_GT_ROOT, else GBUFFER_SHARED_DIR/groundtruth (the variable the
-# tests and the demo use), else ../shared/groundtruth beside the repository
-GT_ROOT = Path(os.environ.get("GBUFFER_GT_ROOT") or Path(
-    os.environ.get("GBUFFER_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared") / "groundtruth")
+# the shared real data (footage, ground truth): GBUFFER_SHARED_DIR (the variable the tests
+# and the demo use), else ../shared beside the repository
+SHARED_ROOT = Path(os.environ.get("GBUFFER_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared")
+# the real test sets: GBUFFER_GT_ROOT, else SHARED_ROOT/groundtruth
+GT_ROOT = Path(os.environ.get("GBUFFER_GT_ROOT") or SHARED_ROOT / "groundtruth")
 
 
 def lstsq_scale_shift(pred: np.ndarray, target: np.ndarray, mask: np.ndarray) -> tuple:

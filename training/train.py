@@ -47,6 +47,7 @@ from backend.model.net import GBufNet, NetConfig, count_params  # noqa: E402
 
 from .augment import augment  # noqa: E402
 from .data import FrameCache, as_float, write_toy_frames  # noqa: E402
+from .metrics import SHARED_ROOT  # noqa: E402
 
 
 def _atomic_save(obj, path: Path):
@@ -150,7 +151,7 @@ def main(argv=None):
     ap.add_argument("--w-mat", type=float, default=0.5, help="weight of the metallic + roughness loss")
     ap.add_argument("--fda", type=float, default=0.0,
                     help="probability of Fourier domain adaptation toward a real photograph (0 = off)")
-    ap.add_argument("--fda-footage", default=str(Path(__file__).resolve().parents[2] / "shared" / "footage"),
+    ap.add_argument("--fda-footage", default=str(SHARED_ROOT / "footage"),
                     help="folder of real clips for --fda (plus scikit-image photographs)")
     ap.add_argument("--toy", action="store_true", help="smoke test on generated toy frames")
     args = ap.parse_args(argv)
