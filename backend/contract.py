@@ -395,6 +395,56 @@ def _decode_meta(header: Dict[str, Any]) -> Dict[str, Any]:
     return meta
 
 
+def read_meta(path: os.PathLike) -> Dict[str, Any]:
+    """The ``gbuffer/*`` header attributes of a contract frame, decoded; no pixels are read.
+
+    Args:
+        path: a contract frame (ours, or one re-written by Blender's File Output node,
+            single- or multi-part).
+
+    Returns:
+        dict of the header values (JSON-decoded where they were stored as JSON), e.g.
+        ``estimator``, ``depth_kind``, ``frame_index``, ``settings_hash``; ``{}`` when
+        the file carries none.
+
+    Raises:
+        ContractError: the file cannot be opened as OpenEXR.
+    """
+    import OpenEXR
+
+    try:
+        with OpenEXR.File(str(path), header_only=True) as f:
+            header = dict(f.parts[0].header) if f.parts else {}
+    except Exception as e:  # noqa: BLE001 - OpenEXR raises plain RuntimeError variants
+        raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
+    return _decode_meta(header)
+
+
+def sanitize(frame: GBufferFrame) -> GBufferFrame:
+    """Bring edited passes back inside the contract, in place (and return the frame).
+
+    Used on frames an artist changed in the compositor before they are re-rendered:
+    NaN/Inf -> 0; Albedo, Metallic, Roughness, Confidence clipped to [0, 1]; Combined
+    clamped to >= 0; Depth clamped to >= 1e-4; Normals re-normalised (zero vectors
+    become the contract's facing normal (0, 0, 1)). Arrays become ``float32``.
+    """
+    for name in ("combined", "depth", "normal", "albedo", "metallic", "roughness", "confidence"):
+        arr = getattr(frame, name)
+        if arr is not None:
+            setattr(frame, name, np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32))
+    for name in ("albedo", "metallic", "roughness", "confidence"):
+        arr = getattr(frame, name)
+        if arr is not None:
+            setattr(frame, name, np.clip(arr, 0.0, 1.0))
+    frame.combined = np.maximum(frame.combined, 0.0)
+    frame.depth = np.maximum(frame.depth, 1e-4)
+    n = frame.normal
+    length = np.linalg.norm(n, axis=-1, keepdims=True)
+    safe = np.where(length > 1e-6, n / np.maximum(length, 1e-6), np.array(SKY_NORMAL, np.float32))
+    frame.normal = safe.astype(np.float32)
+    return frame
+
+
 def read_channels(path: os.PathLike) -> tuple:
     """Read every channel of every part of an EXR file.
 
