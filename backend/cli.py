@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import importlib
 import io
+import logging
 import os
 import sys
 from typing import List, Optional
@@ -27,7 +28,7 @@ from typing import List, Optional
 from . import events
 
 #: modules (relative to this package) that provide ``add_parser(subparsers)``
-SUBCOMMANDS = [".jobs.decompose", ".jobs.restyle"]
+SUBCOMMANDS = [".jobs.decompose_cli", ".jobs.restyle"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,17 +66,74 @@ def _flush_c_stdio() -> None:
         pass
 
 
+class TerminalProgress:
+    """Reporter for a terminal: a tqdm bar on stderr per job; other events are dropped
+    (warnings reach the terminal through the ``gbuffer_editor`` logger)."""
+
+    def __init__(self):
+        self.bar = None
+
+    def __call__(self, obj) -> None:
+        kind = obj.get("event")
+        if kind == "start":
+            from tqdm import tqdm
+
+            self.close()
+            self.bar = tqdm(total=obj.get("total"), desc=obj.get("job", "job"), unit="frame", file=sys.stderr)
+        elif kind == "progress" and self.bar is not None:
+            self.bar.update(1)
+        elif kind == "done":
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _reporter_for(stream):
+    return TerminalProgress() if events.is_tty(stream) else events.JsonLines(stream)
+
+
+class _LowerLevelFormatter(logging.Formatter):
+    """``warning: message`` (the level in lower case, like the other CLI messages)."""
+
+    def format(self, record):
+        record = logging.makeLogRecord(record.__dict__)
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
+@contextlib.contextmanager
+def _stderr_warnings():
+    """Log records of the ``gbuffer_editor`` logger (job warnings) as ``warning: ...``
+    lines on stderr while the command runs."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LowerLevelFormatter("%(levelname)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    logger = events.log
+    old_level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
 @contextlib.contextmanager
 def json_stdout():
     """Keep the real stdout for JSON events; send everything else printed to stderr.
 
-    Duplicates file descriptor 1 for the event stream (:func:`backend.events.set_stream`),
-    then points fd 1 at fd 2 and ``sys.stdout`` at ``sys.stderr``: output of C libraries
-    and stray ``print`` calls goes to stderr (the terminal, or the Blender worker's log).
-    The event stream is the same file as before, so ``isatty()`` (tqdm bar on a terminal,
-    JSON lines otherwise) is unchanged. Everything is restored on exit. When stdout is not
-    file descriptor 1 (e.g. replaced in-process), events go to that ``sys.stdout`` and only
-    Python-level prints are sent to ``sys.stderr``.
+    Duplicates file descriptor 1 and installs a reporter on it
+    (:func:`backend.events.reporting`: JSON lines, or a progress bar when it is a
+    terminal), then points fd 1 at fd 2 and ``sys.stdout`` at ``sys.stderr``: output of
+    C libraries and stray ``print`` calls goes to stderr (the terminal, or the Blender
+    worker's log). Job warnings are printed on stderr too. Everything is restored on
+    exit. When stdout is not file descriptor 1 (e.g. replaced in-process), events go
+    to that ``sys.stdout`` and only Python-level prints are sent to ``sys.stderr``.
     """
     try:
         if sys.stdout is None or sys.stdout.fileno() != 1 or sys.stderr is None:
@@ -87,23 +145,22 @@ def json_stdout():
             yield sys.stdout
             return
         old_stdout = sys.stdout
-        old_events = events.set_stream(old_stdout)
         sys.stdout = sys.stderr
         try:
-            yield old_stdout
+            with events.reporting(_reporter_for(old_stdout)), _stderr_warnings():
+                yield old_stdout
         finally:
             sys.stdout = old_stdout
-            events.set_stream(old_events)
         return
     ev = io.TextIOWrapper(io.FileIO(real, "w", closefd=False), encoding="utf-8",
                           errors="replace", line_buffering=True)
     old_stdout = sys.stdout
-    old_events = events.set_stream(ev)
     try:
         sys.stderr.flush()
         os.dup2(2, 1)
         sys.stdout = sys.stderr
-        yield ev
+        with events.reporting(_reporter_for(ev)), _stderr_warnings():
+            yield ev
     finally:
         _flush_c_stdio()
         try:
@@ -112,16 +169,22 @@ def json_stdout():
         except (OSError, ValueError):
             pass
         sys.stdout = old_stdout
-        events.set_stream(old_events)
         os.dup2(real, 1)
         os.close(real)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Parse ``argv`` and run the subcommand; returns the process exit code."""
+    """Parse ``argv`` and run the subcommand; returns the process exit code.
+
+    SIGINT/SIGTERM cancel the job cleanly (:class:`backend.jobs.runner.SignalCancel`;
+    the subcommand gets the event as ``args.cancel``).
+    """
+    from .jobs.runner import SignalCancel
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    with json_stdout():
+    with json_stdout(), SignalCancel() as cancel:
+        args.cancel = cancel
         return _run(args)
 
 

@@ -1,67 +1,118 @@
-"""Where the JSON-lines events go, and the ``warning`` event.
+"""Progress and warning events: where they go, and the ``warning`` event.
 
-The command line (:func:`backend.cli.main`) keeps the process's real stdout for JSON
-events only: it hands a stream on it to :func:`set_stream` and points file descriptor 1
-at stderr, so anything else that prints (a C library's warning, a Python package's
-``print``) lands on stderr instead of breaking the one-object-per-line protocol.
-Code that emits events writes to :func:`stream` (``sys.stdout`` when nothing was set,
-e.g. when the backend is used as a library).
+Jobs report what they do as small dicts ("events")::
 
-A ``warning`` event::
-
+    {"event": "start", "job": "decompose", "total": N, "out": DIR, "settings_hash": H}
+    {"event": "progress", "frame": n, "done": k, "total": N, "fps": x, "eta_s": y, "skipped": bool}
     {"event": "warning", "message": "...", "frame": n or null, "file": "..." or null}
+    {"event": "done", "job": ..., "done": k, "written": w, "skipped": s, "total": N, "elapsed_s": t, "out": DIR}
 
-means the job goes on but did something the user did not literally ask for (e.g. a
-``--frames`` range clipped to the end of the clip).
+They go to the *reporter* installed with :func:`reporting` (a callable taking the
+dict), and nowhere when none is installed: the backend used as a library prints
+nothing. The command line installs a reporter that writes one JSON object per line
+on its real stdout (:class:`JsonLines`), or draws a progress bar on a terminal.
+Warnings are also logged on the ``gbuffer_editor`` logger (a ``NullHandler`` is
+attached, so they are silent unless the application configures logging; the CLI
+prints them on stderr as ``warning: ...``).
+
+The reporter is process-wide (not per thread): the runner's writer thread reports
+through the same one.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-import sys
-from typing import IO, Any, Optional
+import threading
+from typing import IO, Any, Callable, Dict, Iterator, Optional, Union
 
-_stream: Optional[IO[str]] = None
+#: the backend's logger; warnings of running jobs are logged here
+log = logging.getLogger("gbuffer_editor")
+log.addHandler(logging.NullHandler())
 
+Reporter = Callable[[Dict[str, Any]], None]
+#: what :func:`reporting` accepts: a callable, a text stream (JSON lines), or None
+Progress = Union[Reporter, IO[str], None]
 
-def stream() -> IO[str]:
-    """The stream JSON events go to: the one set by :func:`set_stream`, else ``sys.stdout``."""
-    return _stream if _stream is not None else sys.stdout
-
-
-def set_stream(s: Optional[IO[str]]) -> Optional[IO[str]]:
-    """Send events to ``s`` (``None``: back to ``sys.stdout``); returns the previous setting."""
-    global _stream
-    old, _stream = _stream, s
-    return old
+_lock = threading.Lock()
+_reporter: Optional[Reporter] = None
 
 
-def is_tty(s: Optional[IO[str]] = None) -> bool:
-    s = s if s is not None else stream()
+class JsonLines:
+    """Reporter writing each event as one JSON object per line to ``stream``, flushed."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+
+    def __call__(self, obj: Dict[str, Any]) -> None:
+        self.stream.write(json.dumps(obj) + "\n")
+        self.stream.flush()
+
+
+def as_reporter(progress: Progress) -> Optional[Reporter]:
+    """A callable stays as is; a text stream (anything with ``write``) becomes
+    :class:`JsonLines`; ``None`` stays ``None`` (events are dropped).
+
+    Raises:
+        TypeError: neither callable nor writable.
+    """
+    if progress is None or callable(progress) and not hasattr(progress, "write"):
+        return progress
+    if hasattr(progress, "write"):
+        return JsonLines(progress)
+    raise TypeError(f"progress must be a callable taking an event dict or a text stream, got {progress!r}")
+
+
+@contextlib.contextmanager
+def reporting(progress: Progress) -> Iterator[Optional[Reporter]]:
+    """Send events to ``progress`` (see :func:`as_reporter`) inside the ``with`` block.
+
+    The previous reporter is restored on exit. ``reporting(None)`` inside an outer
+    ``reporting(cb)`` keeps ``cb`` (a job called without a reporter from code that
+    has one still reports to it).
+    """
+    global _reporter
+    rep = as_reporter(progress)
+    with _lock:
+        old = _reporter
+        if rep is not None:
+            _reporter = rep
     try:
-        return bool(s.isatty())
+        yield _reporter
+    finally:
+        with _lock:
+            _reporter = old
+
+
+def current() -> Optional[Reporter]:
+    """The reporter installed now, or ``None``."""
+    return _reporter
+
+
+def emit(obj: Dict[str, Any], s: Optional[IO[str]] = None) -> None:
+    """Report one event: to the stream ``s`` as a JSON line when given, else to the
+    current reporter (dropped when there is none)."""
+    if s is not None:
+        JsonLines(s)(obj)
+        return
+    rep = _reporter
+    if rep is not None:
+        rep(obj)
+
+
+def warning(message: str, *, frame: Optional[int] = None, file: Optional[os.PathLike] = None) -> None:
+    """Report that the job goes on but did not do literally what was asked (e.g. a
+    ``--frames`` range clipped to the end of the clip): a ``warning`` event and a
+    record on the ``gbuffer_editor`` logger."""
+    emit({"event": "warning", "message": message, "frame": frame,
+          "file": None if file is None else str(file)})
+    log.warning(message)
+
+
+def is_tty(s: Optional[IO[str]]) -> bool:
+    """Whether the stream ``s`` is a terminal (``False`` for ``None`` or a closed stream)."""
+    try:
+        return bool(s is not None and s.isatty())
     except (AttributeError, ValueError, OSError):
         return False
-
-
-def emit(obj: Any, s: Optional[IO[str]] = None) -> None:
-    """Write one JSON event line and flush."""
-    s = s if s is not None else stream()
-    s.write(json.dumps(obj) + "\n")
-    s.flush()
-
-
-def warning(message: str, *, frame: Optional[int] = None, file: Optional[os.PathLike] = None,
-            s: Optional[IO[str]] = None) -> None:
-    """Report a warning: a JSON ``warning`` event (unless the event stream is a terminal,
-    where progress is a bar, not JSON) and always a ``warning: ...`` line on stderr
-    (the terminal, or the Blender worker's log)."""
-    s = s if s is not None else stream()
-    if not is_tty(s):
-        emit({"event": "warning", "message": message, "frame": frame,
-              "file": None if file is None else str(file)}, s)
-    try:
-        sys.stderr.write(f"warning: {message}\n")
-        sys.stderr.flush()
-    except (AttributeError, ValueError, OSError):
-        pass

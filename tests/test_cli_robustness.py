@@ -271,7 +271,7 @@ def test_max_size_zero_and_sixteen_are_accepted():
 
     for value, want in (("0", 0), ("16", 16), ("768", 768)):
         args = build_parser().parse_args(["decompose", "x.mp4", "--out", "o", "--max-size", value])
-        assert args.max_size == want
+        assert args.processing_resolution == want
 
 
 # ------------------------------------------------ precision preference -> diffusion dtype

@@ -245,7 +245,7 @@ def test_cli_sigterm_keeps_only_complete_frames_then_resumes(tmp_path):
 
 
 def test_runner_sigint_finishes_current_frame_then_cancels(tmp_path):
-    from backend.jobs.runner import JobCancelled
+    from backend.jobs.runner import JobCancelled, SignalCancel
 
     out = tmp_path / "sig"
 
@@ -257,16 +257,36 @@ def test_runner_sigint_finishes_current_frame_then_cancels(tmp_path):
                 tmp.write_text(str(n))
             yield n, work
 
-    with pytest.raises(JobCancelled) as ei:
+    with pytest.raises(JobCancelled) as ei, SignalCancel() as cancel:
         run_job(out, tasks(), settings={}, total=5, path_for=lambda n: out / f"f{n}.txt",
-                stream=io.StringIO())
+                progress=io.StringIO(), cancel=cancel)
     assert ei.value.written == 2  # frame 2 was finished, frame 3 never started
     assert sorted(p.name for p in out.iterdir()) == ["f1.txt", "f2.txt", "manifest.json"]
     assert json.loads((out / "manifest.json").read_text())["complete"] is False
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
 
 
-def test_runner_terminal_gets_a_bar_not_json(tmp_path, capsys):
+def test_runner_installs_no_signal_handler_and_prints_nothing(tmp_path, capsys):
+    """Called from Python, a job leaves signals alone and writes nothing to stdout/stderr."""
+    out = tmp_path / "quiet"
+    seen = []
+
+    def tasks():
+        for n in (1, 2):
+            def work(tmp, h, n=n):
+                seen.append(signal.getsignal(signal.SIGINT))
+                tmp.write_text("x")
+            yield n, work
+
+    run_job(out, tasks(), settings={}, total=2, path_for=lambda n: out / f"{n}.txt")
+    assert seen == [signal.default_int_handler] * 2
+    assert capsys.readouterr() == ("", "")
+
+
+def test_cli_terminal_gets_a_bar_not_json(tmp_path, capsys):
+    from backend.cli import _reporter_for
+    from backend.events import reporting
+
     class Tty(io.StringIO):
         def isatty(self):
             return True
@@ -274,7 +294,8 @@ def test_runner_terminal_gets_a_bar_not_json(tmp_path, capsys):
     out = tmp_path / "tty"
     tty = Tty()
     tasks = ((n, lambda tmp, h, n=n: tmp.write_text("x")) for n in (1, 2))
-    run_job(out, tasks, settings={}, total=2, path_for=lambda n: out / f"{n}.txt", stream=tty)
+    with reporting(_reporter_for(tty)):
+        run_job(out, tasks, settings={}, total=2, path_for=lambda n: out / f"{n}.txt")
     assert tty.getvalue() == ""
     assert "2/2" in capsys.readouterr().err
 

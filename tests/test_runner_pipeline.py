@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from backend.jobs.runner import Deferred, JobCancelled, JobError, run_job
+from backend.jobs.runner import Deferred, JobCancelled, JobError, SignalCancel, run_job
 
 
 def _deferred_tasks(n_frames, log, fail_at=None, slow=0.0, sigint_at=None):
@@ -74,8 +74,9 @@ def test_deferred_write_failure_names_frame_and_leaves_no_partial_file(tmp_path)
 def test_sigint_with_a_frame_in_flight_finishes_it_and_cancels(tmp_path):
     out = tmp_path / "o"
     with pytest.raises(JobCancelled) as ei:
-        run_job(out, _deferred_tasks(6, [], slow=0.05, sigint_at=3), settings={}, total=6,
-                path_for=lambda n: out / f"f{n}.txt", stream=io.StringIO())
+        with SignalCancel() as cancel:
+            run_job(out, _deferred_tasks(6, [], slow=0.05, sigint_at=3), settings={}, total=6,
+                    path_for=lambda n: out / f"f{n}.txt", progress=io.StringIO(), cancel=cancel)
     # frame 3 was being computed when the signal came: it is finished (written by the
     # writer thread), frame 4 never starts
     assert ei.value.written == 3

@@ -44,16 +44,51 @@ class Estimator:
 
     Attributes:
         name: registry name.
-        native_max_size: long side (pixels) at which the estimator really computes, or
-            ``None`` when it works at any size. An estimator that downscales
-            internally (the embedded network runs at 192 px) sets it, and
-            ``decompose`` then does its per-frame work (depth alignment,
-            stabilisation, sky handling) at that size and resamples to the full
-            frame once, instead of at full size on upsampled estimates.
+        default_resolution: processing resolution (long side, pixels) used when the
+            caller asks for none; ``None`` = the full frame.
+        max_resolution: the largest long side at which the estimator really computes
+            (the embedded network: 192 px), or ``None`` when it works at any size.
+            Larger requests are capped to it: ``decompose`` then does its per-frame
+            work (depth alignment, stabilisation, sky handling) at that size and
+            resamples to the full frame once, instead of at full size on upsampled
+            estimates.
+
+    The *processing resolution* has one meaning from the sidebar to the estimator
+    (diffusers' ``processing_resolution``): the long side, in pixels, of the frame the
+    estimator is given; ``0`` asks for the full frame. Output G-buffers are always at
+    the full frame size.
     """
 
     name = "base"
-    native_max_size: Optional[int] = None
+    default_resolution: Optional[int] = None
+    max_resolution: Optional[int] = None
+
+    def resolution(self, requested: Optional[int] = None) -> Optional[int]:
+        """The processing resolution actually used for a request.
+
+        Args:
+            requested: long side in pixels; ``None`` = :attr:`default_resolution`;
+                ``0`` = the full frame.
+
+        Returns:
+            long side in pixels, or ``None`` for the full frame; never above
+            :attr:`max_resolution`.
+        """
+        r = self.default_resolution if requested is None else (int(requested) or None)
+        cap = self.max_resolution
+        if cap:
+            r = min(r, int(cap)) if r else int(cap)
+        return r
+
+    def use_resolution(self, resolution: Optional[int]) -> None:
+        """Told the processing resolution :func:`decompose` will feed it (``None`` =
+        full frame), before the first :meth:`predict`; estimators with an internal
+        resize of their own (Marigold's pipeline) adopt it. Default: nothing."""
+
+    @property
+    def native_max_size(self) -> Optional[int]:
+        """Deprecated name of :attr:`max_resolution`."""
+        return self.max_resolution
 
     def predict(self, rgb: np.ndarray) -> EstimatorOutput:
         """Estimate G-buffers for one frame.

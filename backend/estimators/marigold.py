@@ -132,7 +132,9 @@ class MarigoldEstimator(Estimator):
             skips that task (the decompose job then fills the pass).
         device: ``auto``/``None``, ``cpu``, ``cuda``, ``cuda:1``, ``mps``.
         dtype: ``auto`` (fp16 on GPU, fp32 on CPU), ``float16`` or ``float32``.
-        processing_resolution: long-side cap inside the pipelines (``None`` = model default).
+        processing_resolution: long side inside the pipelines (``None`` = the one
+            ``decompose`` chose, :meth:`use_resolution`; else the model default; 0 = the
+            input's size).
         num_inference_steps: denoising steps (``None`` = model default).
         ensemble_size: predictions averaged per frame.
         seed: generator seed (same frame -> same output).
@@ -144,6 +146,8 @@ class MarigoldEstimator(Estimator):
     """
 
     name = "marigold"
+    #: Marigold's recommended processing resolution (diffusers' pipeline default)
+    default_resolution = 768
 
     def __init__(
         self,
@@ -173,6 +177,7 @@ class MarigoldEstimator(Estimator):
             self.dtype = {"float16": torch.float16, "fp16": torch.float16,
                           "float32": torch.float32, "fp32": torch.float32}[str(dtype)]
         self.processing_resolution = processing_resolution
+        self._explicit_resolution = processing_resolution is not None
         self.num_inference_steps = num_inference_steps
         self.ensemble_size = int(ensemble_size)
         self.seed = int(seed)
@@ -227,6 +232,12 @@ class MarigoldEstimator(Estimator):
             "seed": self.seed,
             "dtype": str(self.dtype).replace("torch.", ""),
         }
+
+    def use_resolution(self, resolution: Optional[int]) -> None:
+        """The pipelines run at the processing resolution decompose feeds them (0 =
+        the input's size), unless ``processing_resolution`` was given explicitly."""
+        if not self._explicit_resolution:
+            self.processing_resolution = 0 if resolution is None else int(resolution)
 
     # ------------------------------------------------------------------ running
 

@@ -343,7 +343,14 @@ def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Dict[int, P
     }
 
 
-def restyle(
+def restyle(*args, progress=None, stream=None, **kwargs):
+    """Re-render a G-buffer sequence with a prompt: :func:`_restyle` with its events sent
+    to ``progress`` (a callable or a text stream; ``stream`` is the old name)."""
+    with events.reporting(progress if progress is not None else stream):
+        return _restyle(*args, **kwargs)
+
+
+def _restyle(
     gbuffer_dir: os.PathLike,
     out_dir: os.PathLike,
     prompt: str = "",
@@ -358,6 +365,7 @@ def restyle(
     stream=None,
     progress_bar: Optional[bool] = None,
     overwrite: bool = False,
+    cancel=None,
 ):
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
 
@@ -413,12 +421,12 @@ def restyle(
                          file=gbuffer_dir)
     if last is not None and last > hi:
         events.warning(f"--frames {frames}: {gbuffer_dir} ends at frame {hi}; clipped to "
-                       f"{max(first, lo)}-{hi}", file=gbuffer_dir, s=stream)
+                       f"{max(first, lo)}-{hi}", file=gbuffer_dir)
     gaps = [n for n in range(min(files), max(files) + 1) if n not in files]
     if gaps:
         events.warning(f"{gbuffer_dir} has no G-buffer frame {_ranges(gaps)} between {min(files)} and "
                        f"{max(files)}: {'that frame is' if len(gaps) == 1 else 'those frames are'} "
-                       f"not rendered", frame=gaps[0], file=gbuffer_dir, s=stream)
+                       f"not rendered", frame=gaps[0], file=gbuffer_dir)
     first_n = min(files)
     try:
         size0 = _exr_size(files[first_n])
@@ -583,7 +591,7 @@ def restyle(
     try:
         result = run_job(out_dir, tasks(), settings=settings, total=len(files), inputs=inputs,
                          job="restyle", path_for=lambda n: output_path(out_dir, n), manifest=manifest,
-                         read_hash=read_settings_hash, stream=stream, progress_bar=progress_bar,
+                         read_hash=read_settings_hash, cancel=cancel,
                          overwrite=overwrite, companions=lambda n: [preview_path(out_dir, n)],
                          extra_outputs=[out_dir / MP4_NAME])
     except BaseException:
@@ -701,5 +709,5 @@ def _run_cli(args) -> int:
         opts[key] = v
     restyle(args.gbuffer_dir, args.out, args.prompt, renderer=args.renderer,
             renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
-            reference_dir=args.reference, overwrite=args.overwrite)
+            reference_dir=args.reference, overwrite=args.overwrite, cancel=getattr(args, "cancel", None))
     return 0

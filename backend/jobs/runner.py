@@ -4,16 +4,17 @@ Every long job (``decompose``, ``restyle``) is "for each frame: compute, write o
 file". :func:`run_job` does everything around the compute step, the same way for all
 jobs:
 
-* **Progress** as JSON lines on stdout, one object per line, flushed::
+* **Progress** as events (:mod:`backend.events`; the CLI prints them as JSON lines)::
 
       {"event": "start", "total": N, "out": DIR, "settings_hash": H}
       {"event": "progress", "frame": n, "done": k, "total": N, "fps": x, "eta_s": y, "skipped": bool}
       {"event": "done", "done": k, "written": w, "skipped": s, "total": N, "elapsed_s": t, "out": DIR}
 
-  (``error`` / ``cancelled`` lines are printed by :func:`backend.cli.main`). When
-  stdout is a terminal a tqdm bar goes to stderr instead.
-* **Cancel**: the first SIGINT/SIGTERM lets the current frame finish and stops; a
-  second one abandons the current frame at once. Either way only complete frames
+  (``error`` / ``cancelled`` lines are printed by :func:`backend.cli.main`, which also
+  draws a progress bar instead when stdout is a terminal).
+* **Cancel**: once the ``cancel`` event is set (the CLI sets it on the first
+  SIGINT/SIGTERM, :class:`SignalCancel`) the current frame finishes and the job stops;
+  a ``KeyboardInterrupt`` (the CLI's second signal) abandons the current frame at once. Either way only complete frames
   exist (each is written to a temporary file in the output folder, then renamed);
   :class:`JobCancelled` is raised (the CLI exits 130). Temporaries a hard kill left
   (``.tmp_<stem>_*``) are removed right before their frame is computed again.
@@ -50,14 +51,13 @@ import hashlib
 import json
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, IO, Iterable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, Tuple
 
 from .. import contract, events
 from .outputs import check_previous_outputs
@@ -224,61 +224,39 @@ def _oserror_text(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-class _Progress:
-    """JSON lines to ``stream`` (not a TTY) or a tqdm bar on stderr (TTY)."""
+class SignalCancel:
+    """Context manager: SIGINT/SIGTERM cancel a job cleanly instead of killing it.
 
-    def __init__(self, total: Optional[int], stream: Optional[IO[str]], bar: Optional[bool], desc: str):
-        self.stream = stream if stream is not None else events.stream()
-        tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.use_bar = tty if bar is None else bar
-        self.emit_json = not tty
-        self.bar = None
-        if self.use_bar:
-            try:
-                from tqdm import tqdm
+    The first signal sets :attr:`event` (pass it as ``run_job(cancel=...)``: the frame
+    being computed is finished and the job stops with :class:`JobCancelled`); a second
+    one raises ``KeyboardInterrupt`` (the frame in flight is abandoned, its temporary
+    file removed). Handlers are installed only on the main thread and restored on
+    exit. The command line uses this; the Python API never installs signal handlers
+    unless the caller does.
+    """
 
-                self.bar = tqdm(total=total, desc=desc, unit="frame", file=sys.stderr)
-            except ImportError:  # pragma: no cover - tqdm is a dependency
-                self.bar = None
-
-    def event(self, **obj) -> None:
-        if self.emit_json:
-            self.stream.write(json.dumps(obj) + "\n")
-            self.stream.flush()
-
-    def step(self, n: int = 1) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-class _SignalGuard:
-    """First SIGINT/SIGTERM sets ``requested``; a second raises KeyboardInterrupt."""
-
-    def __init__(self):
-        self.requested = False
-        self._old = {}
+    def __init__(self, event: Optional[threading.Event] = None):
+        self.event = event if event is not None else threading.Event()
+        self._old: Dict[int, Any] = {}
 
     def _handler(self, signum, frame):
-        if self.requested:
+        if self.event.is_set():
             raise KeyboardInterrupt
-        self.requested = True
+        self.event.set()
 
-    def __enter__(self):
+    def __enter__(self) -> threading.Event:
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
                 try:
                     self._old[s] = signal.signal(s, self._handler)
                 except (ValueError, OSError):  # pragma: no cover
                     pass
-        return self
+        return self.event
 
     def __exit__(self, *exc):
         for s, h in self._old.items():
             signal.signal(s, h)
+        self._old.clear()
 
 
 @contextlib.contextmanager
@@ -320,6 +298,298 @@ def _write_manifest(out: Path, manifest: Dict[str, Any], frame: Optional[int]) -
                        frame=frame, file=out / "manifest.json") from e
 
 
+@dataclass
+class _InFlight:
+    """A frame whose file is being finished on the writer thread."""
+
+    number: int
+    final: Path
+    tmp: Path
+    info: Dict[str, Any]
+    future: Any  # concurrent.futures.Future of Deferred.write
+    t_start: float
+    done_at: int
+
+
+@dataclass
+class _Clock:
+    """Throughput bookkeeping: busy time = wall time during which at least one computed
+    frame was in flight (frames overlap on the writer thread, so per-frame durations
+    are not summed)."""
+
+    busy_s: float = 0.0
+    busy_from: Optional[float] = None
+
+    def frame_done(self, t_start: float, now: float) -> None:
+        start = t_start if self.busy_from is None else max(t_start, self.busy_from)
+        self.busy_s += max(0.0, now - start)
+        self.busy_from = now
+
+
+class _ManifestBook:
+    """The job's manifest: per-frame entries, merged with other chunks under a lock.
+
+    It is rewritten after a frame at most every :data:`MANIFEST_INTERVAL_S` when the
+    files carry their own settings hash (``read_hash``: resume reads it from them), so
+    its cost does not grow with clip length; it is always written at the end, on
+    cancel and on failure (:meth:`flush`).
+    """
+
+    def __init__(self, out: Path, shash: str, old: Dict[str, Any], extra: Optional[Dict[str, Any]],
+                 job: str, settings: Dict[str, Any], path_for: Callable[[int], Path], throttle: bool):
+        self.out, self.shash, self.path_for, self.throttle = out, shash, path_for, throttle
+        self.old_frames = {int(e["frame"]): e for e in old.get("frames", []) if "frame" in e}
+        self.frames: Dict[int, Dict[str, Any]] = {
+            n: e for n, e in self.old_frames.items() if e.get("settings_hash") == shash}
+        self.data = dict(old) if old.get("settings_hash") == shash else {}
+        self.data.update(extra or {})
+        self.data.update({"job": job, "settings": settings, "settings_hash": shash, "complete": False})
+        self.saved_at = time.monotonic()
+        self.dirty = False
+
+    def stored_hash(self, number: int) -> Optional[str]:
+        return self.old_frames.get(number, {}).get("settings_hash")
+
+    def record(self, number: int, entry: Dict[str, Any]) -> None:
+        self.frames[number] = entry
+        now = time.monotonic()
+        if not self.throttle or now - self.saved_at >= MANIFEST_INTERVAL_S:
+            self.save(number)
+        else:
+            self.dirty = True
+
+    def save(self, at: Optional[int]) -> None:
+        """Write the manifest, first adopting entries another job with the same settings
+        wrote meanwhile (a farm chunk of the same shot into the same folder)."""
+        with _manifest_lock(self.out):
+            try:
+                disk = contract.read_manifest(self.out)
+            except (OSError, ValueError):
+                disk = {}
+            if disk.get("settings_hash") == self.shash:
+                for e in disk.get("frames", []) or []:
+                    try:
+                        n = int(e["frame"])
+                    except (KeyError, TypeError, ValueError):
+                        continue
+                    if (n not in self.frames and e.get("settings_hash") == self.shash
+                            and Path(self.path_for(n)).exists()):
+                        self.frames[n] = e
+            self.data["frames"] = [self.frames[k] for k in sorted(self.frames)]
+            _write_manifest(self.out, self.data, at)
+        self.saved_at = time.monotonic()
+        self.dirty = False
+
+    def flush(self, at: Optional[int], *, only_dirty: bool = False) -> None:
+        """Best-effort write on the way out (cancel, failure)."""
+        if only_dirty and not self.dirty:
+            return
+        try:
+            self.save(at)
+        except JobError:
+            pass
+
+
+def _cleanup_tmp(tmp: Path) -> None:
+    try:
+        tmp.unlink()
+    except OSError:
+        pass
+
+
+def _remove_stale_tmp(final: Path) -> None:
+    """Temporaries of this frame only, left by a killed run (SIGKILL, power loss):
+    ``.tmp_<stem>_*`` and the nested ``.tmp_.tmp_<stem>_*`` of older versions. Per
+    frame, so farm chunks writing other frames into the same folder are untouched."""
+    for pattern in (f".tmp_{final.stem}_*", f".tmp_.tmp_{final.stem}_*"):
+        for p in final.parent.glob(pattern):
+            _cleanup_tmp(p)
+
+
+class FrameRun:
+    """One run of a frame job (see :func:`run_job`, which is the way to use it).
+
+    State is named: :attr:`book` (manifest), :attr:`pending` (frames on the writer
+    thread, :class:`_InFlight`), :attr:`clock` (throughput), :attr:`result`.
+    """
+
+    def __init__(self, out: Path, *, settings: Dict[str, Any], total: Optional[int], job: str,
+                 path_for: Callable[[int], Path], manifest: Optional[Dict[str, Any]],
+                 read_hash: Optional[Callable[[Path], Optional[str]]],
+                 on_frame: Optional[Callable[[int, Dict[str, Any]], None]],
+                 cancel: Optional[threading.Event], old: Dict[str, Any], t0: float):
+        self.out, self.total, self.job, self.path_for = out, total, job, path_for
+        self.read_hash, self.on_frame, self.t0 = read_hash, on_frame, t0
+        self.cancel = cancel if cancel is not None else threading.Event()
+        self.shash = settings_hash(settings)
+        self.book = _ManifestBook(out, self.shash, old, manifest, job, settings, path_for,
+                                  throttle=read_hash is not None)
+        self.result = JobResult(out_dir=out, total=total, settings_hash=self.shash, manifest=self.book.data)
+        self.pending: List[_InFlight] = []
+        self.clock = _Clock()
+        self.done = 0  # frames handled (computed or skipped), in order
+        self.current: Optional[int] = None
+        self.frame_failed = False  # later frames are not finalized (order)
+        self.writer: Optional[ThreadPoolExecutor] = None
+
+    # ----------------------------------------------------------------- per frame
+    def _is_current(self, number: int, final: Path) -> bool:
+        """The file exists and was written with these settings (resume)."""
+        if not final.exists():
+            return False
+        stored = None
+        if self.read_hash is not None:
+            try:
+                stored = self.read_hash(final)
+            except Exception:  # noqa: BLE001 - an unreadable file is recomputed
+                stored = None
+        if stored is None:
+            stored = self.book.stored_hash(number)
+        return stored == self.shash
+
+    def _skip(self, number: int, final: Path) -> None:
+        self.drain()  # report the frame in flight first: events stay in frame order
+        self.result.skipped.append(number)
+        self.book.frames.setdefault(number, {"frame": number, "file": final.name, "settings_hash": self.shash})
+        events.emit({"event": "progress", "frame": number, "done": self.done, "total": self.total,
+                     "fps": None, "eta_s": None, "skipped": True})
+
+    def _compute(self, number: int, final: Path, work: WorkFn) -> None:
+        t1 = time.monotonic()
+        _remove_stale_tmp(final)
+        fd, name = tempfile.mkstemp(prefix=".tmp_" + final.stem + "_", suffix=final.suffix, dir=final.parent)
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            os.chmod(tmp, contract.default_file_mode())
+            info = work(tmp, self.shash)
+        except BaseException as e:
+            _cleanup_tmp(tmp)
+            if isinstance(e, KeyboardInterrupt):
+                # second signal: abandon this frame, but keep the one being written
+                try:
+                    self.drain()
+                except (JobError, JobCancelled):
+                    pass
+            else:
+                self.drain()  # an earlier frame's failure is reported first
+            _reraise(e, number, final, len(self.result.written))
+        if isinstance(info, Deferred):
+            if self.writer is None:
+                self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.job}-writer")
+            self.pending.append(_InFlight(number, final, tmp, dict(info.info), self.writer.submit(info.write),
+                                          t1, self.done))
+            self.drain(keep=1)  # at most one frame in flight: memory stays flat
+            return
+        try:
+            self.drain()
+            self.finalize(_InFlight(number, final, tmp, info if isinstance(info, dict) else {}, None,
+                                    t1, self.done))
+        except BaseException as e:
+            _cleanup_tmp(tmp)
+            _reraise(e, number, final, len(self.result.written))
+
+    def finalize(self, f: _InFlight) -> None:
+        """Rename the finished file into place, record it and report progress."""
+        if not f.tmp.exists() or f.tmp.stat().st_size == 0:
+            raise JobError(f"job wrote nothing for frame {f.number} ({f.final})", frame=f.number, file=f.final)
+        os.replace(f.tmp, f.final)
+        entry = {"frame": f.number, "file": f.final.name, "settings_hash": self.shash}
+        entry.update(f.info)
+        self.result.written.append(f.number)
+        self.book.record(f.number, entry)
+        if self.on_frame is not None:
+            self.on_frame(f.number, entry)
+        self.clock.frame_done(f.t_start, time.monotonic())
+        fps = len(self.result.written) / self.clock.busy_s if self.clock.busy_s > 0 else None
+        eta = round(max(0, self.total - f.done_at) / fps, 2) if self.total is not None and fps else None
+        events.emit({"event": "progress", "frame": f.number, "done": f.done_at, "total": self.total,
+                     "fps": None if fps is None else round(fps, 3), "eta_s": eta, "skipped": False})
+
+    def drain(self, keep: int = 0) -> None:
+        """Wait for frames on the writer thread (all but the last ``keep``) and finalize
+        them in order; a failure names its frame. Frames still pending when an
+        exception leaves are waited for and removed by :meth:`_abort`."""
+        while len(self.pending) > keep:
+            f = self.pending[0]
+            try:
+                more = f.future.result()
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:
+                self.pending.pop(0)
+                _cleanup_tmp(f.tmp)
+                self.frame_failed = True
+                _reraise(e, f.number, f.final, len(self.result.written))
+            self.pending.pop(0)
+            if isinstance(more, dict):
+                f.info.update(more)
+            try:
+                self.finalize(f)
+            except BaseException as e:
+                _cleanup_tmp(f.tmp)
+                self.frame_failed = True
+                _reraise(e, f.number, f.final, len(self.result.written))
+
+    # ----------------------------------------------------------------- whole run
+    def run(self, tasks: Iterable[Tuple[int, WorkFn]]) -> JobResult:
+        events.emit({"event": "start", "job": self.job, "total": self.total, "out": str(self.out),
+                     "settings_hash": self.shash})
+        try:
+            for number, work in tasks:
+                self.current = number
+                if self.cancel.is_set():
+                    self.drain()
+                    raise JobCancelled(len(self.result.written), number)
+                final = Path(self.path_for(number))
+                self.done += 1
+                if self._is_current(number, final):
+                    self._skip(number, final)
+                else:
+                    self._compute(number, final, work)
+            self.drain()
+            if self.cancel.is_set():
+                raise JobCancelled(len(self.result.written), None)
+        except (JobCancelled, KeyboardInterrupt) as e:
+            self._abort()
+            self.book.flush(self.current)
+            if isinstance(e, KeyboardInterrupt):
+                raise JobCancelled(len(self.result.written), self.current) from None
+            raise
+        except BaseException:
+            # a failure outside the frame in flight (e.g. decoding the next source frame):
+            # that frame is complete work, keep it (not after an earlier frame failed:
+            # frames are finalized strictly in order)
+            if not self.frame_failed:
+                try:
+                    self.drain()
+                except BaseException:  # noqa: BLE001 - the first failure is the one reported
+                    pass
+            self._abort()
+            self.book.flush(self.current, only_dirty=True)
+            raise
+        finally:
+            if self.writer is not None:
+                self.writer.shutdown(wait=True)
+        return self._finish()
+
+    def _abort(self) -> None:
+        if self.writer is not None:
+            self.writer.shutdown(wait=True)
+        for f in self.pending:
+            _cleanup_tmp(f.tmp)
+
+    def _finish(self) -> JobResult:
+        self.book.data["complete"] = True
+        self.result.elapsed_s = time.monotonic() - self.t0
+        self.book.save(None)
+        self.result.manifest = self.book.data
+        events.emit({"event": "done", "job": self.job, "done": self.done, "written": len(self.result.written),
+                     "skipped": len(self.result.skipped), "total": self.total,
+                     "elapsed_s": round(self.result.elapsed_s, 3), "out": str(self.out)})
+        return self.result
+
+
 def run_job(
     out_dir: os.PathLike,
     tasks: Iterable[Tuple[int, WorkFn]],
@@ -331,12 +601,14 @@ def run_job(
     path_for: Optional[Callable[[int], Path]] = None,
     manifest: Optional[Dict[str, Any]] = None,
     read_hash: Optional[Callable[[Path], Optional[str]]] = None,
-    stream: Optional[IO[str]] = None,
-    progress_bar: Optional[bool] = None,
+    progress: "events.Progress" = None,
+    cancel: Optional[threading.Event] = None,
     on_frame: Optional[Callable[[int, Dict[str, Any]], None]] = None,
     overwrite: bool = False,
     companions: Optional[Callable[[int], Sequence[Path]]] = None,
     extra_outputs: Sequence[Path] = (),
+    stream: Optional[IO[str]] = None,
+    progress_bar: Optional[bool] = None,
 ) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
@@ -345,8 +617,9 @@ def run_job(
         tasks: iterable of ``(frame_number, work)``. It is consumed lazily, so it can
             decode input as it goes. ``work(tmp_path, settings_hash)`` must write the
             complete output file to ``tmp_path`` (same folder as the final file, so the
-            rename is atomic) and may return a dict of per-frame manifest fields.
-            Frames whose output is already valid are skipped *without* calling ``work``.
+            rename is atomic) and may return a dict of per-frame manifest fields, or a
+            :class:`Deferred`. Frames whose output is already valid are skipped
+            *without* calling ``work``.
         settings: everything that affects the output (JSON-serialisable); its
             :func:`settings_hash` decides resume.
         total: number of frames, for progress/ETA (``None`` if unknown).
@@ -359,14 +632,18 @@ def run_job(
             ``{"frame", "file", "settings_hash", ...}``) and ``complete``.
         read_hash: optional ``path -> hash or None`` reading the hash stored in an
             output file; used for resume in preference to the manifest.
-        stream: where JSON progress goes (default :func:`backend.events.stream`, i.e.
-            ``sys.stdout`` unless the CLI set it).
-        progress_bar: force the tqdm bar on/off (default: when ``stream`` is a TTY).
+        progress: where events go (:func:`backend.events.reporting`: a callable taking
+            an event dict, or a text stream for JSON lines); ``None``: the reporter
+            already installed, if any (nothing is printed by default).
+        cancel: a ``threading.Event``; once set, the frame being computed is finished
+            and :class:`JobCancelled` is raised (see :class:`SignalCancel`).
         on_frame: called as ``on_frame(frame_number, entry)`` after each written frame.
         overwrite, companions, extra_outputs: frames of this job in ``out_dir`` written
             with other settings are refused unless ``overwrite``, which removes them (and
             their ``companions(n)`` files, the ``extra_outputs`` and the stale manifest)
             first; see :func:`backend.jobs.outputs.check_previous_outputs`.
+        stream, progress_bar: deprecated: ``stream`` is the old name of ``progress``;
+            ``progress_bar`` is ignored (the command line draws the bar).
 
     Returns:
         :class:`JobResult`.
@@ -374,235 +651,17 @@ def run_job(
     Raises:
         JobError: unsafe or unwritable output, or a frame failed (message names file
             and frame; no partial file is left).
-        JobCancelled: SIGINT/SIGTERM (complete frames stay on disk).
+        JobCancelled: ``cancel`` was set, or ``KeyboardInterrupt`` (complete frames
+            stay on disk).
     """
     t0 = time.monotonic()
-    out = check_output_safe(out_dir, inputs)
-    out = prepare_output_dir(out)
+    out = prepare_output_dir(check_output_safe(out_dir, inputs))
     path_for = path_for or (lambda n: contract.frame_path(out, n))
     shash = settings_hash(settings)
-
     old = contract.read_manifest(out) if (out / "manifest.json").exists() else {}
     check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
                            overwrite=overwrite, companions=companions, extra_outputs=extra_outputs)
-    old_frames = {int(e["frame"]): e for e in old.get("frames", []) if "frame" in e}
-    frames: Dict[int, Dict[str, Any]] = {
-        n: e for n, e in old_frames.items() if e.get("settings_hash") == shash
-    }
-    man = dict(old) if old.get("settings_hash") == shash else {}
-    man.update(manifest or {})
-    man.update({"job": job, "settings": settings, "settings_hash": shash, "complete": False})
-
-    def frame_list():
-        return [frames[k] for k in sorted(frames)]
-
-    def save_manifest(at: Optional[int]) -> None:
-        """Write the manifest, first adopting entries another job with the same settings
-        wrote meanwhile (a farm chunk of the same shot into the same folder)."""
-        with _manifest_lock(out):
-            try:
-                disk = contract.read_manifest(out)
-            except (OSError, ValueError):
-                disk = {}
-            if disk.get("settings_hash") == shash:
-                for e in disk.get("frames", []) or []:
-                    try:
-                        n = int(e["frame"])
-                    except (KeyError, TypeError, ValueError):
-                        continue
-                    if n not in frames and e.get("settings_hash") == shash and Path(path_for(n)).exists():
-                        frames[n] = e
-            man["frames"] = frame_list()
-            _write_manifest(out, man, at)
-
-    result = JobResult(out_dir=out, total=total, settings_hash=shash, manifest=man)
-    prog = _Progress(total, stream, progress_bar, job)
-    prog.event(event="start", job=job, total=total, out=str(out), settings_hash=shash)
-    counters = {"done": 0, "busy_s": 0.0, "busy_from": None, "manifest_t": time.monotonic(),
-                "manifest_dirty": False, "frame_failed": False}
-    current = None
-    # One frame may be finishing on the writer thread (a Deferred returned by ``work``)
-    # while the next one is computed: (number, final, tmp, info, future, t_start, done_at).
-    pending: list = []
-    writer = None
-
-    def cleanup_tmp(tmp: Path) -> None:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-
-    def remove_stale_tmp(final: Path) -> None:
-        """Temporaries of this frame only, left by a killed run (SIGKILL, power loss):
-        ``.tmp_<stem>_*`` and the nested ``.tmp_.tmp_<stem>_*`` of older versions. Per
-        frame, so farm chunks writing other frames into the same folder are untouched."""
-        for pattern in (f".tmp_{final.stem}_*", f".tmp_.tmp_{final.stem}_*"):
-            for p in final.parent.glob(pattern):
-                cleanup_tmp(p)
-
-    def finalize(number: int, final: Path, tmp: Path, info: Dict[str, Any], t_start: float,
-                 done_at: int) -> None:
-        if not tmp.exists() or tmp.stat().st_size == 0:
-            raise JobError(f"job wrote nothing for frame {number} ({final})", frame=number, file=final)
-        os.replace(tmp, final)
-        entry = {"frame": number, "file": final.name, "settings_hash": shash}
-        entry.update(info)
-        frames[number] = entry
-        result.written.append(number)
-        # The manifest is rewritten after a frame at most every MANIFEST_INTERVAL_S when
-        # the files carry their own settings hash (resume reads it from them), so its
-        # cost does not grow with clip length; it is always written at the end, on
-        # cancel and on failure.
-        now = time.monotonic()
-        if read_hash is None or now - counters["manifest_t"] >= MANIFEST_INTERVAL_S:
-            save_manifest(number)
-            counters["manifest_t"] = now
-            counters["manifest_dirty"] = False
-        else:
-            counters["manifest_dirty"] = True
-        if on_frame is not None:
-            on_frame(number, entry)
-        now = time.monotonic()
-        # busy time = wall time during which at least one computed frame was in flight
-        # (frames overlap on the writer thread, so per-frame durations are not summed)
-        start = t_start if counters["busy_from"] is None else max(t_start, counters["busy_from"])
-        counters["busy_s"] += max(0.0, now - start)
-        counters["busy_from"] = now
-        fps = len(result.written) / counters["busy_s"] if counters["busy_s"] > 0 else None
-        eta = None
-        if total is not None and fps:
-            eta = round(max(0, total - done_at) / fps, 2)
-        prog.step()
-        prog.event(event="progress", frame=number, done=done_at, total=total,
-                   fps=None if fps is None else round(fps, 3), eta_s=eta, skipped=False)
-
-    def drain(keep: int = 0) -> None:
-        """Wait for frames on the writer thread (all but the last ``keep``) and finalize
-        them in order; a failure names its frame. Frames still in ``pending`` when an
-        exception leaves are waited for and removed by the handlers below."""
-        while len(pending) > keep:
-            number, final, tmp, info, fut, t_start, done_at = pending[0]
-            try:
-                more = fut.result()
-            except KeyboardInterrupt:
-                raise  # the handler below waits for the writer and removes the file
-            except BaseException as e:
-                pending.pop(0)
-                cleanup_tmp(tmp)
-                counters["frame_failed"] = True  # later frames are not finalized (order)
-                _reraise(e, number, final, len(result.written))
-            pending.pop(0)
-            if isinstance(more, dict):
-                info.update(more)
-            try:
-                finalize(number, final, tmp, info, t_start, done_at)
-            except BaseException as e:
-                cleanup_tmp(tmp)
-                counters["frame_failed"] = True
-                _reraise(e, number, final, len(result.written))
-
-    try:
-        with _SignalGuard() as guard:
-            for number, work in tasks:
-                current = number
-                if guard.requested:
-                    drain()
-                    raise JobCancelled(len(result.written), number)
-                final = Path(path_for(number))
-                stored = None
-                if final.exists():
-                    if read_hash is not None:
-                        try:
-                            stored = read_hash(final)
-                        except Exception:
-                            stored = None
-                    if stored is None:
-                        stored = old_frames.get(number, {}).get("settings_hash")
-                counters["done"] += 1
-                if final.exists() and stored == shash:
-                    drain()  # report the frame in flight first: events stay in frame order
-                    result.skipped.append(number)
-                    frames.setdefault(number, {"frame": number, "file": final.name, "settings_hash": shash})
-                    prog.step()
-                    prog.event(event="progress", frame=number, done=counters["done"], total=total,
-                               fps=None, eta_s=None, skipped=True)
-                    continue
-                t1 = time.monotonic()
-                remove_stale_tmp(final)
-                fd, tmp = tempfile.mkstemp(prefix=".tmp_" + final.stem + "_", suffix=final.suffix,
-                                           dir=final.parent)
-                os.close(fd)
-                tmp = Path(tmp)
-                try:
-                    os.chmod(tmp, contract.default_file_mode())
-                    info = work(tmp, shash)
-                except BaseException as e:
-                    cleanup_tmp(tmp)
-                    if isinstance(e, KeyboardInterrupt):
-                        # second signal: abandon this frame, but keep the one being written
-                        try:
-                            drain()
-                        except (JobError, JobCancelled):
-                            pass
-                    else:
-                        drain()  # an earlier frame's failure is reported first
-                    _reraise(e, number, final, len(result.written))
-                if isinstance(info, Deferred):
-                    if writer is None:
-                        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{job}-writer")
-                    pending.append((number, final, tmp, dict(info.info), writer.submit(info.write), t1,
-                                    counters["done"]))
-                    drain(keep=1)  # at most one frame in flight: memory stays flat
-                    continue
-                try:
-                    drain()
-                    finalize(number, final, tmp, info if isinstance(info, dict) else {}, t1, counters["done"])
-                except BaseException as e:
-                    cleanup_tmp(tmp)
-                    _reraise(e, number, final, len(result.written))
-            drain()
-            if guard.requested:
-                raise JobCancelled(len(result.written), None)
-    except (JobCancelled, KeyboardInterrupt) as e:
-        if writer is not None:
-            writer.shutdown(wait=True)
-        for item in pending:
-            cleanup_tmp(item[2])
-        try:
-            save_manifest(current)
-        except JobError:
-            pass
-        if isinstance(e, KeyboardInterrupt):
-            raise JobCancelled(len(result.written), current) from None
-        raise
-    except BaseException:
-        # a failure outside the frame in flight (e.g. decoding the next source frame):
-        # that frame is complete work, keep it (not after an earlier frame failed:
-        # frames are finalized strictly in order)
-        if not counters["frame_failed"]:
-            try:
-                drain()
-            except BaseException:
-                pass
-        if writer is not None:
-            writer.shutdown(wait=True)
-        for item in pending:
-            cleanup_tmp(item[2])
-        if counters["manifest_dirty"]:  # frames finished since the last manifest write
-            try:
-                save_manifest(current)
-            except JobError:
-                pass
-        raise
-    finally:
-        if writer is not None:
-            writer.shutdown(wait=True)
-        prog.close()
-    done = counters["done"]
-    man["complete"] = True
-    result.elapsed_s = time.monotonic() - t0
-    save_manifest(None)
-    result.manifest = man
-    prog.event(event="done", job=job, done=done, written=len(result.written), skipped=len(result.skipped),
-               total=total, elapsed_s=round(result.elapsed_s, 3), out=str(out))
-    return result
+    with events.reporting(progress if progress is not None else stream):
+        run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
+                       read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0)
+        return run.run(tasks)

@@ -1,0 +1,75 @@
+"""``python -m backend decompose ...``: the command line of :func:`backend.jobs.decompose.decompose`."""
+from __future__ import annotations
+
+import argparse
+
+from .. import geometry
+from ..decomposer import DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, MIN_RESOLUTION
+from .decompose import decompose, parse_options
+
+
+def resolution_arg(text: str) -> int:
+    """argparse type of ``--processing-resolution``: 0 (full size) or an integer >= 16."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v != 0 and v < MIN_RESOLUTION:
+        raise argparse.ArgumentTypeError(
+            f"{v} is too small: use 0 (full size) or at least {MIN_RESOLUTION} pixels")
+    return v
+
+
+#: deprecated name of :func:`resolution_arg`
+max_size_arg = resolution_arg
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``decompose`` subcommand on an argparse ``subparsers`` object."""
+    p = subparsers.add_parser(
+        "decompose", help="footage -> G-buffer EXR sequence",
+        description="Decompose footage into a G-buffer contract sequence (multilayer EXR per frame).")
+    p.add_argument("input", help="movie, image, image folder, or pattern (shot_####.png / shot_%%04d.png)")
+    p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
+    p.add_argument("--frames", help="1-based inclusive range A-B (also A- or A)")
+    p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help="estimator name (default: %(default)s)")
+    p.add_argument("--processing-resolution", "--max-size", dest="processing_resolution", type=resolution_arg,
+                   default=None, metavar="N",
+                   help=f"long side in pixels at which the estimator computes, at least {MIN_RESOLUTION}; "
+                        "0 = full size; default: the estimator's own (embedded: 192, its maximum; "
+                        "marigold: 768). Output is always full size. --max-size is the old name")
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: auto)")
+    p.add_argument("--estimator-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra estimator option, repeatable; VALUE is JSON when it parses "
+                        "(e.g. num_inference_steps=4, normals=null), else a string "
+                        "(e.g. depth=/models/marigold-depth)")
+    p.add_argument("--stabilize", action="store_true",
+                   help="temporal stabilisation with optical flow (flicker metric in manifest.json)")
+    p.add_argument("--stabilize-strength", type=float, default=DEFAULT_STRENGTH, metavar="W",
+                   help="history weight for --stabilize, in [0, 1) (default: %(default)s)")
+    p.add_argument("--colorspace", default=None,
+                   help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="when --out holds frames of an earlier decompose with other settings, "
+                        "remove them (and its manifest) first; without it that is refused. "
+                        "Frames with the same settings are always kept (resume)")
+    p.add_argument("--no-albedo-detail", dest="albedo_detail", action="store_false",
+                   help="keep the estimator's upsampled albedo as is (default: restore the "
+                        "source's fine detail in it when the estimator ran below full size)")
+    p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
+                   help="assumed horizontal field of view in degrees (default: %(default)s)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    """Run the parsed ``decompose`` command; returns the exit code (0)."""
+    decompose(
+        args.input, args.out, frames=args.frames, estimator=args.estimator,
+        estimator_options=parse_options(args.estimator_option),
+        processing_resolution=args.processing_resolution, device=args.device,
+        stabilize=args.stabilize, strength=args.stabilize_strength,
+        colorspace=args.colorspace, hfov_deg=args.hfov, albedo_detail=args.albedo_detail,
+        overwrite=args.overwrite, cancel=getattr(args, "cancel", None),
+    )
+    return 0
