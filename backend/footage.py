@@ -53,6 +53,7 @@ import numpy as np
 
 from . import colour
 from .errors import InputError
+from .imaging import resize
 
 MOVIE_EXTS = {".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mxf", ".mpg", ".mpeg", ".ts",
               ".m2ts", ".gif", ".y4m", ".ogv", ".wmv", ".flv"}
@@ -162,14 +163,6 @@ def fit_long_side(width: int, height: int, max_size: Optional[int]) -> Tuple[int
         return width, height
     s = max_size / max(width, height)
     return max(1, int(round(width * s))), max(1, int(round(height * s)))
-
-
-def _resize(arr: np.ndarray, w: int, h: int) -> np.ndarray:
-    import cv2
-
-    if arr.shape[1] == w and arr.shape[0] == h:
-        return arr
-    return cv2.resize(arr, (w, h), interpolation=cv2.INTER_AREA)
 
 
 def _check_finite(rgb: np.ndarray, alpha: Optional[np.ndarray], path: str, index: int) -> None:
@@ -397,9 +390,9 @@ class _ImageFootage(Footage):
                 raise FootageError(
                     f"{f} (frame {i + 1}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
                     f"sequence's {info.width}x{info.height}", frame=i + 1, file=f)
-            rgb = _resize(rgb, info.out_width, info.out_height)
+            rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
-                alpha = _resize(alpha, info.out_width, info.out_height)
+                alpha = resize(alpha, (info.out_width, info.out_height), "area")
             yield SourceFrame(i, float(i / info.fps), rgb, alpha, f)
 
 
@@ -531,12 +524,12 @@ class _MovieFootage(Footage):
             rgb, alpha = self._to_rgb(frame, index)
             if rgb.shape[:2] != (info.height, info.width):
                 # mid-stream resolution change: scale to the first frame's size
-                rgb = _resize(rgb, info.width, info.height)
+                rgb = resize(rgb, (info.width, info.height), "area")
                 if alpha is not None:
-                    alpha = _resize(alpha, info.width, info.height)
-            rgb = _resize(rgb, info.out_width, info.out_height)
+                    alpha = resize(alpha, (info.width, info.height), "area")
+            rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
-                alpha = _resize(alpha, info.out_width, info.out_height)
+                alpha = resize(alpha, (info.out_width, info.out_height), "area")
             yield SourceFrame(index, pts_s, rgb, alpha, self._path)
             index += 1
 

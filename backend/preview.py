@@ -19,6 +19,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from .colour import linear_to_srgb
+from .imaging import resize
 
 
 def _u8(x: np.ndarray) -> np.ndarray:
@@ -115,7 +116,7 @@ def contact_sheet(rows: Sequence[Sequence[np.ndarray]], labels: Sequence[str],
             tw, tth = max(1, min(tile_width, round(w * f))), max(1, min(th, round(h * f)))
             x = pad + c * (tile_width + pad) + (tile_width - tw) // 2
             yy = y + (th - tth) // 2
-            sheet[yy:yy + tth, x:x + tw] = cv2.resize(tile, (tw, tth), interpolation=cv2.INTER_AREA)
+            sheet[yy:yy + tth, x:x + tw] = resize(tile, (tw, tth), "area")
         if row_labels is not None:  # white on a dark outline: readable on any tile
             for colour, thick in (((0, 0, 0), 3), ((255, 255, 255), 1)):
                 cv2.putText(sheet, str(row_labels[r]), (pad + 4, y + 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45,

@@ -55,7 +55,8 @@ def _child(spec: dict) -> dict:
 def _make_clip(src: Path, dst: Path, size: tuple, n: int) -> Path:
     """Re-encode ``n`` frames of ``src`` at ``size`` (w, h) to an H.264 mp4 (real pixels, resized)."""
     import av
-    import cv2
+
+    from backend.imaging import resize
 
     with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
         st = out.add_stream("libx264", rate=24)
@@ -65,7 +66,7 @@ def _make_clip(src: Path, dst: Path, size: tuple, n: int) -> Path:
         k = 0
         while k < n:
             for fr in inp.decode(video=0):
-                img = cv2.resize(fr.to_ndarray(format="rgb24"), size, interpolation=cv2.INTER_CUBIC)
+                img = resize(fr.to_ndarray(format="rgb24"), size, "cubic")
                 for pkt in st.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
                     out.mux(pkt)
                 k += 1

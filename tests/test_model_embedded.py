@@ -90,16 +90,15 @@ def test_beats_vertical_prior_on_real_nyu_frames():
     0.180, rgb_00050 0.189 vs 0.294, rgb_00100 0.192 vs 0.211). The assertion is on
     the mean, as the issue's bar is.
     """
-    import cv2
-
     from backend.estimators.embedded import EmbeddedEstimator
+    from backend.imaging import resize
     from training import metrics as M
 
     est = EmbeddedEstimator()
     model, prior = [], []
     for s in M.load_nyu():
         h, w = s["depth"].shape
-        disp = cv2.resize(est.run_network(s["rgb"])["disparity"], (w, h), interpolation=cv2.INTER_LINEAR)
+        disp = resize(est.run_network(s["rgb"])["disparity"], (w, h))
         model.append(M.depth_metrics_from_disparity(disp, s["depth"], s["mask"])["absrel"])
         prior.append(M.depth_metrics_from_disparity(M.vertical_prior_disparity(h, w), s["depth"], s["mask"])["absrel"])
     assert len(model) == 3

@@ -27,17 +27,11 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from backend.model.encoding import INPUT_MEAN, INPUT_STD, auto_exposure_gain, srgb_encode
+from backend.colour import linear_to_srgb
+from backend.imaging import resize
+from backend.model.encoding import INPUT_MEAN, INPUT_STD, auto_exposure_gain
 
 TARGET_KEYS = ("disparity", "normal", "albedo", "metallic", "roughness", "mask")
-
-
-def _resize(a: np.ndarray, size: tuple, interp=cv2.INTER_LINEAR) -> np.ndarray:
-    h, w = size
-    out = cv2.resize(a, (w, h), interpolation=interp)
-    if a.ndim == 3 and out.ndim == 2:
-        out = out[..., None]
-    return out
 
 
 def random_crop_resize(s: dict, out_hw: tuple, rng: np.random.Generator,
@@ -57,12 +51,12 @@ def random_crop_resize(s: dict, out_hw: tuple, rng: np.random.Generator,
     for k, v in s.items():
         c = v[y0:y0 + ch, x0:x0 + cw]
         if k == "mask":
-            m_lin = _resize(c.astype(np.float32), out_hw, cv2.INTER_LINEAR)
+            m_lin = resize(c.astype(np.float32), (ow, oh))
             out[k] = (m_lin > 0.999).astype(np.float32)
         elif k == "combined":
-            out[k] = _resize(c, out_hw, cv2.INTER_AREA if ch > oh else cv2.INTER_LINEAR)
+            out[k] = resize(c, (ow, oh), "area" if ch > oh else "linear")
         else:
-            out[k] = _resize(c, out_hw, cv2.INTER_LINEAR)
+            out[k] = resize(c, (ow, oh))
     n = out["normal"]
     out["normal"] = n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-6)
     return out
@@ -72,12 +66,13 @@ def resize_sample(s: dict, out_hw: tuple) -> dict:
     """Resize a whole sample to ``out_hw`` (no crop); mask: mixed pixels become invalid."""
     if s["mask"].shape[:2] == tuple(out_hw):
         return dict(s)
+    oh, ow = out_hw
     out = {}
     for k, v in s.items():
         if k == "mask":
-            out[k] = (_resize(v.astype(np.float32), out_hw) > 0.999).astype(np.float32)
+            out[k] = (resize(v.astype(np.float32), (ow, oh)) > 0.999).astype(np.float32)
         else:
-            out[k] = _resize(v, out_hw, cv2.INTER_AREA if v.shape[0] > out_hw[0] else cv2.INTER_LINEAR)
+            out[k] = resize(v, (ow, oh), "area" if v.shape[0] > oh else "linear")
     n = out["normal"]
     out["normal"] = n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-6)
     return out
@@ -124,7 +119,7 @@ def fda_swap(src: np.ndarray, target: np.ndarray, beta: float) -> np.ndarray:
         raise ValueError(f"beta must be in (0, 0.5), got {beta}")
     h, w = src.shape[:2]
     if target.shape[:2] != (h, w):
-        target = cv2.resize(target, (w, h), interpolation=cv2.INTER_AREA)
+        target = resize(target, (w, h), "area")
     fs = np.fft.fftshift(np.fft.fft2(src, axes=(0, 1)), axes=(0, 1))
     ft = np.fft.fftshift(np.fft.fft2(target, axes=(0, 1)), axes=(0, 1))
     amp = np.abs(fs)
@@ -146,7 +141,7 @@ def photometric(rgb_linear: np.ndarray, rng: np.random.Generator, strength: floa
     if rng.random() < 0.5:
         lum = x.mean(-1, keepdims=True)
         x = np.maximum(lum + (x - lum) * rng.uniform(0.6, 1.3), 0.0)
-    e = srgb_encode(x)
+    e = linear_to_srgb(x)
     if rng.random() < 0.5:
         e = np.power(e, float(np.exp(rng.normal(0.0, 0.15 * strength))))
         c = rng.uniform(-0.25, 0.25) * strength
@@ -162,8 +157,8 @@ def photometric(rgb_linear: np.ndarray, rng: np.random.Generator, strength: floa
         e = cv2.filter2D(e, -1, k, borderType=cv2.BORDER_REFLECT)
     if rng.random() < 0.2 and min(h, w) >= 16:
         f = rng.uniform(0.4, 0.8)
-        small = cv2.resize(e, (max(4, int(w * f)), max(4, int(h * f))), interpolation=cv2.INTER_AREA)
-        e = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+        small = resize(e, (max(4, int(w * f)), max(4, int(h * f))), "area")
+        e = resize(small, (w, h))
     if rng.random() < 0.7:
         sig_read = rng.uniform(0.002, 0.03) * strength
         sig_shot = rng.uniform(0.0, 0.04) * strength
@@ -216,7 +211,7 @@ def augment(sample: dict, out_hw: tuple, rng: np.random.Generator, *,
         e = photometric(s["combined"], rng, photometric_strength, style=style, style_beta=beta)
     else:
         rgb = np.maximum(s["combined"], 0)
-        e = srgb_encode(rgb * auto_exposure_gain(rgb))
+        e = linear_to_srgb(rgb * auto_exposure_gain(rgb))
     x = ((e - INPUT_MEAN) / INPUT_STD).transpose(2, 0, 1)
     t = {}
     for k in TARGET_KEYS:

@@ -64,13 +64,15 @@ def main(argv=None):
             import av
             import cv2
 
+            from backend.imaging import resize
+
             n = 0
             while n < args.frames:  # loop short clips until --frames frames exist
                 with av.open(str(clip)) as c:
                     for fr in c.decode(video=0):
                         if n >= args.frames:
                             break
-                        img = cv2.resize(fr.to_ndarray(format="bgr24"), (960, 540), interpolation=cv2.INTER_AREA)
+                        img = resize(fr.to_ndarray(format="bgr24"), (960, 540), "area")
                         n += 1
                         cv2.imwrite(str(src / f"shot_{n:04d}.png"), img)
             out = Path(td) / "out"

@@ -14,10 +14,11 @@ import hashlib
 from pathlib import Path
 from typing import Dict, List
 
-import cv2
 import numpy as np
 
 from backend.contract import GBufferFrame, list_frames, make_meta, read_frame
+from backend.footage import fit_long_side
+from backend.imaging import resize
 
 KEYS = ("combined", "disparity", "normal", "albedo", "metallic", "roughness", "mask")
 
@@ -224,13 +225,13 @@ def style_pool(footage_dir=None, every: int = 6, size: tuple = (120, 160), photo
     out: List[np.ndarray] = []
     if footage_dir is not None and Path(footage_dir).is_dir():
         from backend.footage import open_footage
-        from backend.model.encoding import srgb_encode
+        from backend.colour import linear_to_srgb
 
         for clip in sorted(Path(footage_dir).glob("*.mp4")):
             with open_footage(clip) as foot:
                 for fr in foot:
                     if fr.index % every == 0:
-                        out.append(cv2.resize(srgb_encode(fr.rgb), (w, h), interpolation=cv2.INTER_AREA))
+                        out.append(resize(linear_to_srgb(fr.rgb), (w, h), "area"))
     out += [skimage_photo(n, size) for n in photos]
     return out
 
@@ -251,12 +252,10 @@ def skimage_photo(name: str, size: tuple) -> np.ndarray:
     im = im[..., :3].astype(np.float32)
     im = im / 255.0 if im.max() > 1.5 else im
     h, w = size
-    return cv2.resize(im, (w, h), interpolation=cv2.INTER_AREA)
+    return resize(im, (w, h), "area")
 
 
 def downscale(img: np.ndarray, max_side: int) -> np.ndarray:
+    """Area-downscale so the long side is at most ``max_side`` (never upscaled)."""
     h, w = img.shape[:2]
-    if max(h, w) <= max_side:
-        return img
-    f = max_side / max(h, w)
-    return cv2.resize(img, (max(1, round(w * f)), max(1, round(h * f))), interpolation=cv2.INTER_AREA)
+    return resize(img, fit_long_side(w, h, max_side), "area")

@@ -38,6 +38,7 @@ import cv2
 import numpy as np
 
 from backend.contract import list_frames
+from backend.imaging import resize
 
 from . import metrics as M
 from .data import frame_to_sample, is_holdout
@@ -53,7 +54,7 @@ def _mean(rows, key):
 
 def _net_disparity(est, rgb, h, w):
     o = est.run_network(rgb)
-    return cv2.resize(o["disparity"], (w, h), interpolation=cv2.INTER_LINEAR)
+    return resize(o["disparity"], (w, h))
 
 
 def eval_real(est):
@@ -183,7 +184,7 @@ def footage_frame(path: Path, index: int = 30):
     try:
         import av
 
-        from backend.model.encoding import srgb_decode
+        from backend.colour import srgb_to_linear
 
         with av.open(str(path)) as c:
             last = None
@@ -195,8 +196,8 @@ def footage_frame(path: Path, index: int = 30):
                 img = last.to_ndarray(format="rgb24").astype(np.float32) / 255.0
                 h, w = img.shape[:2]
                 f = 540 / h if h > 540 else 1.0
-                img = cv2.resize(img, (int(w * f), int(h * f)), interpolation=cv2.INTER_AREA)
-                return srgb_decode(img)
+                img = resize(img, (int(w * f), int(h * f)), "area")
+                return srgb_to_linear(img)
     except Exception as e:
         print(f"footage {path}: {e}", file=sys.stderr)
     return None

@@ -26,7 +26,7 @@ from typing import Dict, List
 import cv2
 import numpy as np
 
-from backend.model.encoding import srgb_decode
+from backend.colour import srgb_to_linear
 
 # the shared real data (footage, ground truth): GBUFFER_SHARED_DIR (the variable the tests
 # and the demo use), else ../shared beside the repository
@@ -86,7 +86,7 @@ def _read_rgb_linear(path: Path) -> np.ndarray:
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise FileNotFoundError(f"cannot read image {path}")
-    return srgb_decode(bgr[..., ::-1].astype(np.float32) / 255.0)
+    return srgb_to_linear(bgr[..., ::-1].astype(np.float32) / 255.0)
 
 
 def _read_depth_mm(path: Path, scale: float = 1000.0) -> np.ndarray:
@@ -130,7 +130,7 @@ def load_middlebury() -> List[dict]:
     disp = np.asarray(disp, dtype=np.float32)
     mask = np.isfinite(disp) & (disp > 0)
     disp = np.where(mask, disp, 0).astype(np.float32)
-    rgb = srgb_decode(np.asarray(left, dtype=np.float32) / 255.0)
+    rgb = srgb_to_linear(np.asarray(left, dtype=np.float32) / 255.0)
     return [{"name": "motorcycle", "rgb": rgb, "disparity": disp, "mask": mask}]
 
 

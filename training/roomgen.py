@@ -36,8 +36,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from backend.colour import srgb_to_linear
 from backend.contract import GBufferFrame, frame_path, make_meta, write_frame
-from backend.model.encoding import srgb_decode
+from backend.imaging import resize
 
 _TEXTURES = None
 EPS = 1e-4
@@ -56,9 +57,14 @@ def _textures():
                 im = skimage_photo(n, (256, 256))
             except Exception:
                 continue
-            texs.append(srgb_decode(im))
+            texs.append(srgb_to_linear(im))
         _TEXTURES = texs
     return _TEXTURES
+
+
+def _smooth_noise(rng, grid: tuple, size: int) -> np.ndarray:
+    """Uniform random ``grid`` (rows, cols) upsampled bicubically to ``size x size`` float32."""
+    return resize(rng.random(grid).astype(np.float32), (size, size), "cubic")
 
 
 def _proc_texture(rng) -> np.ndarray:
@@ -69,15 +75,14 @@ def _proc_texture(rng) -> np.ndarray:
         n = np.zeros((256, 256), np.float32)
         for o in range(5):
             s = 4 * 2 ** o
-            n += cv2.resize(rng.random((s, s)).astype(np.float32), (256, 256),
-                            interpolation=cv2.INTER_CUBIC) / 2 ** o
+            n += _smooth_noise(rng, (s, s), 256) / 2 ** o
         n = (n - n.min()) / max(np.ptp(n), 1e-6)
         other = _paint(rng)
         return base * n[..., None] + other * (1 - n[..., None])
     if kind == 1:  # wood-like stripes
         y = np.linspace(0, 1, 256, dtype=np.float32)[:, None]
         x = np.linspace(0, 1, 256, dtype=np.float32)[None]
-        warp = cv2.resize(rng.random((8, 8)).astype(np.float32), (256, 256), interpolation=cv2.INTER_CUBIC)
+        warp = _smooth_noise(rng, (8, 8), 256)
         v = 0.5 + 0.5 * np.sin((y * rng.uniform(10, 40) + warp * 3 + 0 * x) * np.pi)
         return base * (0.6 + 0.4 * v[..., None])
     if kind == 2:  # tiles
@@ -89,7 +94,7 @@ def _proc_texture(rng) -> np.ndarray:
         img = np.where(t[..., None] == 1, base, other if rng.random() < 0.5 else base * 0.8)
         return np.where(grout[..., None], base * 0.4, img).astype(np.float32)
     # paint with low-frequency variation
-    n = cv2.resize(rng.random((4, 4)).astype(np.float32), (256, 256), interpolation=cv2.INTER_CUBIC)
+    n = _smooth_noise(rng, (4, 4), 256)
     return base * (0.9 + 0.2 * n[..., None])
 
 
@@ -129,7 +134,7 @@ def _wall_paint(rng) -> dict:
     """Kinect style: mostly light, low-saturation wall paint (real rooms)."""
     m = _material(rng, 1.0)
     base = np.clip(rng.uniform(0.35, 0.85) * np.exp(rng.normal(0, 0.06, 3)), 0.03, 0.9).astype(np.float32)
-    n = cv2.resize(rng.random((4, 4)).astype(np.float32), (64, 64), interpolation=cv2.INTER_CUBIC)
+    n = _smooth_noise(rng, (4, 4), 64)
     m["tex"] = np.clip(base * (0.93 + 0.14 * n[..., None]), 0.03, 0.9).astype(np.float32)
     m["metallic"], m["roughness"] = 0.0, float(rng.uniform(0.6, 1.0))
     return m
@@ -145,7 +150,7 @@ def _floor_material(rng) -> dict:
         k = int(rng.integers(3, 9))
         plank = (x * k // 256).astype(np.int64)
         tint = 0.8 + 0.4 * rng.random(k + 1).astype(np.float32)
-        warp = cv2.resize(rng.random((16, 4)).astype(np.float32), (256, 256), interpolation=cv2.INTER_CUBIC)
+        warp = _smooth_noise(rng, (16, 4), 256)
         grain = 0.75 + 0.25 * np.sin((x * rng.uniform(0.2, 0.6) + warp * 6 + y * 0.02) * np.pi)
         base = np.array([0.45, 0.25, 0.12], np.float32) * rng.uniform(0.4, 1.3) * np.exp(rng.normal(0, 0.1, 3))
         tex = base * (tint[plank] * grain)[..., None]
@@ -493,8 +498,8 @@ def render_room(h: int = 144, w: int = 192, seed: int = 0, ss: int = 2, kinect: 
     depth = (-(p - cam) @ R)[:, 2]
     n_cam = n @ R
     def down(a, c):
-        a = a.reshape(H2, W2, c)
-        return cv2.resize(a, (w, h), interpolation=cv2.INTER_AREA) if ss > 1 else a
+        a = a.reshape((H2, W2, c) if c > 1 else (H2, W2))
+        return resize(a, (w, h), "area") if ss > 1 else a
     rgb = down(rad.astype(np.float32), 3)
     nn = down(n_cam.astype(np.float32), 3)
     nn /= np.maximum(np.linalg.norm(nn, axis=-1, keepdims=True), 1e-6)

@@ -101,6 +101,7 @@ def validate(net, samples, hw, max_n=64):
 @torch.no_grad()
 def real_depth_scores(net, max_side=256):
     """AbsRel on NYU/Open3D (monitoring only)."""
+    from backend.imaging import resize
     from backend.model.encoding import encode_input
 
     from .data import downscale
@@ -117,10 +118,8 @@ def real_depth_scores(net, max_side=256):
         for s in ds:
             rgb = downscale(s["rgb"], max_side)
             d = net(torch.from_numpy(encode_input(rgb)))["disparity"][0, 0].numpy()
-            import cv2
-
             h, w = s["depth"].shape
-            d = cv2.resize(d, (w, h), interpolation=cv2.INTER_LINEAR)
+            d = resize(d, (w, h))
             vals.append(depth_metrics_from_disparity(d, s["depth"], s["mask"])["absrel"])
         out[name] = float(np.mean(vals))
     net.train()

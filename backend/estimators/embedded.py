@@ -9,8 +9,8 @@ most ``max_size`` pixels (default :data:`DEFAULT_MAX_SIZE` = 192, the scale the 
 was trained at: full frames of 160-190 px; smaller frames are processed as they are),
 encoded as the network expects (:func:`backend.model.encoding.encode_input`:
 auto-exposure, sRGB OETF, normalisation), run once, and every output is resized back
-to the full frame with bilinear interpolation (``cv2.resize``). Predicted disparity
-(relative inverse depth) becomes relative depth with
+to the full frame with bilinear interpolation (:func:`backend.imaging.resize`).
+Predicted disparity (relative inverse depth) becomes relative depth with
 :func:`backend.model.encoding.disparity_to_depth`; the sky head becomes Confidence
 (0 = sky/background, whose depth is set to the far value).
 """
@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 from typing import Dict, Optional
 
-import cv2
 import numpy as np
 
+from ..imaging import resize
 from ..model.encoding import disparity_to_depth, encode_input
 from .base import Estimator, EstimatorOutput
 
@@ -72,15 +72,6 @@ def _file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _resize(a: np.ndarray, h: int, w: int, interp=cv2.INTER_LINEAR) -> np.ndarray:
-    if a.shape[:2] == (h, w):
-        return a
-    out = cv2.resize(a, (w, h), interpolation=interp)
-    if a.ndim == 3 and out.ndim == 2:
-        out = out[..., None]
-    return out
 
 
 class EmbeddedEstimator(Estimator):
@@ -145,7 +136,7 @@ class EmbeddedEstimator(Estimator):
         """Raw network outputs at the processing size: name -> ``h x w (x C)`` float32."""
         h, w = rgb.shape[:2]
         ph, pw = self.processing_size(h, w)
-        small = _resize(rgb, ph, pw, cv2.INTER_AREA)
+        small = resize(rgb, (pw, ph), "area")
         outs = self.session.run(list(OUTPUT_NAMES), {"image": encode_input(small)})
         res = {}
         for name, o in zip(OUTPUT_NAMES, outs):
@@ -174,7 +165,7 @@ class EmbeddedEstimator(Estimator):
             raise ValueError(f"expected an H x W x 3 RGB frame, got shape {rgb.shape}")
         H, W = rgb.shape[:2]
         ph, pw = self.processing_size(H, W)
-        small = _resize(np.ascontiguousarray(rgb, dtype=np.float32), ph, pw, cv2.INTER_AREA)
+        small = resize(np.ascontiguousarray(rgb, dtype=np.float32), (pw, ph), "area")
         small = np.maximum(np.nan_to_num(small, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
         o = self.run_network(small)
         depth_s, conf_s = disparity_to_depth(o["disparity"], o["sky"])
@@ -184,7 +175,7 @@ class EmbeddedEstimator(Estimator):
         # (up to rounding, removed below with cheap in-place min/max).
         stack = np.concatenate([depth_s[..., None], conf_s[..., None], o["normal"], o["albedo"],
                                 o["metallic"][..., None], o["roughness"][..., None]], axis=-1)
-        big = _resize(np.ascontiguousarray(stack, dtype=np.float32), H, W)
+        big = resize(np.ascontiguousarray(stack, dtype=np.float32), (W, H))
         np.maximum(big[..., 0], 1e-6, out=big[..., 0])
         unit = big[..., [1, 5, 6, 7, 8, 9]]
         np.minimum(unit, 1.0, out=unit)

@@ -8,9 +8,9 @@ Network input ("auto-exposed sRGB"):
 1. scene-linear Rec.709 RGB is scaled so that the 97th percentile of its luminance
    becomes :data:`EXPOSURE_TARGET` (0.9) -- an auto-exposure, which makes the input
    independent of the absolute exposure of renders and footage;
-2. clipped to [0, 1] and encoded with the sRGB transfer function (the way a camera
-   JPEG looks; real footage decoded to linear round-trips to roughly its original
-   pixels);
+2. clipped to [0, 1] and encoded with the sRGB transfer function
+   (:func:`backend.colour.linear_to_srgb`: the way a camera JPEG looks; real footage
+   decoded to linear round-trips to roughly its original pixels);
 3. normalised per channel: ``(x - INPUT_MEAN) / INPUT_STD``.
 
 Network outputs (all at the input size, ``N x C x H x W`` float32):
@@ -21,6 +21,8 @@ Network outputs (all at the input size, ``N x C x H x W`` float32):
 from __future__ import annotations
 
 import numpy as np
+
+from ..colour import linear_to_srgb
 
 #: luminance percentile that the auto-exposure maps onto EXPOSURE_TARGET
 EXPOSURE_PERCENTILE = 97.0
@@ -47,18 +49,6 @@ def auto_exposure_gain(rgb: np.ndarray) -> float:
     return float(np.clip(EXPOSURE_TARGET / p, lo, hi))
 
 
-def srgb_encode(x: np.ndarray) -> np.ndarray:
-    """sRGB OETF of linear values in [0, 1] (values are clipped first), float32."""
-    x = np.clip(np.asarray(x, dtype=np.float32), 0.0, 1.0)
-    return np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.power(x, 1.0 / 2.4) - 0.055).astype(np.float32)
-
-
-def srgb_decode(x: np.ndarray) -> np.ndarray:
-    """Inverse sRGB OETF: encoded values in [0, 1] -> linear, float32."""
-    x = np.clip(np.asarray(x, dtype=np.float32), 0.0, 1.0)
-    return np.where(x <= 0.04045, x / 12.92, np.power((x + 0.055) / 1.055, 2.4)).astype(np.float32)
-
-
 def normalise_encoded(srgb: np.ndarray) -> np.ndarray:
     """sRGB-encoded H x W x 3 in [0, 1] -> network input 1 x 3 x H x W float32."""
     x = (np.asarray(srgb, dtype=np.float32) - INPUT_MEAN) / INPUT_STD
@@ -69,7 +59,7 @@ def encode_input(rgb_linear: np.ndarray) -> np.ndarray:
     """Scene-linear H x W x 3 -> network input ``1 x 3 x H x W`` float32 (see module doc)."""
     rgb = np.nan_to_num(np.asarray(rgb_linear, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
     rgb = np.maximum(rgb, 0.0)
-    return normalise_encoded(srgb_encode(rgb * auto_exposure_gain(rgb)))
+    return normalise_encoded(linear_to_srgb(rgb * auto_exposure_gain(rgb)))
 
 
 def pad_to_stride(h: int, w: int, stride: int = STRIDE) -> tuple:

@@ -49,6 +49,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from ..contract import GBufferFrame
+from ..imaging import resize
 from .base import Renderer
 
 DEFAULT_BASE_MODEL = "stable-diffusion-v1-5/stable-diffusion-v1-5"
@@ -274,7 +275,6 @@ class ControlNetRenderer(Renderer):
         Returns:
             ``H x W x 3`` float32 scene-linear Rec.709 in ``[0, 1]``.
         """
-        import cv2
         import torch
 
         from .. import temporal as tmp
@@ -285,8 +285,7 @@ class ControlNetRenderer(Renderer):
         ph, pw = self.processing_size(h, w)
 
         def to_proc(img):
-            return cv2.resize(np.ascontiguousarray(img, np.float32), (pw, ph),
-                              interpolation=cv2.INTER_AREA if pw < w else cv2.INTER_LINEAR)
+            return resize(np.ascontiguousarray(img, np.float32), (pw, ph), "area" if pw < w else "linear")
 
         src = np.clip(frame.combined[..., :3].astype(np.float32), 0.0, None)
         conds = [to_proc(depth_condition(frame)), to_proc(normal_condition(frame, self.normal_convention))]
@@ -339,7 +338,7 @@ class ControlNetRenderer(Renderer):
                 out = self._img2img(image=init_t, control_image=conds_t, strength=self.strength,
                                     **common).images[0]
         out = np.nan_to_num(np.asarray(out, dtype=np.float32), nan=0.0, posinf=1.0, neginf=0.0)
-        out = cv2.resize(np.clip(out, 0.0, 1.0), (w, h), interpolation=cv2.INTER_LINEAR)
+        out = resize(np.clip(out, 0.0, 1.0), (w, h))
         rgb = np.clip(srgb_to_linear(out), 0.0, 1.0).astype(np.float32)
 
         if chained and mask is not None and mask.any():

@@ -48,6 +48,7 @@ from typing import Dict, Optional, Union
 import numpy as np
 
 from ..contract import ContractError, GBufferFrame
+from ..imaging import resize
 from . import shading as sh
 from .base import Renderer
 from .looks import DAYLIGHT, LookParams, average_irradiance, build_params
@@ -414,8 +415,6 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     Returns:
         ``(env 3 x H x W, n_dot_v H x W)`` for :func:`~.shading.env_specular`.
     """
-    import cv2
-
     if float(rough.min()) >= SSR_MAX_ROUGHNESS:  # nothing glossy (the usual estimate)
         return env, n_dot_v
     gloss = F32(1.0) - sh.smoothstep(0.1, SSR_MAX_ROUGHNESS, rough)
@@ -428,7 +427,7 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     hl, wl = max(1, h // k), max(1, w // k)
 
     def small(a):
-        return cv2.resize(np.ascontiguousarray(a, dtype=F32), (wl, hl), interpolation=cv2.INTER_AREA)
+        return resize(np.ascontiguousarray(a, dtype=F32), (wl, hl), "area")
 
     from ..geometry import normals_from_depth
 

@@ -38,6 +38,10 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+# linear_to_srgb: the one sRGB transfer (backend.colour); also importable from here
+from ..colour import linear_to_srgb  # noqa: F401
+from ..imaging import resize
+
 F32 = np.float32
 #: vertical field of view assumed when a frame carries no intrinsics (degrees)
 DEFAULT_FOV_Y_DEG = 50.0
@@ -293,13 +297,11 @@ def env_specular(f0: np.ndarray, n_dot_v: np.ndarray, roughness: np.ndarray,
 def upsample(img: np.ndarray, h: int, w: int) -> np.ndarray:
     """Bilinear resize of ``[C x] h0 x w0`` to ``h x w`` (float32; pixel centres at
     half-integers, edges clamped: OpenCV ``INTER_LINEAR``)."""
-    import cv2
-
     h0, w0 = img.shape[-2:]
     planes = np.asarray(img, dtype=F32).reshape(-1, h0, w0)
     out = np.empty((planes.shape[0], h, w), dtype=F32)
     for i, p in enumerate(planes):
-        out[i] = cv2.resize(np.ascontiguousarray(p), (w, h), interpolation=cv2.INTER_LINEAR)
+        out[i] = resize(p, (w, h))
     return out.reshape(img.shape[:-2] + (h, w))
 
 
@@ -319,12 +321,11 @@ def lowpass(img: np.ndarray, scale: int = 8, radius: int = 2) -> np.ndarray:
     out = np.empty(planes.shape, dtype=F32)
     k = (2 * radius + 1, 2 * radius + 1)
     for i, p in enumerate(planes):
-        small = cv2.resize(np.ascontiguousarray(p[: hh * scale, : ww * scale]), (ww, hh),
-                           interpolation=cv2.INTER_AREA)
+        small = resize(p[: hh * scale, : ww * scale], (ww, hh), "area")
         if radius > 0:
             small = cv2.blur(small, k, borderType=cv2.BORDER_REPLICATE)
             small = cv2.blur(small, k, borderType=cv2.BORDER_REPLICATE)
-        out[i] = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+        out[i] = resize(small, (w, h))
     return out.reshape(img.shape)
 
 
@@ -457,13 +458,6 @@ def caustics(px: np.ndarray, pz: np.ndarray, t: float, scale: float = 1.0) -> np
     return (c * c).astype(F32)  # (1 - |.|)^8: thin bright lines
 
 
-def linear_to_srgb(x: np.ndarray) -> np.ndarray:
-    """Scene-linear -> sRGB-encoded ``[0, 1]`` (clipped; IEC 61966-2-1 transfer)."""
-    x = np.clip(x, 0.0, 1.0).astype(F32)
-    return np.where(x <= F32(0.0031308), x * F32(12.92),
-                    F32(1.055) * np.power(x, F32(1.0 / 2.4)) - F32(0.055)).astype(F32)
-
-
 _PREVIEW_LUT_SCALE = 4096.0
 _PREVIEW_LUT_MAX = 8.0
 
@@ -473,8 +467,7 @@ def _preview_lut() -> np.ndarray:
     x = np.arange(int(_PREVIEW_LUT_MAX * _PREVIEW_LUT_SCALE) + 1, dtype=np.float64) / _PREVIEW_LUT_SCALE
     y = np.where(x > 0.8, 0.8 + 0.2 * np.tanh((x - 0.8) * 5.0), x)
     y = np.clip(y, 0.0, 1.0)
-    s = np.where(y <= 0.0031308, y * 12.92, 1.055 * np.power(y, 1.0 / 2.4) - 0.055)
-    return np.round(s * 255.0).astype(np.uint8)
+    return np.round(linear_to_srgb(y) * 255.0).astype(np.uint8)
 
 
 def preview_8bit(rgb: np.ndarray, exposure: float = 1.0) -> np.ndarray:
