@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
+from ..errors import InputError
+
 #: order in which looks are applied (light rig, then surfaces, then media)
 LOOK_ORDER = ("golden_hour", "overcast", "night", "rain", "snow", "underwater", "fog")
 
@@ -74,8 +76,9 @@ STOPWORDS = frozenset(
 MIN_STRENGTH, MAX_STRENGTH = 0.1, 3.0
 
 
-class PromptError(ValueError):
-    """The prompt contains words the embedded renderer does not understand.
+class PromptError(InputError):
+    """The prompt contains words the embedded renderer does not understand (a kind of
+    :class:`backend.errors.InputError`, so a ``ValueError``).
 
     Attributes:
         unknown: the words not understood, in prompt order.
