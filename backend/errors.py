@@ -1,4 +1,10 @@
-"""Base class of the backend's "bad input" errors (exit code 2 on the command line)."""
+"""The backend's error classes.
+
+* :class:`InputError` (a ``ValueError``): bad input or arguments; exit code 2 on the
+  command line. ``ContractError``, ``FootageError`` and ``PromptError`` are kinds of it.
+* :class:`JobError` (a ``RuntimeError``): a job failed at run time; exit code 1.
+* :class:`JobCancelled`: the job was cancelled; exit code 130.
+"""
 from __future__ import annotations
 
 import os
@@ -21,3 +27,27 @@ class InputError(ValueError):
         super().__init__(message)
         self.frame = frame
         self.file = None if file is None else str(file)
+
+
+class JobError(RuntimeError):
+    """A job failed. ``str(e)`` is a one-line reason naming the file and frame.
+
+    Attributes:
+        frame: output frame number, or ``None`` when not frame-specific.
+        file: the file concerned (output or input), or ``None``.
+    """
+
+    def __init__(self, message: str, frame: Optional[int] = None, file: Optional[os.PathLike] = None):
+        super().__init__(message)
+        self.frame = frame
+        self.file = None if file is None else str(file)
+
+
+class JobCancelled(Exception):
+    """The job was cancelled (its ``cancel`` event was set: the CLI sets it on
+    SIGINT/SIGTERM); ``written`` frames are complete on disk, ``frame`` is where it stopped."""
+
+    def __init__(self, written: int = 0, frame: Optional[int] = None):
+        super().__init__(f"cancelled after {written} frame(s)")
+        self.written = written
+        self.frame = frame

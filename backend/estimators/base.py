@@ -10,6 +10,8 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
+from ..registry import Registry
+
 
 @dataclass
 class EstimatorOutput:
@@ -106,19 +108,21 @@ class Estimator:
         return {"name": self.name}
 
 
-_REGISTRY: Dict[str, Callable[..., Estimator]] = {}
+#: the estimator registry; built-ins load their modules only when created
+ESTIMATORS = Registry("estimator", __package__, {
+    "embedded": ".embedded:EmbeddedEstimator",
+    "marigold": ".marigold:MarigoldEstimator",
+})
 
 
 def register_estimator(name: str, factory: Callable[..., Estimator]) -> None:
     """Register ``factory(**options) -> Estimator`` under ``name``."""
-    _REGISTRY[name] = factory
+    ESTIMATORS.register(name, factory)
 
 
 def available_estimators() -> list:
     """Names of registered estimators."""
-    from . import _load_builtin  # noqa: F401  (registers built-ins on import)
-
-    return sorted(_REGISTRY)
+    return ESTIMATORS.names()
 
 
 def get_estimator(name: str, **options) -> Estimator:
@@ -127,8 +131,4 @@ def get_estimator(name: str, **options) -> Estimator:
     Raises:
         KeyError: unknown name (the message lists the known ones).
     """
-    from . import _load_builtin  # noqa: F401
-
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](**options)
+    return ESTIMATORS.create(name, **options)

@@ -27,6 +27,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, FALLBACK_METALLIC, FALLBACK_ROUGHNESS, MIN_RESOLUTION,
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
 )
+from ..errors import JobError
 from ..footage import Footage, FootageError, open_footage
 from .runner import Deferred, JobResult, run_job
 
@@ -119,8 +120,6 @@ class _Shot:
         except KeyboardInterrupt:
             raise
         except Exception as e:
-            from .runner import JobError
-
             raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                            frame=number, file=sf.path) from e

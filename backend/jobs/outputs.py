@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import contract
+from ..errors import JobError
 
 
 def frame_prefix(path_for: Callable[[int], Path]) -> Optional[str]:
@@ -101,7 +102,6 @@ def check_previous_outputs(
         JobError: stale frames and no ``overwrite`` (one line naming the folder and the
             way forward); ``out`` holds another job's output; a file cannot be removed.
     """
-    from .runner import JobError
 
     out = Path(out)
     other_job = old_manifest.get("job")

@@ -60,34 +60,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, Tuple
 
 from .. import contract, events
+from ..errors import JobCancelled, JobError  # noqa: F401  (re-exported: their former home)
 from .outputs import check_previous_outputs
 
 WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
 #: seconds between manifest rewrites during a run (see :func:`run_job`)
 MANIFEST_INTERVAL_S = 2.0
-
-
-class JobError(RuntimeError):
-    """A job failed. ``str(e)`` is a one-line reason naming the file and frame.
-
-    Attributes:
-        frame: output frame number, or ``None`` when not frame-specific.
-        file: the file concerned (output or input), or ``None``.
-    """
-
-    def __init__(self, message: str, frame: Optional[int] = None, file: Optional[os.PathLike] = None):
-        super().__init__(message)
-        self.frame = frame
-        self.file = None if file is None else str(file)
-
-
-class JobCancelled(Exception):
-    """SIGINT/SIGTERM stopped the job; ``written`` frames are complete on disk."""
-
-    def __init__(self, written: int = 0, frame: Optional[int] = None):
-        super().__init__(f"cancelled after {written} frame(s)")
-        self.written = written
-        self.frame = frame
 
 
 @dataclass

@@ -6,6 +6,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 
 from ..contract import GBufferFrame
+from ..registry import Registry
 
 
 class Renderer:
@@ -33,19 +34,21 @@ class Renderer:
         return {"name": self.name}
 
 
-_REGISTRY: Dict[str, Callable[..., Renderer]] = {}
+#: the renderer registry; built-ins load their modules only when created
+RENDERERS = Registry("renderer", __package__, {
+    "embedded": ".embedded:EmbeddedRenderer",
+    "controlnet": ".controlnet:ControlNetRenderer",
+})
 
 
 def register_renderer(name: str, factory: Callable[..., Renderer]) -> None:
     """Register ``factory(**options) -> Renderer`` under ``name``."""
-    _REGISTRY[name] = factory
+    RENDERERS.register(name, factory)
 
 
 def available_renderers() -> list:
     """Names of registered renderers."""
-    from . import _load_builtin  # noqa: F401
-
-    return sorted(_REGISTRY)
+    return RENDERERS.names()
 
 
 def get_renderer(name: str, **options) -> Renderer:
@@ -54,8 +57,4 @@ def get_renderer(name: str, **options) -> Renderer:
     Raises:
         KeyError: unknown name (the message lists the known ones).
     """
-    from . import _load_builtin  # noqa: F401
-
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown renderer {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](**options)
+    return RENDERERS.create(name, **options)

@@ -1,0 +1,54 @@
+"""The repository's layout rules (issue 13): no import cycles between files, nothing
+Blender-side loose at the root, the backend never imports bpy."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_no_import_cycles_between_files():
+    """Every import counts, function-level ones included (tools/import_graph.py)."""
+    p = subprocess.run([sys.executable, str(REPO / "tools" / "import_graph.py")], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().endswith("0 import cycle(s)")
+
+
+def test_the_cycle_finder_finds_a_cycle(tmp_path):
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import import_graph
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_graph.cycles(g) == [["a", "b", "c"]]
+    assert import_graph.cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_only_the_registering_init_is_loose_at_the_root():
+    loose = sorted(p.name for p in REPO.glob("*.py"))
+    assert loose == ["__init__.py"], loose
+
+
+def _imports_bpy(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in ("bpy", "bmesh") for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("bpy", "bmesh"):
+            return True
+    return False
+
+
+def test_backend_never_imports_bpy_and_bpy_lives_in_the_blender_layer():
+    backend = [p for p in (REPO / "backend").rglob("*.py") if _imports_bpy(p)]
+    assert backend == []
+    allowed = ("addon", "operators", "panels")
+    product = [p for p in REPO.rglob("*.py")
+               if p.relative_to(REPO).parts[0] not in ("tests", "training", "tools", "benchmarks", ".venv", ".venv45")
+               and p.relative_to(REPO).parts[0] not in allowed and p.name != "__init__.py" and _imports_bpy(p)]
+    assert product == []
