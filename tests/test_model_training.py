@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backend.model import losses  # noqa: E402
+from training import losses  # noqa: E402
 from training.augment import augment, flip_h  # noqa: E402
 from training.data import frame_to_sample, toy_frame  # noqa: E402
 

@@ -42,7 +42,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from backend.model.losses import total_loss  # noqa: E402
+from training.losses import total_loss  # noqa: E402
 from backend.model.net import GBufNet, NetConfig, count_params  # noqa: E402
 
 from .augment import augment  # noqa: E402
