@@ -1,18 +1,28 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """G-Buffer Editor: a Blender extension.
 
-Registers, in this order, :mod:`.preferences`, :mod:`.operators`, :mod:`.panels` and
-:mod:`.cli_command`, and unregisters them in reverse order. Each of those modules owns
-what it registers (classes, properties, handlers, timers) and removes all of it in its
-own ``unregister()``.
+The Blender layer, in three layers, each importing only the ones before it:
 
-Relative imports only: the package is imported as ``bl_ext.<repo>.gbuffer_editor``
-when installed, and under other names in tests.
+1. :mod:`.addon` - settings and services: add-on preferences, scene settings, compositor
+   wiring, bpy-version compat, the worker process launcher, scene export (Cycles);
+   plus :mod:`.addon.cli_command`, the headless ``--command``, which drives operators;
+2. :mod:`.operators` - the ``gbuffer.*`` operators;
+3. :mod:`.panels` - the sidebar and the status bar.
+
+Registers, in this order, :mod:`.addon.preferences`, :mod:`.addon.props`,
+:mod:`.operators`, :mod:`.panels` and :mod:`.addon.cli_command`, and unregisters them in
+reverse order. Each of those modules owns what it registers (classes, properties,
+handlers, timers) and removes all of it in its own ``unregister()``.
+
+Relative imports only, the backend included (``from ..backend import contract``): the
+package is imported as ``bl_ext.<repo>.gbuffer_editor`` when installed, and under other
+names in tests, so there is one copy of the backend in Blender's process. The worker
+process runs ``python -m backend`` from this folder (:mod:`.addon.worker`).
 """
 
 import importlib
 
-_SUBMODULE_NAMES = ("preferences", "operators", "panels", "cli_command")
+_SUBMODULE_NAMES = ("addon.preferences", "addon.props", "operators", "panels", "addon.cli_command")
 
 
 def _submodules():
@@ -46,3 +56,15 @@ def unregister():
     while _registered:
         module = _registered.pop()
         module.unregister()
+
+
+def __getattr__(name):
+    """``from <package> import cli_command`` (documented before the Blender layer moved
+    into :mod:`.addon`) still works; deprecated, use ``<package>.addon.cli_command``."""
+    if name == "cli_command":
+        import warnings
+
+        warnings.warn("import cli_command from the package's 'addon' subpackage", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(".addon.cli_command", __package__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+

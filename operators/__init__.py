@@ -1,4 +1,4 @@
-"""Operators of the G-Buffer workflow (``gbuffer.*``) and the scene settings they use.
+"""Operators of the G-Buffer workflow (``gbuffer.*``).
 
 Modules, one per concept:
 
@@ -7,20 +7,23 @@ Modules, one per concept:
 * :mod:`.export_scene` - Export Scene G-Buffers (exact G-buffers of a 3D scene, Cycles)
 * :mod:`.restyle` - Restyle (material edits -> edited G-buffers -> restyle worker -> result)
 * :mod:`.jobs` - step controller shared by the modal and the blocking paths, Cancel
-* :mod:`.compositor` - all node wiring; :mod:`.footage` - footage metadata;
-  :mod:`.backend_args` - preferences and backend command lines;
-  :mod:`.models` - optional models: status, size, Download (drawn in the preferences)
+* :mod:`.footage` - footage metadata; :mod:`.backend_args` - preferences and backend
+  command lines
+* :mod:`.models` - Download a model; :mod:`.diffusion_deps` - install / remove the
+  diffusion packages (both drawn in the add-on preferences)
+
+They build on the settings layer :mod:`..addon` (scene settings, preferences,
+compositor wiring, compat, worker); nothing there imports an operator.
 """
 import bpy
 
-from .. import props
-from . import decompose, export_scene, import_footage, jobs, models, restyle
+from . import decompose, diffusion_deps, export_scene, import_footage, jobs, models, restyle
 
-_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *export_scene.classes, *jobs.classes, *models.classes)
+_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *export_scene.classes, *jobs.classes,
+            *models.classes, *diffusion_deps.classes)
 
 
 def register():
-    props.register()
     for cls in _classes:
         bpy.utils.register_class(cls)
 
@@ -30,4 +33,3 @@ def unregister():
         job.cancel()
     for cls in reversed(_classes):
         bpy.utils.unregister_class(cls)
-    props.unregister()

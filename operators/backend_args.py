@@ -11,8 +11,8 @@ from typing import Dict, List, Optional
 
 import bpy
 
-from .. import worker
-
+from ..addon import dependencies, worker
+from ..addon import preferences as prefs_mod
 
 
 class _DefaultPrefs:
@@ -24,9 +24,7 @@ class _DefaultPrefs:
 
 
 def preferences():
-    """The add-on preferences (``preferences.py``), or defaults when not registered."""
-    from .. import preferences as prefs_mod
-
+    """The add-on preferences (:mod:`..addon.preferences`), or defaults when not registered."""
     prefs = prefs_mod.get_preferences()
     return prefs if prefs is not None else _DefaultPrefs()
 
@@ -47,15 +45,12 @@ def worker_environment(prefs=None) -> Dict[str, str]:
     """Worker environment: :func:`worker.worker_env` plus the preferences.
 
     * ``GBUFFER_EXTRA_SITE``: the on-demand diffusion packages folder (Blender's Python
-      only), appended to the worker's ``sys.path`` by ``dependencies.append_extra_site_paths``;
+      only), appended to the worker's ``sys.path`` by ``backend/__main__.py``;
     * ``GBUFFER_EDITOR_MODEL_DIR`` and ``HF_HUB_CACHE``: the models folder, where the
       preferences' Download buttons put models; ``GBUFFER_EDITOR_PRECISION``;
     * ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1 in offline mode or when Blender's
       online access is off.
     """
-    from .. import dependencies
-    from .. import preferences as prefs_mod
-
     prefs = prefs or preferences()
     _, external = worker_python(prefs)
     extra = {}

@@ -7,19 +7,18 @@ from typing import List
 
 import bpy
 
-from . import backend_args, compositor, footage
+from ..addon import compositor
+from ..backend import contract
+from . import backend_args, footage
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep
 
 
 def first_frame_index(gbuffer_dir: os.PathLike) -> int:
     """0-based source frame index of the first G-buffer frame (its ``frame_index`` header)."""
-    from ..backend.contract import list_frames, read_channels, _decode_meta
-
-    frames = list_frames(gbuffer_dir)
+    frames = contract.list_frames(gbuffer_dir)
     if not frames:
         return 0
-    _, header = read_channels(next(iter(frames.values())))
-    return int(_decode_meta(header).get("frame_index", 0) or 0)
+    return int(contract.read_meta(next(iter(frames.values()))).get("frame_index", 0) or 0)
 
 
 def footage_start(scene) -> int:

@@ -1,20 +1,21 @@
 """Export Scene G-Buffers: exact G-buffers of the current scene, rendered with Cycles.
 
-The UI and headless face of :func:`..scene.export.export_scene_gbuffers` (issue 4): the
-scene's frame range (or the current frame) is rendered into contract EXR frames
+The UI and headless face of :func:`..addon.scene.export.export_scene_gbuffers` (issue 4):
+the scene's frame range (or the current frame) is rendered into contract EXR frames
 ``gbuffer_NNNN.exr`` (numbered by scene frame) in an output folder, by default
-``//gbuffers_<scene>/`` next to the .blend.
+``//gbuffers_<scene>/`` next to the .blend, listed in its ``manifest.json``
+(:class:`..addon.scene.export.ExportManifest`, rewritten after every frame).
 
-One :class:`..jobs.JobController` drives it, so the operator, the sidebar's Status box,
+One :class:`.jobs.JobController` drives it, so the operator, the sidebar's Status box,
 the status bar and the headless command share one code path:
 
-1. :class:`ExportStep` prepares the scene once (:class:`..scene.export.GBufferRenderer`:
+1. :class:`ExportStep` prepares the scene once (:class:`..addon.scene.export.GBufferRenderer`:
    Cycles, passes, shader AOVs ...) and renders **one frame per tick**; the modal
    operator ticks it from a timer, so **Esc cancels between frames**. Everything the
    renderer changed is restored when the step ends, fails or is cancelled, so the .blend
    is left as it was (finished frames stay on disk).
 2. Optionally (``load_compositor``) the frames are wired into the compositor exactly as
-   Decompose does (:func:`.compositor.setup_gbuffer`), ready for material edits and
+   Decompose does (:func:`..addon.compositor.setup_gbuffer`), ready for material edits and
    Restyle.
 
 While the modal operator runs, keyboard and mouse input is swallowed (except Esc): the
@@ -30,8 +31,11 @@ from typing import Callable, List, Optional, Sequence
 
 import bpy
 
-from .. import worker as worker_mod
-from . import compositor
+from ..addon import compositor
+from ..addon import worker as worker_mod
+from ..addon.scene.export import ExportError, ExportManifest, GBufferRenderer
+from ..addon.scene.passes import PassError
+from ..backend import contract
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, Step
 
 #: ``estimator`` header value of frames written by the scene export
@@ -53,17 +57,12 @@ def scene_frames(scene, current_only: bool = False) -> List[int]:
 def _foreign_frames(out_dir: Path) -> Optional[str]:
     """A reason when ``out_dir`` holds ``gbuffer_NNNN.exr`` files that a scene export did
     not write (e.g. a Decompose result, or unreadable files); ``None`` otherwise."""
-    from ..backend.contract import _decode_meta, list_frames
-
     if not out_dir.is_dir():
         return None
-    for path in list_frames(out_dir).values():
+    for path in contract.list_frames(out_dir).values():
         try:
-            import OpenEXR
-
-            with OpenEXR.File(str(path), header_only=True) as f:
-                est = _decode_meta(dict(f.parts[0].header)).get("estimator")
-        except Exception:  # noqa: BLE001 - anything unreadable is not ours to replace
+            est = contract.read_meta(path).get("estimator")
+        except contract.ContractError:  # anything unreadable is not ours to replace
             return f"{path.name} is not a readable G-buffer frame"
         if est != SCENE_ESTIMATOR:
             return f"it holds G-buffers estimated by {est!r} ({path.name}), e.g. a Decompose result"
@@ -131,12 +130,11 @@ class ExportStep(Step):
         self.done = 0
         self.written: List[Path] = []
         self._renderer = None
+        self._manifest = None
         self._progress = False
         self.t0 = None
 
     def start(self, ctl):
-        from ..scene.export import ExportError, GBufferRenderer
-
         scene = bpy.data.scenes[self.scene_name]
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -147,6 +145,7 @@ class ExportStep(Step):
                                              threads=self.threads).__enter__()
         except ExportError as e:
             raise JobFailed(str(e)) from e
+        self._manifest = ExportManifest(self.out_dir, self._renderer, self.frames, self.motion_blur_steps)
         ctl.data["out_dir"] = self.out_dir
         self.t0 = time.monotonic()
         wm = getattr(bpy.context, "window_manager", None)
@@ -155,15 +154,12 @@ class ExportStep(Step):
             self._progress = True
 
     def tick(self, ctl):
-        from ..backend import contract
-        from ..scene.export import ExportError
-        from ..scene.passes import PassError
-
         fr = self.frames[self.done]
         path = contract.frame_path(self.out_dir, fr)
         try:
             frame = self._renderer.render_frame(fr, motion_blur_steps=self.motion_blur_steps)
             contract.write_frame(path, frame)
+            self._manifest.add(fr, path, frame.meta)
         except (ExportError, contract.ContractError, PassError, RuntimeError, ValueError) as e:
             raise JobFailed(f"scene {self.scene_name!r} frame {fr}: {e}") from e
         except OSError as e:
@@ -199,11 +195,9 @@ def load_into_compositor(scene, out_dir: os.PathLike):
     """Wire the exported frames into the compositor like Decompose does (G-buffer Image
     node, "Material edits" frame, G-buffer output, Viewer); the Image node starts at the
     scene frame of the first file. Returns the Image node."""
-    from ..backend.contract import list_frames
-
     s = scene.gbuffer_editor
     node = compositor.setup_gbuffer(scene, out_dir, s.preview_pass)
-    node.frame_start = next(iter(list_frames(out_dir)))  # files are numbered by scene frame
+    node.frame_start = next(iter(contract.list_frames(out_dir)))  # files are numbered by scene frame
     s.gbuffer_dir = str(out_dir)
     return node
 
@@ -348,7 +342,7 @@ def _fail(message: str, frame=None, code: int = 1) -> int:
 
 
 def run_cli(argv: List[str]) -> int:
-    """``export-scene`` of the headless command (:mod:`..cli_command`); returns the exit code."""
+    """``export-scene`` of the headless command (:mod:`..addon.cli_command`); returns the exit code."""
     import argparse
     import sys
 

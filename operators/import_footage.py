@@ -8,7 +8,8 @@ import bpy
 from bpy.props import CollectionProperty, StringProperty
 from bpy_extras.io_utils import ImportHelper
 
-from . import compositor, footage
+from ..addon import compositor
+from . import footage
 
 
 def apply_footage(scene, info: footage.FootageInfo):

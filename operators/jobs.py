@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 import bpy
 
-from .. import worker as worker_mod
+from ..addon import worker as worker_mod
 
 _ACTIVE: Dict[str, "JobController"] = {}
 

@@ -1,12 +1,13 @@
 """Restyle: bake the compositor's material edits into G-buffers, re-render them with a prompt.
 
-Steps (one :class:`..jobs.JobController`):
+Steps (one :class:`.jobs.JobController`):
 
 1. :class:`EditsStep` renders the compositor one frame per tick with the "G-buffer output"
    File Output node switched on, then rewrites each file as a contract frame in
    ``restyle_NNN/edited_gbuffer/`` (same frame numbers as the source G-buffers, header
    metadata copied from them; Blender 5.0's multi-part layout and 4.x's single part are
-   both read by :func:`..compat.read_gbuffer_frame`).
+   both read by :func:`..addon.compat.read_gbuffer_frame`), brought back inside the
+   contract by :func:`backend.contract.sanitize`.
 2. The backend worker: ``python -m backend restyle edited_gbuffer --prompt ... --out
    restyle_NNN/result --renderer NAME``.
 3. The result sequence is loaded into an Image node feeding the compositor output.
@@ -21,36 +22,14 @@ from pathlib import Path
 from typing import List, Optional
 
 import bpy
-import numpy as np
 
-from .. import compat
-from . import backend_args, compositor
+from ..addon import compat, compositor
+from ..backend import contract
+from . import backend_args
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, Step, WorkerStep
 
 EDITED_DIR = "edited_gbuffer"
 RESULT_DIR = "result"
-
-
-def sanitize(frame) -> None:
-    """Bring artist-edited passes back inside the contract, in place.
-
-    NaN/Inf -> 0; Albedo, Metallic, Roughness, Confidence clipped to [0, 1]; Depth
-    clamped to >= 1e-4; Normals re-normalised (zero vectors become (0, 0, 1)).
-    """
-    for name in ("combined", "depth", "normal", "albedo", "metallic", "roughness", "confidence"):
-        arr = getattr(frame, name)
-        if arr is not None:
-            setattr(frame, name, np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32))
-    for name in ("albedo", "metallic", "roughness", "confidence"):
-        arr = getattr(frame, name)
-        if arr is not None:
-            setattr(frame, name, np.clip(arr, 0.0, 1.0))
-    frame.combined = np.maximum(frame.combined, 0.0)
-    frame.depth = np.maximum(frame.depth, 1e-4)
-    n = frame.normal
-    length = np.linalg.norm(n, axis=-1, keepdims=True)
-    safe = np.where(length > 1e-6, n / np.maximum(length, 1e-6), np.array([0.0, 0.0, 1.0], np.float32))
-    frame.normal = safe.astype(np.float32)
 
 
 class EditsStep(Step):
@@ -66,8 +45,6 @@ class EditsStep(Step):
         self._saved = None
 
     def start(self, ctl):
-        from ..backend.contract import list_frames, read_channels
-
         scene = ctl.scene
         tree = compat.compositor_tree(scene, create=False)
         if tree is None:
@@ -80,7 +57,7 @@ class EditsStep(Step):
             raise JobFailed(str(e)) from None
         image_node = compositor.find_node(tree, compositor.ROLE_GBUFFER)
         self.offset = image_node.frame_offset
-        self.source_frames = list_frames(self.source_dir)
+        self.source_frames = contract.list_frames(self.source_dir)
         if not self.source_frames:
             raise JobFailed(f"no G-buffer frames in {self.source_dir}")
         if self.frames is None:
@@ -90,7 +67,7 @@ class EditsStep(Step):
         if not self.frames:
             raise JobFailed("no G-buffer frame lies in the scene's frame range")
         self.start_frame = start
-        chans, _ = read_channels(next(iter(self.source_frames.values())))
+        chans, _ = contract.read_channels(next(iter(self.source_frames.values())))
         h, w = next(iter(chans.values())).shape
         self.render_dir.mkdir(parents=True, exist_ok=True)
         r = scene.render
@@ -116,8 +93,6 @@ class EditsStep(Step):
         return scene_frame - start + 1 + self.offset
 
     def tick(self, ctl):
-        from ..backend import contract
-
         scene = ctl.scene
         f = self.frames[self.i]
         scene.frame_set(f)
@@ -129,10 +104,10 @@ class EditsStep(Step):
         num = self.file_number(f)
         try:
             frame = compat.read_gbuffer_frame(rendered)
-            src_meta = contract.read_frame(self.source_frames[num]).meta
+            src_meta = contract.read_meta(self.source_frames[num])
         except contract.ContractError as e:
             raise JobFailed(f"frame {f}: {e}") from None
-        sanitize(frame)
+        contract.sanitize(frame)
         frame.meta = dict(src_meta, edited=True)
         contract.write_frame(contract.frame_path(self.edited_dir, num), frame, validate=False)
         rendered.unlink()

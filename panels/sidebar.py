@@ -9,6 +9,8 @@ import os
 
 import bpy
 
+from ..operators.export_scene import default_output_dir
+
 CATEGORY = "G-Buffer"
 
 
@@ -68,8 +70,6 @@ def draw_restyle(layout, context) -> None:
 
 def draw_scene_export(layout, context) -> None:
     """Scene G-Buffers: exact G-buffers of this 3D scene (Cycles) instead of estimates."""
-    from ..operators.export_scene import default_output_dir
-
     s, scene = settings(context), context.scene
     layout.prop(s, "scene_export_dir")
     if not s.scene_export_dir:

@@ -1,8 +1,10 @@
 """Test helpers for the Blender workflow tests (tests/test_blender_*.py, issue 6).
 
 * :func:`enable_addon` imports the repository folder as the package ``gbuffer_editor``
-  (through a symlink in a temp folder) and enables it with ``addon_utils``, so the
-  preferences exist exactly as for an installed extension.
+  (``tools/source_package.py``) and enables it with ``addon_utils``, so the preferences
+  exist exactly as for an installed extension. Import Blender-layer modules through that
+  package (``gbuffer_editor.addon.worker``, ``gbuffer_editor.operators.jobs``), never as
+  top-level modules.
 * :class:`RecordingLayout` stands in for ``bpy.types.UILayout`` (bpy as a module draws
   no UI): it records every ``prop``/``operator``/``label``/``progress`` call.
 * :func:`write_fake_worker` writes a small real worker script speaking the JSON-lines
@@ -16,28 +18,24 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = Path(__file__).resolve().parent
-PACKAGE = "gbuffer_editor"
 EMBEDDED_ONNX = REPO_ROOT / "backend" / "model" / "weights" / "embedded.onnx"
 
-_PKG_DIR = None
+if str(REPO_ROOT / "tools") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "tools"))
+from source_package import PACKAGE, checkout_module, put_checkout_on_path  # noqa: E402,F401
 
 
 def enable_addon():
     """Enable the add-on from the source tree; returns the imported package module."""
-    global _PKG_DIR
     import addon_utils
 
-    if _PKG_DIR is None:
-        _PKG_DIR = tempfile.mkdtemp(prefix="gbuffer_pkg_")
-        os.symlink(REPO_ROOT, os.path.join(_PKG_DIR, PACKAGE))
-        sys.path.insert(0, _PKG_DIR)
+    put_checkout_on_path()
     mod = addon_utils.enable(PACKAGE, default_set=True, handle_error=None)
     if mod is None:
         raise RuntimeError("could not enable the add-on from " + str(REPO_ROOT))

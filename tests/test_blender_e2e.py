@@ -55,8 +55,7 @@ def _frame_files(folder, prefix):
 
 
 def test_import_decompose_edit_restyle(addon, footage, tmp_path):
-    from gbuffer_editor import compat
-    from gbuffer_editor.operators import compositor
+    from gbuffer_editor.addon import compat, compositor
 
     scene = bpy.context.scene
     assert bpy.ops.gbuffer.import_footage(filepath=str(footage("boat"))) == {"FINISHED"}
@@ -164,8 +163,7 @@ def _json_lines(text: str) -> list:
 
 def test_headless_command(addon, footage, tmp_path, capsys):
     """``blender -b --command gbuffer_editor ...``: the registered function with an argv list."""
-    from gbuffer_editor import cli_command
-    from gbuffer_editor.operators import compositor
+    from gbuffer_editor.addon import cli_command, compositor
 
     assert cli_command._handle is not None  # registered with bpy.utils.register_cli_command
     est = "embedded" if util.EMBEDDED_ONNX.exists() else "tiny"
@@ -229,7 +227,7 @@ def test_headless_command_stdout_is_json_only_at_fd_level(footage, tmp_path):
         sys.path.insert(0, {str(util.TESTS_DIR)!r})
         import blender_workflow_util as util
         util.enable_addon()
-        from gbuffer_editor import cli_command
+        from gbuffer_editor.addon import cli_command
         rc = cli_command.run(["decompose", {str(footage("boat"))!r}, "--out", {str(tmp_path / "gb")!r},
                               "--estimator", {est!r}, "--max-size", "32", "--frames", "1-2",
                               "--save", {str(tmp_path / "s.blend")!r}])
@@ -244,7 +242,7 @@ def test_headless_command_stdout_is_json_only_at_fd_level(footage, tmp_path):
 
 def test_cancel_real_decompose_keeps_only_complete_frames(addon, footage, tmp_path):
     """Cancel (SIGTERM) a real backend decompose mid-run: exit 130, only whole frames on disk."""
-    from gbuffer_editor import worker
+    from gbuffer_editor.addon import worker
     from gbuffer_editor.operators import decompose, jobs
 
     launcher = util.write_tiny_launcher(tmp_path)

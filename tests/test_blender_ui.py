@@ -108,7 +108,7 @@ def test_enums_list_the_backend_registries(addon, scene):
     from gbuffer_editor.backend.renderers import available_renderers
 
     # dynamic enums: read the items through the callback the property uses
-    from gbuffer_editor import props as props_mod
+    from gbuffer_editor.addon import props as props_mod
 
     assert sorted(i[0] for i in props_mod._estimator_items(None, None)) == sorted(available_estimators())
     assert sorted(i[0] for i in props_mod._renderer_items(None, None)) == sorted(available_renderers())
@@ -119,7 +119,7 @@ def test_enums_list_the_backend_registries(addon, scene):
 
 
 def test_import_footage_sets_scene_from_fractional_rate_movie(addon, footage):
-    from gbuffer_editor.operators import compositor
+    from gbuffer_editor.addon import compositor
 
     sc = bpy.context.scene
     assert bpy.ops.gbuffer.import_footage(filepath=str(footage("phone_office"))) == {"FINISHED"}
@@ -157,7 +157,7 @@ def test_fps_and_pixel_aspect_conversions(addon):
 
 
 def test_compat_multilayer_file_output(addon, scene, tmp_path):
-    from gbuffer_editor import compat
+    from gbuffer_editor.addon import compat
 
     tree = compat.compositor_tree(scene)
     assert tree.bl_idname == "CompositorNodeTree"
@@ -181,7 +181,7 @@ def test_compat_multilayer_file_output(addon, scene, tmp_path):
 
 
 def test_gbuffer_setup_wires_passes_through_material_edits(addon, scene, tmp_path):
-    from gbuffer_editor.operators import compositor
+    from gbuffer_editor.addon import compositor
 
     folder = util.write_gbuffer_frames(tmp_path / "gb", n=3)
     node = compositor.setup_gbuffer(scene, folder, "Roughness")
@@ -194,7 +194,7 @@ def test_gbuffer_setup_wires_passes_through_material_edits(addon, scene, tmp_pat
     assert frame.bl_idname == "NodeFrame" and frame.label == "Material edits"
     fo = compositor.gbuffer_output(tree)
     assert fo.mute  # a plain render writes nothing
-    from gbuffer_editor import compat
+    from gbuffer_editor.addon import compat
 
     for name, sock in compat.file_output_inputs(fo).items():
         link = sock.links[0]
@@ -213,7 +213,7 @@ def test_gbuffer_setup_wires_passes_through_material_edits(addon, scene, tmp_pat
 
 
 def test_job_controller_done_error_cancel(addon, scene, tmp_path):
-    from gbuffer_editor import worker
+    from gbuffer_editor.addon import worker
     from gbuffer_editor.operators import jobs
 
     script = util.write_fake_worker(tmp_path)
@@ -263,7 +263,7 @@ def test_job_controller_done_error_cancel(addon, scene, tmp_path):
 
 def test_modal_path_timer_and_escape(addon, scene, tmp_path):
     """The modal operator's event handling, driven with timer / Esc events."""
-    from gbuffer_editor import worker
+    from gbuffer_editor.addon import worker
     from gbuffer_editor.operators import jobs
     from gbuffer_editor.operators.decompose import GBUFFER_OT_decompose
 
@@ -321,7 +321,9 @@ def test_poll_messages(addon, scene):
 
 
 def test_sanitize_keeps_edited_frames_inside_the_contract(addon):
-    from gbuffer_editor.operators.restyle import sanitize
+    """Restyle's EditsStep brings edited frames back with the contract's own sanitize."""
+    from gbuffer_editor.backend import contract
+    from gbuffer_editor.backend.contract import sanitize
 
     h, w = 4, 5
     f = contract.GBufferFrame(
@@ -330,7 +332,7 @@ def test_sanitize_keeps_edited_frames_inside_the_contract(addon):
         metallic=np.full((h, w), np.nan, np.float32), roughness=np.full((h, w), -0.5, np.float32),
     )
     f.normal[0, 0] = (0, 3, 4)
-    sanitize(f)
+    assert sanitize(f) is f
     f.validate()
     assert np.allclose(f.normal[0, 0], (0, 0.6, 0.8)) and np.allclose(f.normal[1, 1], (0, 0, 1))
     assert f.albedo.max() == 1.0 and f.roughness.min() == 0.0 and f.metallic.max() == 0.0
@@ -339,7 +341,8 @@ def test_sanitize_keeps_edited_frames_inside_the_contract(addon):
 def test_import_png_sequence(addon, tmp_path):
     import cv2
 
-    from gbuffer_editor.operators import compositor, footage
+    from gbuffer_editor.addon import compositor
+    from gbuffer_editor.operators import footage
 
     for i in range(5, 9):  # shot_0005.png .. shot_0008.png, 40x30
         img = np.full((30, 40, 3), 30 * i % 255, np.uint8)
@@ -359,11 +362,12 @@ def test_import_png_sequence(addon, tmp_path):
 
 
 def test_model_list_status_and_preferences_draw(addon, tmp_path):
-    from gbuffer_editor.operators import models
+    from gbuffer_editor.addon import model_catalog as models
+    from gbuffer_editor.addon import preferences
+    from gbuffer_editor.backend.estimators import marigold
 
     specs = models.model_specs()
     assert [m.key for m in specs][:2] == ["embedded", "marigold_depth"]
-    from backend.estimators import marigold
 
     assert specs[1].repo_id == marigold.DEPTH_MODEL
     spec = specs[1]
@@ -381,15 +385,15 @@ def test_model_list_status_and_preferences_draw(addon, tmp_path):
 
     # bpy as a module runs with online access off: downloads are refused with the reason
     assert not bpy.app.online_access
-    assert models.downloads_allowed(None) == (False, "Online access is off (Preferences > System > Network)")
+    assert preferences.downloads_allowed(None) == (False, "Online access is off (Preferences > System > Network)")
     assert not bpy.ops.gbuffer.download_model.poll()
 
     prefs = bpy.context.preferences.addons[util.PACKAGE].preferences
     prefs.model_dir = str(tmp_path)
     try:
         layout = util.RecordingLayout()
-        # preferences.py's draw() calls this (its other parts need an installed extension)
-        models.draw_model_list(layout, prefs)
+        # the preferences' draw() calls this (its other parts need an installed extension)
+        preferences.draw_model_list(layout, prefs)
         labels = [c[1].get("text", "") for c in layout.calls if c[0] == "label"]
         assert "Marigold Depth" in labels and "Marigold Normals" in labels
         assert any(t.startswith("2.9 KB") for t in labels)  # the present one, with its size
@@ -404,11 +408,12 @@ def test_model_list_status_and_preferences_draw(addon, tmp_path):
 
 def test_download_worker_reports_failure_offline(addon, tmp_path):
     """The real download script in a worker: offline, it ends with an error event naming the repo."""
-    from gbuffer_editor import worker
+    from gbuffer_editor.addon import worker
+    from gbuffer_editor.addon.model_catalog import model_specs
     from gbuffer_editor.operators import models
 
     pytest.importorskip("huggingface_hub")
-    spec = models.model_specs()[1]
+    spec = model_specs()[1]
     env = worker.worker_env(extra={"HF_HUB_OFFLINE": "1"})
     job = worker.WorkerJob(models.download_argv(spec, str(tmp_path), sys.executable),
                            log_path=tmp_path / "dl.log", env=env).start()
@@ -421,8 +426,8 @@ def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path)
     compat.read_gbuffer_frame reads it back; EditsStep turns renders into contract frames."""
     import OpenEXR
 
-    from gbuffer_editor import compat, worker
-    from gbuffer_editor.operators import compositor, jobs
+    from gbuffer_editor.addon import compat, compositor, worker
+    from gbuffer_editor.operators import jobs
     from gbuffer_editor.operators.restyle import EditsStep
 
     src_dir = util.write_gbuffer_frames(tmp_path / "gb", n=2, h=48, w=64)

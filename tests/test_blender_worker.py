@@ -1,14 +1,15 @@
-"""The worker process wrapper (worker.py): JSON-lines parsing, progress, errors, cancel.
+"""The worker process wrapper (addon/worker.py): JSON-lines parsing, progress, errors, cancel.
 
-Plain Python (worker.py does not import bpy); real child processes speak the protocol.
+Plain Python (addon/worker.py does not import bpy); real child processes speak the protocol.
 """
 import sys
 import time
 
 import pytest
 
-import worker
-from blender_workflow_util import write_fake_worker
+from blender_workflow_util import checkout_module, write_fake_worker
+
+worker = checkout_module("addon.worker")
 
 
 def _job(tmp_path, n, mode):
@@ -42,6 +43,8 @@ def test_backend_command_and_env():
     assert argv == [sys.executable, "-m", "backend", "decompose", "in.mp4", "--out", "o", "--max-size", "64"]
     env = worker.worker_env(extra={"HF_HUB_OFFLINE": "1"})
     assert env["PYTHONPATH"].split(":")[0] == str(worker.ADDON_DIR)
+    # the extension's root (``python -m backend`` runs from there), not the addon/ package
+    assert (worker.ADDON_DIR / "backend" / "__main__.py").is_file()
     assert env["PYTHONUNBUFFERED"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     ext = worker.worker_env(external_python=True)
     # an external Python keeps its own site-packages: only the add-on (and wheel) folders

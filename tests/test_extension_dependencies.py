@@ -1,4 +1,4 @@
-"""dependencies.py: the on-demand diffusion install never leaves numpy next to Blender's.
+"""addon/dependencies.py: the on-demand diffusion install never leaves numpy next to Blender's.
 
 Runs a real ``pip install --target`` (offline, from wheels built here) with the exact
 command line the preferences operator uses. No bpy needed.
@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from blender_workflow_util import checkout_module
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-try:
-    import dependencies
-finally:
-    sys.path.remove(str(REPO))
+dependencies = checkout_module("addon.dependencies")
 
 
 def _make_wheel(folder: Path, name: str, version: str, files: dict, requires=()) -> Path:

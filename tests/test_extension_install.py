@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import bpy_util
+from blender_workflow_util import checkout_module
 
 pytestmark = pytest.mark.blender
 
@@ -90,10 +91,13 @@ def test_zip_contents_and_manifest(extension_zip):
     with zipfile.ZipFile(extension_zip) as zf:
         names = set(zf.namelist())
         manifest = tomllib.loads(zf.read("blender_manifest.toml").decode())
-    for required in ("__init__.py", "preferences.py", "dependencies.py", "operators/__init__.py",
-                     "panels/__init__.py", "cli_command.py", "backend/__init__.py",
+    for required in ("__init__.py", "addon/__init__.py", "addon/preferences.py", "addon/props.py",
+                     "addon/dependencies.py", "addon/cli_command.py", "addon/scene/export.py",
+                     "operators/__init__.py", "panels/__init__.py", "backend/__init__.py",
                      "backend/contract.py"):
         assert required in names
+    # The Blender layer has its own packages: no module loose at the root but __init__.py.
+    assert {n for n in names if "/" not in n and n.endswith(".py")} == {"__init__.py"}
     # Developer files stay out of the zip.
     for name in names:
         top = name.split("/", 1)[0]
@@ -168,7 +172,7 @@ ext_dir = os.path.dirname(pkg.__file__)
 ext_classes = sorted(
     name for name in dir(bpy.types)
     if getattr(getattr(bpy.types, name), "__module__", "").startswith(module + "."))
-model_dir = pkg.preferences.model_dir()
+model_dir = pkg.addon.preferences.model_dir()
 
 # Draw the preferences into a recording layout (no window in background mode).
 drawn = []
@@ -370,11 +374,7 @@ def default_path(installed, tmp_path_factory):
     """Runs DEFAULT_PATH_SCRIPT from the installed copy; returns (report, ext_dir, env, tmp)."""
     tmp_path = tmp_path_factory.mktemp("default_path")
     ext_dir = Path(installed["ext_dir"])
-    sys.path.insert(0, str(REPO))
-    try:
-        import dependencies
-    finally:
-        sys.path.remove(str(REPO))
+    dependencies = checkout_module("addon.dependencies")
     site = dependencies.blender_wheels_site_dir(installed["extensions_dir"])
     assert installed["enabled_3"]
     assert site.is_dir()
@@ -480,10 +480,10 @@ prefs = bpy.context.preferences.addons[module].preferences
 prefs.torch_index_url = {index!r}  # a local index that holds stand-ins for the pins
 bpy.context.preferences.system.use_online_access = True
 assert bpy.app.online_access
-site = pkg.preferences.diffusion_site_dir()
+site = pkg.addon.preferences.diffusion_site_dir()
 result = bpy.ops.gbuffer.install_diffusion_deps()  # no window: runs pip and waits
 listing = sorted(os.listdir(site)) if os.path.isdir(site) else None
-marker = pkg.dependencies.read_marker(site)
+marker = pkg.addon.dependencies.read_marker(site)
 partial_left = os.path.exists(site + ".partial")
 removed = bpy.ops.gbuffer.remove_diffusion_deps()
 emit_result({{"result": sorted(result), "listing": listing, "marker": marker, "site": site,
@@ -500,11 +500,7 @@ def test_on_demand_install_in_blender(installed, tmp_path):
     """
     from test_extension_dependencies import _make_wheel
 
-    sys.path.insert(0, str(REPO))
-    try:
-        import dependencies
-    finally:
-        sys.path.remove(str(REPO))
+    dependencies = checkout_module("addon.dependencies")
     index = tmp_path / "index"
     for req in dependencies.DIFFUSION_REQUIREMENTS + ("numpy==1.26.4",):
         name, version = req.split("==")

@@ -14,6 +14,11 @@ import numpy as np
 import pytest
 
 from backend import contract
+from blender_workflow_util import put_checkout_on_path
+
+# the scene export is part of the Blender layer: imported through the extension package
+# (``gbuffer_editor.addon.scene``), never as a top-level module
+put_checkout_on_path()
 
 W, H = 64, 48
 
@@ -88,7 +93,7 @@ def _plane(loc, size, mat=None):
 
 
 def _render(scene, **kw):
-    from scene.export import GBufferRenderer
+    from gbuffer_editor.addon.scene.export import GBufferRenderer
 
     kw.setdefault("resolution", (W, H))
     kw.setdefault("samples", 2)
@@ -346,7 +351,7 @@ def test_materials_exact_albedo_metallic_roughness(tmp_path):
     f = _render(scene, samples=1)
     _check_materials(f, slots)
     # and through the contract file (half floats: 1e-3 relative)
-    from scene.export import export_scene_gbuffers
+    from gbuffer_editor.addon.scene.export import export_scene_gbuffers
 
     paths = export_scene_gbuffers(scene, tmp_path, frames=[1], resolution=(W, H), samples=1, denoise=False,
                                   threads=1)
@@ -394,7 +399,7 @@ def _snapshot(scene):
 @pytest.mark.blender
 def test_third_party_blend_export_leaves_file_unchanged(tmp_path):
     import bpy
-    from scene.export import export_scene_gbuffers
+    from gbuffer_editor.addon.scene.export import export_scene_gbuffers
 
     scene, slots = _materials_scene()
     scene.view_layers[0].aovs.add().name = "user_aov"
@@ -417,10 +422,30 @@ def test_third_party_blend_export_leaves_file_unchanged(tmp_path):
     f = contract.read_frame(paths[1], validate=True)
     assert f.meta["source"] == str(blend) and f.meta["scene_frame"] == 2
     _check_materials(f, slots, tol=2e-3)
-    # skip_existing keeps files
+    _check_manifest(out, [1, 2], blend=str(blend), resolution=[W, H])
+    # skip_existing keeps files (and the manifest still lists both)
     mtime = paths[0].stat().st_mtime_ns
     export_scene_gbuffers(scene, out, frames=[1], resolution=(W, H), samples=1, threads=1, skip_existing=True)
     assert paths[0].stat().st_mtime_ns == mtime
+    _check_manifest(out, [1, 2], blend=str(blend), resolution=[W, H])
+
+
+def _check_manifest(out, frames, **settings):
+    """``manifest.json`` of a scene export: job, settings, one row per frame file (with the
+    header's intrinsics and camera matrix), contract version."""
+    man = contract.read_manifest(out)
+    assert man["job"] == "scene_export" and man["contract_version"] == contract.CONTRACT_VERSION
+    assert man["complete"] is True and man["passes"] == list(contract.PASSES)
+    for k, v in settings.items():
+        assert man["settings"][k] == v, k
+    assert [row["frame"] for row in man["frames"]] == frames
+    for row in man["frames"]:
+        assert row["file"] == contract.frame_path(out, row["frame"]).name
+        meta = contract.read_meta(out / row["file"])
+        assert row["intrinsics"] == meta["intrinsics"] and len(row["intrinsics"]) == 4
+        assert row["camera_matrix_world"] == meta["camera_matrix_world"]
+        assert row["depth_near"] == meta["depth_near"] and row["depth_far"] == meta["depth_far"]
+    return man
 
 
 @pytest.mark.blender
@@ -460,7 +485,7 @@ def test_principled_inside_node_group():
 @pytest.mark.blender
 def test_scene_without_camera_raises():
     import bpy
-    from scene.export import ExportError, export_scene_gbuffers
+    from gbuffer_editor.addon.scene.export import ExportError, export_scene_gbuffers
 
     scene = _fresh()
     _plane((0, 0, 0), 1.0)
@@ -473,7 +498,7 @@ def test_scene_without_camera_raises():
 @pytest.mark.blender
 def test_motion_blur_averages_subframes_in_linear_light():
     import bpy
-    from scene.export import GBufferRenderer, _subframe_offsets
+    from gbuffer_editor.addon.scene.export import GBufferRenderer, _subframe_offsets
 
     scene = _fresh()
     _camera(scene)
@@ -488,7 +513,7 @@ def test_motion_blur_averages_subframes_in_linear_light():
         blurred = gr.render_frame(1, motion_blur_steps=3, shutter=0.5)
         subs = [gr.render_passes(1 + off)[0] for off in _subframe_offsets(3, 0.5)]
         sharp = gr.render_frame(1)
-    from scene.passes import find_pass
+    from gbuffer_editor.addon.scene.passes import find_pass
 
     mean = np.mean([find_pass(c, "Combined", ("R", "G", "B", "A")) for c in subs], axis=0)
     assert np.abs(blurred.combined - mean).max() < 1e-4
@@ -503,7 +528,7 @@ def test_motion_blur_averages_subframes_in_linear_light():
 @pytest.mark.blender
 def test_procedural_scene_is_reproducible(tmp_path):
     import bpy
-    from scene.procedural import build_scene, camera_path, sky_types
+    from training.procedural_scenes import build_scene, camera_path, sky_types
 
     scene = _fresh()
 
@@ -526,7 +551,7 @@ def test_procedural_rgbd_camera_faces_a_near_wall(tmp_path):
     1.2-4.5 m ahead (+-0.45 rad); a ray down the view axis hits that wall."""
     import math
 
-    from scene.procedural import build_scene
+    from training.procedural_scenes import build_scene
 
     scene = _fresh()
     for seed in range(4):
@@ -618,7 +643,7 @@ def test_key_exports_under_bpy_45():
 
 @pytest.mark.blender
 def test_export_command_line_on_a_blend_file(tmp_path):
-    """``python -m scene.export FILE.blend --out DIR`` in a fresh process (same bpy)."""
+    """``tools/scene_export.py FILE.blend --out DIR`` in a fresh process (same bpy)."""
     import subprocess
 
     import bpy
@@ -629,13 +654,14 @@ def test_export_command_line_on_a_blend_file(tmp_path):
     blend = tmp_path / "plane.blend"
     bpy.ops.wm.save_as_mainfile(filepath=str(blend))
     env = bpy_util.isolated_env(tmp_path)
-    cmd = [sys.executable, "-m", "scene.export", str(blend), "--out", str(tmp_path / "gb"), "--res", "32x24",
-           "--samples", "1", "--threads", "1"]
+    cmd = [sys.executable, str(bpy_util.REPO_ROOT / "tools" / "scene_export.py"), str(blend), "--out",
+           str(tmp_path / "gb"), "--res", "32x24", "--samples", "1", "--threads", "1"]
     proc = subprocess.run(cmd, cwd=bpy_util.REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     f = contract.read_frame(tmp_path / "gb" / "gbuffer_0003.exr", validate=True)
     assert f.shape == (24, 32) and np.abs(f.depth - 5.0).max() < 1e-3
-    bad = subprocess.run(cmd[:3] + [str(tmp_path / "missing.blend"), "--out", str(tmp_path / "x")],
+    _check_manifest(tmp_path / "gb", [3], resolution=[32, 24], samples=1)
+    bad = subprocess.run(cmd[:2] + [str(tmp_path / "missing.blend"), "--out", str(tmp_path / "x")],
                          cwd=bpy_util.REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "missing.blend" in bad.stderr
 
@@ -662,7 +688,7 @@ def test_clip_problem_rejects_black_and_blocked_frames():
 def test_clear_camera_path_removes_objects_around_the_camera():
     import bpy
     from mathutils import Matrix
-    from scene.procedural import clear_camera_path
+    from training.procedural_scenes import clear_camera_path
 
     scene = _fresh()
     bpy.ops.mesh.primitive_uv_sphere_add(radius=2.0, location=(0.5, 0, 0))

@@ -17,7 +17,7 @@ bpy = pytest.importorskip("bpy")
 
 import blender_workflow_util as util  # noqa: E402
 from backend import contract  # noqa: E402
-from test_scene_export import _principled, _snapshot  # noqa: E402  (material; "unchanged .blend" snapshot)
+from test_scene_export import _check_manifest, _principled, _snapshot  # noqa: E402  (material; "unchanged .blend" snapshot; manifest)
 
 W, H = 32, 24
 
@@ -93,7 +93,7 @@ def test_operator_exports_frame_range_with_exact_depth_and_leaves_blend_unchange
 
 
 def test_operator_current_frame_motion_blur_samples_and_load_into_compositor(scene, tmp_path):
-    from gbuffer_editor.operators import compositor
+    from gbuffer_editor.addon import compositor
 
     scene.frame_set(3)
     out = tmp_path / "gb"
@@ -150,7 +150,7 @@ def test_errors_are_clear_and_change_nothing(scene, tmp_path):
 
 
 def test_modal_escape_cancels_between_frames_and_restores(scene, tmp_path):
-    from gbuffer_editor import worker
+    from gbuffer_editor.addon import worker
     from gbuffer_editor.operators import jobs
     from gbuffer_editor.operators.export_scene import GBUFFER_OT_export_scene, export_job
 
@@ -171,11 +171,13 @@ def test_modal_escape_cancels_between_frames_and_restores(scene, tmp_path):
     assert modal(op, ctx, SimpleNamespace(type="ESC", value="PRESS")) == {"CANCELLED"}
     assert job.state == worker.CANCELLED and reports[-1][0] == {"WARNING"} and removed
     assert _files(out) == ["gbuffer_0001.exr"]  # the complete frame is kept
+    man = contract.read_manifest(out)  # ... and listed; the export is not complete
+    assert [r["file"] for r in man["frames"]] == ["gbuffer_0001.exr"] and man["complete"] is False
     assert _snapshot(scene) == before and not scene.gbuffer_editor.is_running
 
 
 def test_headless_command_export_scene(scene, tmp_path, capsys):
-    from gbuffer_editor import cli_command
+    from gbuffer_editor.addon import cli_command
 
     scene.frame_start, scene.frame_end = 1, 5
     out = tmp_path / "cli"
@@ -192,6 +194,8 @@ def test_headless_command_export_scene(scene, tmp_path, capsys):
     assert _files(out) == ["gbuffer_0002.exr", "gbuffer_0003.exr"]
     _check_plane(out / "gbuffer_0002.exr", 2)
     assert _snapshot(scene) == before
+    man = _check_manifest(out, [2, 3], scene=scene.name, resolution=[32, 24], samples=1, motion_blur_steps=1)
+    assert man["settings"]["camera"] == scene.camera.name
 
     # usage errors: exit 2, nothing written
     assert cli_command.run(["export-scene", "--scene", scene.name, "--out", str(out / "u"),
@@ -265,11 +269,11 @@ def test_headless_command_on_a_saved_blend_in_a_fresh_process(tmp_path):
         bpy.ops.wm.open_mainfile(filepath={str(blend)!r})   # as `blender -b shot.blend`
         import blender_workflow_util as util
         util.enable_addon()
-        from gbuffer_editor import cli_command
+        from gbuffer_editor.addon import cli_command
         rc = cli_command.run(["export-scene", "--out", "//gb/", "--motion-blur", "2"])
         rc2 = cli_command.run(["export-scene", "--out", "//gb/", "--frames", "2", "--setup",
                                "--save", {str(tmp_path / "wired.blend")!r}])
-        from gbuffer_editor.operators import compositor
+        from gbuffer_editor.addon import compositor
         node = compositor.find_node(compositor.find_tree(bpy.context.scene), compositor.ROLE_GBUFFER)
         emit_result({{"rc": rc, "rc2": rc2, "unchanged": os.stat({str(blend)!r}).st_mtime_ns == mtime,
                       "node_start": node.frame_start if node else None}})
@@ -289,8 +293,8 @@ def test_headless_command_on_a_saved_blend_in_a_fresh_process(tmp_path):
 def test_exported_frames_restyle_with_material_edits(scene, tmp_path):
     """Export -> Load into Compositor -> a material edit -> Restyle: the product's loop on
     exact G-buffers (embedded renderer, worker process)."""
-    from gbuffer_editor import compat, worker
-    from gbuffer_editor.operators import compositor, restyle
+    from gbuffer_editor.addon import compat, compositor, worker
+    from gbuffer_editor.operators import restyle
 
     scene.frame_end = 1
     out = tmp_path / "gb"

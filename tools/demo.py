@@ -51,13 +51,11 @@ def _isolate_blender() -> None:
 
 def load_addon():
     """Import this checkout as the package ``gbuffer_editor`` and register it."""
-    link_root = Path(tempfile.mkdtemp(prefix="gbuffer_demo_addon_"))
-    (link_root / "gbuffer_editor").symlink_to(ROOT, target_is_directory=True)
-    sys.path.insert(0, str(link_root))
-    import gbuffer_editor
+    from source_package import import_checkout
 
-    gbuffer_editor.register()
-    return gbuffer_editor
+    package = import_checkout()
+    package.register()
+    return package
 
 
 def _count_frames(folder: Path, pattern: str) -> int:

@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python training/render_dataset.py --out training/data/procedural \
         --count 2000 --seed 0 --res 192x144
 
-Scenes come from :mod:`scene.procedural`; each scene gives one clip of
+Scenes come from :mod:`training.procedural_scenes`; each scene gives one clip of
 ``--clip-len`` consecutive frames (a short camera move), written as contract
 frames ``gbuffer_NNNN.exr`` where ``NNNN = scene_id * clip_len + k + 1``.
 Frame headers carry ``depth_kind=metric``, intrinsics, the camera matrix and
@@ -129,9 +129,13 @@ def main(argv=None) -> int:
     import bpy  # noqa: F401  (after the environment is set)
     import numpy as np
 
-    from backend import contract
-    from scene.export import GBufferRenderer
-    from scene.procedural import build_scene, camera_path, clear_camera_path
+    from tools.source_package import checkout_module
+    from training.procedural_scenes import build_scene, camera_path, clear_camera_path
+
+    # the Blender layer imports only as part of the extension package; write the frames
+    # with that package's contract module too (one copy of the backend in this process)
+    GBufferRenderer = checkout_module("addon.scene.export").GBufferRenderer
+    contract = checkout_module("backend.contract")
 
     w, h = (int(v) for v in args.res.lower().split("x"))
     out = args.out

@@ -2,7 +2,7 @@
 
 Why: the real-depth test sets (NYU, Open3D) are indoor rooms; this adds many cheap,
 exactly labelled Manhattan-world layouts next to the Cycles-rendered procedural
-frames (``scene/procedural.py``). It is a renderer, not a path tracer:
+frames (``training/procedural_scenes.py``). It is a renderer, not a path tracer:
 
 * geometry: a room box (floor, ceiling, 4 walls; 3-9 m), 2-13 yawed boxes
   (furniture) standing on the floor or against walls, spheres, vertical cylinders

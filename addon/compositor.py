@@ -12,7 +12,7 @@ passes under the contract's pass names.
 
 Nodes are found again by a ``gbuffer_editor_role`` custom property, so re-running a
 step updates the existing setup instead of stacking duplicates. All version
-differences go through :mod:`..compat`.
+differences go through :mod:`.compat`.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import bpy
 
-from .. import compat
+from . import compat
 from ..backend.contract import FILE_PREFIX, PASSES, list_frames
 
 ROLE_KEY = "gbuffer_editor_role"

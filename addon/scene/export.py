@@ -1,14 +1,17 @@
 """Export exact G-buffers of any Blender scene with Cycles (bpy side).
 
-Usage (inside Blender, or with the ``bpy`` module)::
+Usage (inside Blender, through the extension package)::
 
-    from scene.export import export_scene_gbuffers
+    from bl_ext.user_default.gbuffer_editor.addon.scene.export import export_scene_gbuffers
     paths = export_scene_gbuffers(bpy.context.scene, "/tmp/gb", frames=range(1, 11))
+
+From a shell with the ``bpy`` module: ``tools/scene_export.py``.
 
 Each frame is rendered once with Cycles to a temporary multilayer EXR
 (Combined, Depth, Normal, Mist and our shader AOVs), converted by
-:mod:`scene.passes` and written as a contract frame
-(:func:`backend.contract.write_frame`):
+:mod:`.passes` and written as a contract frame
+(:func:`backend.contract.write_frame`), listed in the folder's ``manifest.json``
+(:class:`ExportManifest`):
 
 * ``Combined``: the rendered frame, scene-linear Rec.709 RGBA (the view
   transform is not applied; EXR keeps scene-linear values).
@@ -17,7 +20,7 @@ Each frame is rendered once with Cycles to a temporary multilayer EXR
   is ``metric``.
 * ``Normal``: camera-space unit normals, OpenGL convention.
 * ``Albedo``/``Metallic``/``Roughness``: Principled BSDF inputs through shader
-  AOVs (see :mod:`scene.material_aov` for the fallback of other shaders).
+  AOVs (see :mod:`.material_aov` for the fallback of other shaders).
 * ``Confidence``: pixel coverage by a surface; 0 for sky / background.
 
 Every setting, pass, AOV, node and the current frame touched during export are
@@ -30,19 +33,17 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import bpy
 import numpy as np
 
-try:  # inside the extension package
-    from ..backend import contract
-    from . import passes as _passes
-    from .material_aov import AOVS, DEFAULT_ALBEDO, DEFAULT_METALLIC, DEFAULT_ROUGHNESS, MaterialAOVs
-except ImportError:  # repository root on sys.path
-    from backend import contract
-    from scene import passes as _passes
-    from scene.material_aov import AOVS, DEFAULT_ALBEDO, DEFAULT_METALLIC, DEFAULT_ROUGHNESS, MaterialAOVs
+from ...backend import contract
+from . import passes as _passes
+from .material_aov import AOVS, DEFAULT_ALBEDO, DEFAULT_METALLIC, DEFAULT_ROUGHNESS, MaterialAOVs
+
+#: ``job`` of a scene export's ``manifest.json``
+MANIFEST_JOB = "scene_export"
 
 
 class ExportError(RuntimeError):
@@ -353,6 +354,74 @@ class GBufferRenderer:
         return f
 
 
+class ExportManifest:
+    """The ``manifest.json`` of a scene export, rewritten after every frame.
+
+    Same frame as the backend jobs' manifests (:func:`backend.contract.write_manifest`):
+
+    * ``job``: ``"scene_export"``; ``contract_version``; ``passes``;
+    * ``settings``: scene, .blend, camera, view layer, rendered ``resolution``
+      ``[width, height]``, Cycles ``samples`` and ``denoise``, ``motion_blur_steps``,
+      Blender version;
+    * ``frames``: one row per file, by scene frame: ``frame``, ``file``, ``depth_near``,
+      ``depth_far``, ``intrinsics`` (``[fx, fy, cx, cy]`` in pixels, ``None`` for
+      non-perspective cameras), ``camera_matrix_world``, ``timestamp``;
+    * ``complete``: every requested frame is in ``frames``.
+
+    Rows of an earlier scene export into the same folder stay unless re-rendered, so a
+    cancelled export leaves a manifest listing exactly the files on disk.
+
+    Args:
+        out_dir: the export folder.
+        renderer: the entered :class:`GBufferRenderer` (its scene settings are recorded).
+        frames: the scene frames requested.
+        motion_blur_steps: sub-frames per frame.
+    """
+
+    def __init__(self, out_dir: os.PathLike, renderer: "GBufferRenderer", frames: Iterable[int],
+                 motion_blur_steps: int = 1):
+        self.out_dir = Path(out_dir)
+        self.wanted = {int(f) for f in frames}
+        try:
+            old = contract.read_manifest(self.out_dir)
+        except ValueError:  # unreadable JSON: start afresh
+            old = {}
+        self.rows = ({int(e["frame"]): e for e in old.get("frames", []) if "frame" in e}
+                     if old.get("job") == MANIFEST_JOB else {})
+        s, r = renderer.scene, renderer.scene.render
+        self.head = {
+            "job": MANIFEST_JOB,
+            "passes": list(contract.PASSES),
+            "settings": {
+                "scene": s.name,
+                "blend": bpy.data.filepath,
+                "camera": renderer.camera.name,
+                "view_layer": renderer.view_layer.name,
+                "resolution": [r.resolution_x * r.resolution_percentage // 100,
+                               r.resolution_y * r.resolution_percentage // 100],
+                "samples": int(s.cycles.samples),
+                "denoise": bool(s.cycles.use_denoising),
+                "motion_blur_steps": int(motion_blur_steps),
+                "blender": bpy.app.version_string,
+            },
+        }
+
+    def add(self, scene_frame: int, path: os.PathLike, meta: Dict) -> Path:
+        """Record the file ``path`` of ``scene_frame`` (``meta``: its decoded header);
+        rewrite the manifest and return its path."""
+        self.rows[int(scene_frame)] = {
+            "frame": int(scene_frame),
+            "file": Path(path).name,
+            "depth_near": meta.get("depth_near"),
+            "depth_far": meta.get("depth_far"),
+            "intrinsics": meta.get("intrinsics"),
+            "camera_matrix_world": meta.get("camera_matrix_world"),
+            "timestamp": meta.get("timestamp"),
+        }
+        return contract.write_manifest(self.out_dir, dict(
+            self.head, frames=[self.rows[k] for k in sorted(self.rows)], complete=self.wanted <= set(self.rows)))
+
+
 def export_scene_gbuffers(
     scene,
     out_dir: os.PathLike,
@@ -396,66 +465,20 @@ def export_scene_gbuffers(
     with GBufferRenderer(scene, camera=camera, view_layer=view_layer, resolution=resolution,
                          samples=samples, denoise=denoise, threads=threads,
                          persistent_data=persistent_data) as gr:
+        manifest = ExportManifest(out_dir, gr, frames, motion_blur_steps)
         for i, fr in enumerate(frames):
             path = contract.frame_path(out_dir, int(fr))
-            if not (skip_existing and path.exists()):
-                try:
+            try:
+                if skip_existing and path.exists():
+                    meta = contract.read_meta(path)
+                else:
                     frame = gr.render_frame(int(fr), motion_blur_steps=motion_blur_steps)
-                except (contract.ContractError, _passes.PassError) as e:
-                    raise ExportError(f"scene {scene.name!r} frame {fr}: {e}") from e
-                contract.write_frame(path, frame)
+                    contract.write_frame(path, frame)
+                    meta = frame.meta
+            except (contract.ContractError, _passes.PassError) as e:
+                raise ExportError(f"scene {scene.name!r} frame {fr}: {e}") from e
+            manifest.add(fr, path, meta)
             paths.append(path)
             if progress is not None:
                 progress(i + 1, len(frames), path)
     return paths
-
-
-def _parse_frames(spec: str, scene) -> List[int]:
-    if not spec:
-        return list(range(scene.frame_start, scene.frame_end + 1))
-    out = []
-    for part in spec.split(","):
-        a, _, b = part.partition("-")
-        out.extend(range(int(a), int(b or a) + 1))
-    return out
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m scene.export FILE.blend --out DIR [--frames 1-10] [--scene NAME] ...``
-
-    Exports a .blend file's frames to contract G-buffers (the file is opened,
-    never saved). Exit 0 on success, 1 with a one-line reason on failure.
-    """
-    import argparse
-    import sys
-
-    p = argparse.ArgumentParser(prog="python -m scene.export", description=main.__doc__.split("\n")[0])
-    p.add_argument("blend")
-    p.add_argument("--out", required=True)
-    p.add_argument("--frames", default="", help="e.g. 1-10,15 (default: the scene's range)")
-    p.add_argument("--scene", default=None)
-    p.add_argument("--res", default=None, help="WIDTHxHEIGHT (default: the scene's)")
-    p.add_argument("--samples", type=int, default=None)
-    p.add_argument("--denoise", action="store_true")
-    p.add_argument("--motion-blur-steps", type=int, default=1)
-    p.add_argument("--threads", type=int, default=None)
-    a = p.parse_args(argv)
-    try:
-        if not os.path.isfile(a.blend):
-            raise ExportError(f"{a.blend}: no such .blend file")
-        bpy.ops.wm.open_mainfile(filepath=os.path.abspath(a.blend))
-        scene = bpy.data.scenes[a.scene] if a.scene else bpy.context.scene
-        res = tuple(int(v) for v in a.res.lower().split("x")) if a.res else None
-        paths = export_scene_gbuffers(
-            scene, a.out, _parse_frames(a.frames, scene), resolution=res, samples=a.samples,
-            denoise=True if a.denoise else None, threads=a.threads, motion_blur_steps=a.motion_blur_steps,
-            progress=lambda d, n, pth: print(f"{d}/{n} {pth}", flush=True))
-    except (ExportError, KeyError, ValueError, RuntimeError) as e:
-        print(f"error: {a.blend}: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {len(paths)} frames to {a.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

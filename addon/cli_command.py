@@ -36,6 +36,9 @@ from typing import List, Optional
 
 import bpy
 
+from ..operators import backend_args, decompose, export_scene, jobs, restyle
+from . import compositor, worker
+
 COMMAND_ID = "gbuffer_editor"
 USAGE = __doc__.split("\n\n", 1)[1]
 
@@ -60,7 +63,7 @@ _FORWARDED = ("start", "progress", "warning")
 
 
 def _emit(obj: dict) -> None:
-    from .backend import events
+    from ..backend import events
 
     events.emit(obj)
 
@@ -75,8 +78,6 @@ def _fail(message: str, code: int, frame=None, file=None) -> int:
 def _progress(ctl) -> None:
     """JSON lines for the job: the worker's own events (tagged with the stage) and, for
     Blender-side steps (material edits), one ``progress`` event per finished frame."""
-    from .operators import jobs
-
     emitted = ctl.__dict__.setdefault("_emitted", {})
     for i, step in enumerate(ctl.steps[: ctl.index + 1]):
         if isinstance(step, jobs.WorkerStep):
@@ -101,15 +102,11 @@ def _progress(ctl) -> None:
 
 
 def _last_job(ctl):
-    from .operators import jobs
-
     found = [st.job for st in ctl.steps if isinstance(st, jobs.WorkerStep) and st.job is not None]
     return found[-1] if found else None
 
 
 def _finish(ctl, save: Optional[str], out: Path) -> int:
-    from . import worker
-
     job = _last_job(ctl)
     if ctl.state == worker.DONE:
         if save:
@@ -140,8 +137,6 @@ def run(argv: List[str]) -> int:
         return 0 if argv else 2
     sub, rest = argv[0], list(argv[1:])
     if sub == "export-scene":
-        from .operators import export_scene
-
         return export_scene.run_cli(rest)
     if sub not in ("decompose", "restyle"):
         print(f"unknown subcommand {sub!r}; use decompose, restyle or export-scene\n\n{USAGE}", file=sys.stderr)
@@ -150,7 +145,7 @@ def run(argv: List[str]) -> int:
         opts, passthrough = _blender_options(sub).parse_known_args(rest)
     except SystemExit as e:  # argparse reports the problem itself
         return int(e.code or 2)
-    from .backend.cli import json_stdout
+    from ..backend.cli import json_stdout
 
     # stdout carries only JSON lines (as export-scene and the backend CLI); Blender's own
     # messages ("Saved: ...") and our human-readable lines go to stderr
@@ -159,9 +154,6 @@ def run(argv: List[str]) -> int:
 
 
 def _run_job(sub: str, opts, passthrough: List[str]) -> int:
-    from . import worker
-    from .operators import backend_args, decompose, jobs, restyle
-
     scene = bpy.context.scene
     out = Path(os.path.abspath(opts.out))
     prefs = backend_args.preferences()
@@ -181,8 +173,8 @@ def _run_job(sub: str, opts, passthrough: List[str]) -> int:
             if prompt is None:
                 return _fail("restyle: --prompt is required", 2)
             out.mkdir(parents=True, exist_ok=True)
-            tree = decompose.compositor.find_tree(scene)
-            has_setup = tree is not None and decompose.compositor.find_node(tree, "gbuffer") is not None
+            tree = compositor.find_tree(scene)
+            has_setup = tree is not None and compositor.find_node(tree, compositor.ROLE_GBUFFER) is not None
             edited = None
             if has_setup and not opts.no_edits:
                 decompose.wire_gbuffers(scene, gbuffer_dir)

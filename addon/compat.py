@@ -180,6 +180,6 @@ def read_gbuffer_frame(path):
     Raises:
         backend.contract.ContractError: unreadable file or missing pass (names both).
     """
-    from .backend import contract
+    from ..backend import contract
 
     return contract.read_frame(path)

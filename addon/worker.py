@@ -2,8 +2,9 @@
 
 The add-on never runs estimators or renderers inside Blender's process: it starts
 ``python -m backend decompose|restyle ...`` (Blender's own Python, ``sys.executable``,
-or the external Python set in the preferences) with the add-on folder as working
-directory and on ``PYTHONPATH``. The worker prints JSON lines on stdout::
+or the external Python set in the preferences) with the extension's root folder (the one
+holding ``backend/``, :data:`ADDON_DIR`) as working directory and on ``PYTHONPATH``.
+The worker prints JSON lines on stdout::
 
     {"event": "progress", "frame": i, "done": n, "total": N, "fps": x, "eta_s": y}
     {"event": "done", ...}
@@ -18,8 +19,8 @@ log file whose path is part of every error message.
 Cancelling sends SIGTERM; the backend finishes no partial frame (frames are written
 atomically) and exits with code 130.
 
-Only :func:`worker_env` touches ``bpy`` (lazily, for the extension's site-packages);
-the rest is plain Python so it can be tested anywhere.
+No ``bpy`` here: :func:`worker_env` finds the extension's wheel folders on ``sys.path``,
+so the module runs and is tested in any Python.
 """
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-#: Folder holding the add-on (and its ``backend`` package); cwd of every worker.
-ADDON_DIR = Path(__file__).resolve().parent
+#: The extension's root folder (parent of this ``addon`` package, holding ``backend/``):
+#: cwd of every worker, first on its ``PYTHONPATH``.
+ADDON_DIR = Path(__file__).resolve().parent.parent
 
 #: Exit code the backend uses after a cancel (SIGTERM / Ctrl+C).
 EXIT_CANCELLED = 130
@@ -86,7 +88,7 @@ def worker_env(
 ) -> Dict[str, str]:
     """Environment for a worker process.
 
-    ``PYTHONPATH`` = the add-on folder, then the extension's wheel folders, then (only
+    ``PYTHONPATH`` = the extension's root folder, then the extension's wheel folders, then (only
     when the worker is Blender's own Python) every folder on Blender's ``sys.path``, so
     the worker imports exactly what Blender can. An external Python keeps its own
     site-packages. Output is unbuffered so progress arrives line by line.

@@ -1,7 +1,7 @@
 """Per-scene settings and job status: ``scene.gbuffer_editor`` (:class:`GBufferEditorSettings`).
 
 User-level settings (backend Python, device, precision, model folder, offline mode)
-live in the add-on preferences instead (``preferences.py``).
+live in the add-on preferences instead (:mod:`.preferences`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from bpy.props import (
     StringProperty,
 )
 
-from .backend.contract import PASSES
+from ..backend.contract import PASSES
+from . import compositor
 
 # Dynamic enum items must stay referenced from Python while Blender uses them: one list
 # per distinct set of names, never freed.
@@ -24,14 +25,14 @@ _ITEMS_CACHE: dict = {}
 
 def estimator_names() -> list:
     """Registry names of the backend's estimators (``backend.estimators``), sorted."""
-    from .backend.estimators import available_estimators
+    from ..backend.estimators import available_estimators
 
     return list(available_estimators())
 
 
 def renderer_names() -> list:
     """Registry names of the backend's renderers (``backend.renderers``), sorted."""
-    from .backend.renderers import available_renderers
+    from ..backend.renderers import available_renderers
 
     return list(available_renderers())
 
@@ -62,8 +63,6 @@ PASS_ITEMS = [(name, name, f"Show the {name} pass in the Viewer") for name in PA
 
 
 def _preview_pass_update(self, context):
-    from .operators import compositor
-
     scene = self.id_data
     tree = compositor.find_tree(scene)
     if tree is not None and compositor.find_node(tree, compositor.ROLE_GBUFFER) is not None:

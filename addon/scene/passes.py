@@ -25,10 +25,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-try:  # inside the extension package
-    from ..backend.geometry import unit_or_facing
-except ImportError:  # repository root on sys.path
-    from backend.geometry import unit_or_facing
+from ...backend.geometry import unit_or_facing
 
 #: mist range used for coverage (Blender units); surfaces closer than this read ~0
 MIST_DEPTH = 1.0e6

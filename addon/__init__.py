@@ -1,0 +1,14 @@
+"""Settings and services of the Blender layer (imports no operator or panel).
+
+* :mod:`.preferences` - add-on preferences (user-level settings) and the paths they imply;
+* :mod:`.props` - per-scene settings and job status (``scene.gbuffer_editor``);
+* :mod:`.model_catalog` - the optional models and whether they are present (no ``bpy``);
+* :mod:`.dependencies` - where the backend's Python packages come from (no ``bpy``);
+* :mod:`.compositor` - all compositor node wiring; :mod:`.compat` - bpy 4.5 / 5.0 differences;
+* :mod:`.worker` - starts and watches the backend worker process (no ``bpy``);
+* :mod:`.scene` - exact G-buffers of a 3D scene, rendered with Cycles.
+
+:mod:`.cli_command` (the headless ``blender -b --command gbuffer_editor ...``) is the
+exception: it drives the operators' jobs, so it sits above ``operators/``; nothing here
+imports it.
+"""
