@@ -1,20 +1,14 @@
 """Test-only helpers for the decompose tests: a tiny random-weight numpy estimator.
 
 The product never registers this; tests call :func:`register_tiny` (in-process) or run
-the CLI through :func:`cli_cmd`, which registers it in the child process first.
+the CLI with ``cli_util.run_cli(..., tiny=True)``, which registers it in the child
+process first.
 """
 from __future__ import annotations
-
-import os
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from backend.estimators.base import Estimator, EstimatorOutput, register_estimator
-
-REPO = Path(__file__).resolve().parents[1]
-PY = sys.executable
 
 
 class TinyEstimator(Estimator):
@@ -78,18 +72,3 @@ def register_tiny() -> None:
     register_estimator("tiny", lambda **kw: TinyEstimator(**kw))
     register_estimator("tiny_slow", lambda **kw: TinyEstimator(delay_s=0.4, **kw))
     register_estimator("tiny_fail2", lambda **kw: TinyEstimator(fail_on_call=2, **kw))
-
-
-def cli_cmd(*args) -> list:
-    """argv that runs ``python -m backend ARGS`` with the tiny estimator registered."""
-    boot = ("import sys; sys.path.insert(0, %r); sys.path.insert(0, %r); "
-            "import decompose_util as u; u.register_tiny(); "
-            "from backend.cli import main; sys.exit(main(sys.argv[1:]))") % (str(REPO), str(REPO / "tests"))
-    return [PY, "-c", boot, *map(str, args)]
-
-
-def cli_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests")])
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    return env

@@ -1,7 +1,6 @@
 """Defects found by a new-user trial of the CLI, pinned down."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -11,43 +10,35 @@ from pathlib import Path
 import pytest
 
 from backend import contract
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _run(*args, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "backend", *map(str, args)], capture_output=True,
-                          text=True, cwd=REPO, env=env, timeout=300)
+from cli_util import REPO, events, run_cli
 
 
 def test_text_file_is_not_footage(tmp_path):
     txt = tmp_path / "notes.txt"
     txt.write_text("A text file that FFmpeg's tty demuxer would render as video.\n" * 200)
-    r = _run("decompose", txt, "--out", tmp_path / "out", tmp_path=tmp_path)
+    r = run_cli("decompose", txt, "--out", tmp_path / "out")
     assert r.returncode == 2
-    err = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")][-1]
+    err = events(r.stdout, strict=False)[-1]
     assert err["event"] == "error" and "not a movie" in err["message"] and "notes.txt" in err["message"]
     assert not list(tmp_path.rglob("*.exr"))  # nothing written
 
 
 def test_missing_model_is_one_line_not_a_traceback(tmp_path, footage):
-    r = _run("decompose", footage("boat"), "--out", tmp_path / "out", "--frames", "1-1",
-             "--estimator", "marigold", "--estimator-option", f"depth={tmp_path / 'no_such_model'}",
-             tmp_path=tmp_path)
+    r = run_cli("decompose", footage("boat"), "--out", tmp_path / "out", "--frames", "1-1",
+                "--estimator", "marigold", "--estimator-option", f"depth={tmp_path / 'no_such_model'}")
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
-    err = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")][-1]
+    err = events(r.stdout, strict=False)[-1]
     assert err["event"] == "error" and "no_such_model" in err["message"]
 
 
 def test_outputs_follow_the_umask(tmp_path, footage):
     old = os.umask(0o022)
     try:
-        r = _run("decompose", footage("boat"), "--out", tmp_path / "gb", "--frames", "1-2", "--max-size", "96",
-                 tmp_path=tmp_path)
+        r = run_cli("decompose", footage("boat"), "--out", tmp_path / "gb", "--frames", "1-2",
+                    "--max-size", "96")
         assert r.returncode == 0, r.stderr
-        r = _run("restyle", tmp_path / "gb", "--prompt", "fog", "--out", tmp_path / "rs", tmp_path=tmp_path)
+        r = run_cli("restyle", tmp_path / "gb", "--prompt", "fog", "--out", tmp_path / "rs")
         assert r.returncode == 0, r.stderr
     finally:
         os.umask(old)
@@ -61,16 +52,6 @@ def test_outputs_follow_the_umask(tmp_path, footage):
 # --------------------------------------------------------------------------- helpers
 
 
-def _events(stdout: str):
-    """Every stdout line must be one JSON object (the progress protocol)."""
-    out = []
-    for line in stdout.splitlines():
-        ev = json.loads(line)  # a non-JSON line fails the test here
-        assert isinstance(ev, dict) and isinstance(ev.get("event"), str), line
-        out.append(ev)
-    return out
-
-
 def _snapshot(folder: Path):
     return {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
@@ -79,8 +60,7 @@ def _snapshot(folder: Path):
 def boat_gb(tmp_path_factory, footage):
     """A real decompose of boat.mp4 frames 1-3 at --max-size 64 (restyle input)."""
     root = tmp_path_factory.mktemp("boat_gb")
-    r = _run("decompose", footage("boat"), "--out", root / "gb", "--frames", "1-3", "--max-size", "64",
-             tmp_path=root)
+    r = run_cli("decompose", footage("boat"), "--out", root / "gb", "--frames", "1-3", "--max-size", "64")
     assert r.returncode == 0, r.stderr
     return root / "gb"
 
@@ -92,7 +72,7 @@ def test_decompose_rerun_with_other_settings_is_refused_then_overwrite_replaces_
     src = Path(footage("boat"))
     src_stat = src.stat()
     out = tmp_path / "gb"
-    r = _run("decompose", src, "--out", out, "--frames", "1-3", "--max-size", "64", tmp_path=tmp_path)
+    r = run_cli("decompose", src, "--out", out, "--frames", "1-3", "--max-size", "64")
     assert r.returncode == 0, r.stderr
     (out / "notes.txt").write_text("mine")  # the user's own files are never touched
     (out / "gbuffer_sketch.png").write_bytes(b"not ours")
@@ -100,17 +80,16 @@ def test_decompose_rerun_with_other_settings_is_refused_then_overwrite_replaces_
     before = _snapshot(out)
 
     # other settings (max size), overlapping frame range: refused, nothing written or removed
-    r = _run("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", tmp_path=tmp_path)
+    r = run_cli("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96")
     assert r.returncode == 1
-    err = _events(r.stdout)[-1]
+    err = events(r.stdout)[-1]
     assert err["event"] == "error" and err["file"] == str(out)
     assert str(out) in err["message"] and "--overwrite" in err["message"] and "other settings" in err["message"]
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ")
     assert _snapshot(out) == before
 
     # --overwrite: the earlier frames and manifest go, everything else stays
-    r = _run("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", "--overwrite",
-             tmp_path=tmp_path)
+    r = run_cli("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == [
         "decompose.log", "gbuffer_0002.exr", "gbuffer_0003.exr", "gbuffer_0004.exr", "gbuffer_sketch.png",
@@ -125,10 +104,9 @@ def test_decompose_rerun_with_other_settings_is_refused_then_overwrite_replaces_
     # same settings: resumes as before (with or without --overwrite), nothing recomputed
     mtimes = _snapshot(out)
     for extra in ([], ["--overwrite"]):
-        r = _run("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", *extra,
-                 tmp_path=tmp_path)
+        r = run_cli("decompose", src, "--out", out, "--frames", "2-4", "--max-size", "96", *extra)
         assert r.returncode == 0, r.stderr
-        prog = [e for e in _events(r.stdout) if e["event"] == "progress"]
+        prog = [e for e in events(r.stdout) if e["event"] == "progress"]
         assert [e["skipped"] for e in prog] == [True, True, True]
         assert {k: v for k, v in _snapshot(out).items() if k.endswith(".exr")} == \
             {k: v for k, v in mtimes.items() if k.endswith(".exr")}
@@ -136,17 +114,16 @@ def test_decompose_rerun_with_other_settings_is_refused_then_overwrite_replaces_
 
 def test_restyle_rerun_with_other_prompt_is_refused_then_overwrite_clears_previews(tmp_path, boat_gb):
     out = tmp_path / "rs"
-    r = _run("restyle", boat_gb, "--prompt", "fog", "--out", out, tmp_path=tmp_path)
+    r = run_cli("restyle", boat_gb, "--prompt", "fog", "--out", out)
     assert r.returncode == 0, r.stderr
     (out / "keep.txt").write_text("x")
     before = _snapshot(out)
-    r = _run("restyle", boat_gb, "--prompt", "snow", "--out", out, "--frames", "2-3", tmp_path=tmp_path)
+    r = run_cli("restyle", boat_gb, "--prompt", "snow", "--out", out, "--frames", "2-3")
     assert r.returncode == 1
-    err = _events(r.stdout)[-1]
+    err = events(r.stdout)[-1]
     assert err["event"] == "error" and "--overwrite" in err["message"] and str(out) in err["message"]
     assert _snapshot(out) == before
-    r = _run("restyle", boat_gb, "--prompt", "snow", "--out", out, "--frames", "2-3", "--overwrite",
-             tmp_path=tmp_path)
+    r = run_cli("restyle", boat_gb, "--prompt", "snow", "--out", out, "--frames", "2-3", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
         "keep.txt", "manifest.json", "preview.mp4", "preview/restyle_0002.png", "preview/restyle_0003.png",
@@ -166,9 +143,9 @@ def test_truncated_gbuffer_exr_keeps_stdout_json_and_says_corrupt(tmp_path, boat
     shutil.copytree(boat_gb, gb)
     bad = gb / "gbuffer_0002.exr"
     bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
-    r = _run("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs", tmp_path=tmp_path)
+    r = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs")
     assert r.returncode == 1
-    evs = _events(r.stdout)  # the OpenEXR library's warning did not reach stdout
+    evs = events(r.stdout)  # the OpenEXR library's warning did not reach stdout
     err = evs[-1]
     assert err["event"] == "error" and err["frame"] == 2 and err["file"] == str(bad)
     assert "missing pass" not in err["message"]
@@ -208,19 +185,19 @@ def test_error_events_carry_frame_and_file(tmp_path, boat_gb):
         cv2.imwrite(str(seq / f"s_{i:04d}.png"), np.full((24, 32, 3), 40 * i, np.uint8))
     data = (seq / "s_0002.png").read_bytes()
     (seq / "s_0002.png").write_bytes(data[:30])
-    r = _run("decompose", seq, "--out", tmp_path / "o", "--max-size", "16", tmp_path=tmp_path)
+    r = run_cli("decompose", seq, "--out", tmp_path / "o", "--max-size", "16")
     assert r.returncode == 2
-    err = _events(r.stdout)[-1]
+    err = events(r.stdout)[-1]
     assert err["event"] == "error" and err["frame"] == 2 and err["file"] == str(seq / "s_0002.png")
     assert "s_0002.png (frame 2)" in err["message"]
 
-    r = _run("decompose", tmp_path / "nope.mp4", "--out", tmp_path / "o2", tmp_path=tmp_path)
-    err = _events(r.stdout)[-1]
+    r = run_cli("decompose", tmp_path / "nope.mp4", "--out", tmp_path / "o2")
+    err = events(r.stdout)[-1]
     assert r.returncode == 2 and err["file"] == str(tmp_path / "nope.mp4") and "nope.mp4" in err["message"]
 
-    r = _run("restyle", boat_gb, "--prompt", "fog", "--out", tmp_path / "rs", "--frames", "9-9",
-             tmp_path=tmp_path)  # frames 1-3 only
-    err = _events(r.stdout)[-1]
+    r = run_cli("restyle", boat_gb, "--prompt", "fog", "--out", tmp_path / "rs",
+                "--frames", "9-9")  # frames 1-3 only
+    err = events(r.stdout)[-1]
     assert r.returncode == 2 and err["frame"] == 9 and err["file"] == str(boat_gb)
     assert "has frames 1-3" in err["message"]
 
@@ -230,28 +207,26 @@ def test_error_events_carry_frame_and_file(tmp_path, boat_gb):
 
 def test_frames_past_the_end(tmp_path, footage):
     src = footage("boat")  # 16 frames
-    r = _run("decompose", src, "--out", tmp_path / "a", "--frames", "40-50", "--max-size", "32",
-             tmp_path=tmp_path)
+    r = run_cli("decompose", src, "--out", tmp_path / "a", "--frames", "40-50", "--max-size", "32")
     assert r.returncode == 2
-    err = _events(r.stdout)[-1]
+    err = events(r.stdout)[-1]
     assert err["event"] == "error" and "clip has 16 frame" in err["message"]
     assert err["frame"] == 40 and err["file"] == str(Path(src).absolute())
     assert not (tmp_path / "a").exists() or not list((tmp_path / "a").iterdir())
 
-    r = _run("decompose", src, "--out", tmp_path / "b", "--frames", "15-40", "--max-size", "32",
-             tmp_path=tmp_path)
+    r = run_cli("decompose", src, "--out", tmp_path / "b", "--frames", "15-40", "--max-size", "32")
     assert r.returncode == 0, r.stderr
-    evs = _events(r.stdout)
+    evs = events(r.stdout)
     warn = [e for e in evs if e["event"] == "warning"]
     assert len(warn) == 1 and "16 frame" in warn[0]["message"] and "clipped to 15-16" in warn[0]["message"]
     assert evs[-1]["event"] == "done" and evs[-1]["written"] == 2 and evs[-1]["total"] == 2
     assert "warning: " in r.stderr
     assert list(contract.list_frames(tmp_path / "b")) == [15, 16]
 
-    r = _run("restyle", tmp_path / "b", "--prompt", "fog", "--out", tmp_path / "rs", "--frames", "16-30",
-             "--no-mp4", tmp_path=tmp_path)
+    r = run_cli("restyle", tmp_path / "b", "--prompt", "fog", "--out", tmp_path / "rs", "--frames", "16-30",
+                "--no-mp4")
     assert r.returncode == 0, r.stderr
-    warn = [e for e in _events(r.stdout) if e["event"] == "warning"]
+    warn = [e for e in events(r.stdout) if e["event"] == "warning"]
     assert len(warn) == 1 and "clipped to 16-16" in warn[0]["message"]
 
 
@@ -260,7 +235,7 @@ def test_frames_past_the_end(tmp_path, footage):
 
 @pytest.mark.parametrize("value", ["1", "2", "15", "-1", "-64"])
 def test_absurd_max_size_is_rejected(tmp_path, footage, value):
-    r = _run("decompose", footage("boat"), "--out", tmp_path / "o", f"--max-size={value}", tmp_path=tmp_path)
+    r = run_cli("decompose", footage("boat"), "--out", tmp_path / "o", f"--max-size={value}")
     assert r.returncode == 2
     assert "--max-size" in r.stderr and "at least 16" in r.stderr and "0 (full size)" in r.stderr
     assert not (tmp_path / "o").exists()
@@ -304,9 +279,9 @@ def test_precision_preference_reaches_the_diffusion_backends(monkeypatch):
 def test_out_pointing_at_a_file_says_it_is_a_file(tmp_path, footage):
     target = tmp_path / "taken.txt"
     target.write_text("not a folder")
-    r = _run("decompose", footage("boat"), "--out", target, "--frames", "1-1", tmp_path=tmp_path)
+    r = run_cli("decompose", footage("boat"), "--out", target, "--frames", "1-1")
     assert r.returncode == 1
-    err = _events(r.stdout)[-1]
+    err = events(r.stdout)[-1]
     assert err["event"] == "error" and err["file"] == str(target)
     assert err["message"] == f"output folder {target} is a file, not a folder; choose another --out"
     assert target.read_text() == "not a folder"

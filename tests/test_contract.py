@@ -12,6 +12,7 @@ from backend.jobs.decompose import decompose
 from bpy_util import REPO_ROOT, run_bpy, venv_python
 from decompose_util import register_tiny
 from footage_util import gradient_rgb, write_movie
+from gbuffer_util import random_frame
 
 register_tiny()
 
@@ -53,28 +54,10 @@ def gbuffer_seq(tmp_path_factory):
     return out
 
 
-def _random_frame(h=7, w=9, seed=0):
-    rng = np.random.default_rng(seed)
-    n = rng.normal(size=(h, w, 3)).astype(np.float32)
-    n /= np.linalg.norm(n, axis=-1, keepdims=True)
-    return contract.GBufferFrame(
-        combined=rng.random((h, w, 4)).astype(np.float32) * 3,
-        depth=(0.1 + rng.random((h, w)) * 50).astype(np.float32),
-        normal=n,
-        albedo=rng.random((h, w, 3)).astype(np.float32),
-        metallic=rng.random((h, w)).astype(np.float32),
-        roughness=rng.random((h, w)).astype(np.float32),
-        confidence=rng.random((h, w)).astype(np.float32),
-        meta=contract.make_meta(estimator="test", models={"m": "rev1"}, depth_kind="metric",
-                                depth_near=0.1, depth_far=50.1, source="/x/y.mp4", frame_index=4,
-                                timestamp=0.5, intrinsics=(10, 10, 4.5, 3.5)),
-    )
-
-
 def test_openexr_round_trip_is_bit_exact(tmp_path):
     import OpenEXR
 
-    fr = _random_frame()
+    fr = random_frame()
     p = contract.write_frame(contract.frame_path(tmp_path, 5), fr)
     assert p.name == "gbuffer_0005.exr"
     with OpenEXR.File(str(p), separate_channels=True) as f:

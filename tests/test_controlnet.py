@@ -20,6 +20,7 @@ from backend.renderers import get_renderer  # noqa: E402
 from backend.renderers.controlnet import (ControlNetRenderer, ModelNotAvailable,  # noqa: E402
                                           depth_condition, normal_condition)
 from backend.renderers.synthetic import sphere_scene  # noqa: E402
+from gbuffer_util import sphere_frames, write_sequence  # noqa: E402
 
 
 def _bytes_to_unicode():
@@ -104,11 +105,6 @@ def _renderer(models, **kw):
     return get_renderer("controlnet", **opts)
 
 
-def _seq(h, w, n=2):
-    return [sphere_scene(h, w, depth_kind="relative", sphere_center=(-0.4 + 0.4 * i, 1.0, -6.0))
-            for i in range(n)]
-
-
 def test_conditions_follow_documented_conventions():
     f = sphere_scene(48, 64)
     d = depth_condition(f)
@@ -143,7 +139,7 @@ def test_bad_options_and_missing_models(tmp_path):
 @pytest.mark.parametrize("size", [(64, 64), (50, 70)])
 def test_end_to_end_shapes_finite_deterministic(tiny_models, size):
     h, w = size
-    frames = _seq(h, w)
+    frames = sphere_frames(h, w, x0=-0.4, step=0.4)
     outs = []
     for run in range(2):
         r = _renderer(tiny_models)
@@ -167,7 +163,7 @@ def test_end_to_end_shapes_finite_deterministic(tiny_models, size):
 
 
 def test_same_noise_every_frame_and_init_modes(tiny_models):
-    f = _seq(32, 32, 1)[0]
+    f = sphere_frames(32, 32, 1, x0=-0.4, step=0.4)[0]
     r = _renderer(tiny_models, init="none")
     a = r.render(f, "snow", frame_index=0)
     b = r.render(f, "snow", frame_index=0)                # not chained (same index)
@@ -176,7 +172,7 @@ def test_same_noise_every_frame_and_init_modes(tiny_models):
     emb = _renderer(tiny_models, init="embedded", strength=0.5).render(f, "snow")
     assert not np.array_equal(src, emb)
     # text-to-image chain: frame 2 starts from the warped frame-1 result (img2img)
-    f2 = _seq(32, 32, 2)[1]
+    f2 = sphere_frames(32, 32, 2, x0=-0.4, step=0.4)[1]
     c = r.render(f2, "snow", frame_index=1, prev=b)
     assert c.shape == (32, 32, 3) and np.all(np.isfinite(c))
     assert "flicker" in r.last_info
@@ -185,10 +181,7 @@ def test_same_noise_every_frame_and_init_modes(tiny_models):
 
 
 def test_restyle_job_with_controlnet_reports_flicker(tiny_models, tmp_path):
-    gb = tmp_path / "gb"
-    gb.mkdir()
-    for i, f in enumerate(_seq(64, 64)):
-        contract.write_frame(contract.frame_path(gb, i + 1), f)
+    gb = write_sequence(tmp_path / "gb", sphere_frames(64, 64, x0=-0.4, step=0.4))
     out = tmp_path / "out"
     opts = dict(base_model=str(tiny_models / "base"), depth_model=str(tiny_models / "depth"),
                 normal_model=str(tiny_models / "normal"), device="cpu", steps=2, max_size=64,

@@ -5,7 +5,6 @@ import io
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,8 @@ from backend import contract
 from backend.estimators.base import register_estimator
 from backend.jobs.decompose import decompose, parse_frames
 from backend.jobs.runner import JobError, run_job, settings_hash
-from decompose_util import TinyEstimator, cli_cmd, cli_env, register_tiny
+from cli_util import events, last_event, run_cli, start_cli
+from decompose_util import TinyEstimator, register_tiny
 from footage_util import gradient_rgb, write_image, write_movie
 
 register_tiny()
@@ -79,9 +79,9 @@ def test_decompose_writes_valid_contract_frames(tmp_path):
     assert man["source"]["width"] == 56 and man["source"]["n_frames"] == 4
     assert [f["frame"] for f in man["frames"]] == [1, 2, 3, 4]
     assert man["sky"]["normal"] == [0.0, 0.0, 1.0]
-    events = [json.loads(line) for line in log.getvalue().splitlines()]
-    assert events[0]["event"] == "start" and events[-1]["event"] == "done"
-    prog = [e for e in events if e["event"] == "progress"]
+    ev = events(log)
+    assert ev[0]["event"] == "start" and ev[-1]["event"] == "done"
+    prog = [e for e in ev if e["event"] == "progress"]
     assert [e["frame"] for e in prog] == [1, 2, 3, 4] and prog[-1]["done"] == prog[-1]["total"] == 4
     assert all(set(e) >= {"fps", "eta_s"} for e in prog)
 
@@ -185,16 +185,12 @@ def test_runner_generic_api(tmp_path):
 # ------------------------------------------------------------------ CLI (subprocess)
 
 
-def _run(args, **kw):
-    return subprocess.run(cli_cmd(*args), env=cli_env(), capture_output=True, text=True, timeout=300, **kw)
-
-
 def test_cli_decompose_boat_json_progress(tmp_path, footage):
     out = tmp_path / "boat out"
-    p = _run(["decompose", footage("boat"), "--out", out, "--estimator", "tiny", "--max-size", "96",
-              "--frames", "1-3"])
+    p = run_cli("decompose", footage("boat"), "--out", out, "--estimator", "tiny", "--max-size", "96",
+                "--frames", "1-3", tiny=True)
     assert p.returncode == 0, p.stderr
-    lines = [json.loads(l) for l in p.stdout.splitlines()]
+    lines = events(p.stdout)
     assert [e["event"] for e in lines] == ["start", "progress", "progress", "progress", "done"]
     assert lines[-1]["written"] == 3
     assert list(contract.list_frames(out)) == [1, 2, 3]
@@ -204,23 +200,22 @@ def test_cli_decompose_boat_json_progress(tmp_path, footage):
 def test_cli_failure_names_file_and_frame(tmp_path):
     src = _clip(tmp_path, n=3)
     out = tmp_path / "f"
-    p = _run(["decompose", src, "--out", out, "--estimator", "tiny_fail2", "--max-size", "32"])
+    p = run_cli("decompose", src, "--out", out, "--estimator", "tiny_fail2", "--max-size", "32", tiny=True)
     assert p.returncode == 1
-    err = json.loads(p.stdout.splitlines()[-1])
+    err = last_event(p.stdout)
     assert err["event"] == "error" and err["frame"] == 2 and err["file"] == str(src)
     assert "frame 2" in err["message"] and str(src) in err["message"]
     assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: ")
     assert sorted(x.name for x in out.iterdir()) == ["gbuffer_0001.exr", "manifest.json"]
-    p = _run(["decompose", src, "--out", out, "--estimator", "nope"])
+    p = run_cli("decompose", src, "--out", out, "--estimator", "nope", tiny=True)
     assert p.returncode == 2 and "unknown estimator 'nope'" in p.stderr
 
 
 def test_cli_sigterm_keeps_only_complete_frames_then_resumes(tmp_path):
     src = _clip(tmp_path, n=8)
     out = tmp_path / "c"
-    proc = subprocess.Popen(cli_cmd("decompose", src, "--out", out, "--estimator", "tiny_slow",
-                                    "--max-size", "32"),
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli("decompose", src, "--out", out, "--estimator", "tiny_slow", "--max-size", "32",
+                     tiny=True)
     seen = []
     for line in proc.stdout:
         seen.append(json.loads(line))
@@ -229,16 +224,16 @@ def test_cli_sigterm_keeps_only_complete_frames_then_resumes(tmp_path):
             break
     rest, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    last = json.loads(rest.splitlines()[-1])
+    last = last_event(rest)
     assert last["event"] == "cancelled"
     done = contract.list_frames(out)
     assert 1 <= len(done) < 8
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files
     for p in done.values():
         contract.read_frame(p, validate=True)  # every file complete
-    p = _run(["decompose", src, "--out", out, "--estimator", "tiny", "--max-size", "32"])
+    p = run_cli("decompose", src, "--out", out, "--estimator", "tiny", "--max-size", "32", tiny=True)
     assert p.returncode == 0, p.stderr
-    prog = [json.loads(l) for l in p.stdout.splitlines()]
+    prog = events(p.stdout)
     skipped = [e["frame"] for e in prog if e["event"] == "progress" and e["skipped"]]
     assert skipped == sorted(done)
     assert list(contract.list_frames(out)) == list(range(1, 9))
@@ -314,8 +309,7 @@ EMBEDDED_ONNX = Path(__file__).resolve().parents[1] / "backend" / "model" / "wei
 @pytest.mark.skipif(not EMBEDDED_ONNX.exists(), reason="embedded model weights not built yet")
 def test_cli_default_estimator_on_boat(tmp_path, footage):
     out = tmp_path / "default"
-    p = subprocess.run(cli_cmd("decompose", footage("boat"), "--out", out, "--frames", "1-2"),
-                       env=cli_env(), capture_output=True, text=True, timeout=600)
+    p = run_cli("decompose", footage("boat"), "--out", out, "--frames", "1-2", tiny=True, timeout=600)
     assert p.returncode == 0, p.stderr
     fr = contract.read_frame(contract.frame_path(out, 2), validate=True)
     assert fr.shape == (448, 832) and fr.meta["estimator"] == "embedded"
@@ -337,23 +331,24 @@ def test_named_colorspace_goes_through_opencolorio(tmp_path):
     img = np.zeros((6, 8, 3), np.uint8)
     img[..., 0] = 200
     src = write_image(tmp_path / "red.png", img)
-    p = _run(["decompose", src, "--out", tmp_path / "o", "--estimator", "tiny",
-              "--colorspace", "sRGB Encoded AP1"])
+    p = run_cli("decompose", src, "--out", tmp_path / "o", "--estimator", "tiny",
+                "--colorspace", "sRGB Encoded AP1", tiny=True)
     assert p.returncode == 0, p.stderr
     fr = contract.read_frame(contract.frame_path(tmp_path / "o", 1), validate=True)
     assert fr.meta["source_colorspace"] == "sRGB Encoded AP1"
     want = colour.to_scene_linear(img.astype(np.float32) / 255, "sRGB Encoded AP1")
     np.testing.assert_allclose(fr.combined[..., :3], np.clip(want, 0, None), rtol=2e-3, atol=1e-4)
     assert want[0, 0, 0] > colour.srgb_to_linear(np.float32(200 / 255)) * 1.05  # AP1 red is wider
-    p = _run(["decompose", src, "--out", tmp_path / "o2", "--estimator", "tiny", "--colorspace", "Nope"])
+    p = run_cli("decompose", src, "--out", tmp_path / "o2", "--estimator", "tiny", "--colorspace", "Nope",
+                tiny=True)
     assert p.returncode == 2 and "unknown colour space 'Nope'" in p.stderr
 
 
 def test_cli_stabilize_flag_anywhere(tmp_path):
     src = _clip(tmp_path, n=3)
     out = tmp_path / "s"
-    p = _run(["decompose", "--stabilize", src, "--out", out, "--estimator", "tiny", "--max-size", "32",
-              "--stabilize-strength", "0.3"])
+    p = run_cli("decompose", "--stabilize", src, "--out", out, "--estimator", "tiny", "--max-size", "32",
+                "--stabilize-strength", "0.3", tiny=True)
     assert p.returncode == 0, p.stderr
     man = contract.read_manifest(out)
     assert man["settings"]["stabilize"] is True and man["settings"]["strength"] == 0.3
@@ -399,8 +394,8 @@ def test_cli_estimator_options(tmp_path):
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_options(["novalue"])
     src = _clip(tmp_path, n=1)
-    p = _run(["decompose", src, "--out", tmp_path / "o", "--estimator", "tiny", "--max-size", "32",
-              "--estimator-option", "seed=7", "--estimator-option", "depth_kind=metric"])
+    p = run_cli("decompose", src, "--out", tmp_path / "o", "--estimator", "tiny", "--max-size", "32",
+                "--estimator-option", "seed=7", "--estimator-option", "depth_kind=metric", tiny=True)
     assert p.returncode == 0, p.stderr
     man = contract.read_manifest(tmp_path / "o")
     assert man["estimator"]["settings"]["seed"] == 7
@@ -512,9 +507,8 @@ def test_farm_chunks_into_one_folder_merge_their_manifest(tmp_path):
     folder: every frame is written once and the manifest lists all eight."""
     src = _clip(tmp_path, n=8)
     out = tmp_path / "farm"
-    procs = [subprocess.Popen(cli_cmd("decompose", src, "--out", out, "--estimator", "tiny_slow",
-                                      "--max-size", "32", "--frames", rng),
-                              env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [start_cli("decompose", src, "--out", out, "--estimator", "tiny_slow", "--max-size", "32",
+                       "--frames", rng, tiny=True)
              for rng in ("1-4", "5-8")]
     for p in procs:
         _, err = p.communicate(timeout=300)

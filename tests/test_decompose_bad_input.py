@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import subprocess
 from fractions import Fraction
@@ -16,15 +15,11 @@ from backend import colour, contract
 from backend.footage import FootageError, open_footage
 from backend.jobs.decompose import decompose
 from backend.jobs.runner import JobError
-from decompose_util import cli_cmd, cli_env, register_tiny
+from cli_util import cli_cmd, cli_env, last_event, run_cli
+from decompose_util import register_tiny
 from footage_util import gradient_rgb, write_exr, write_image, write_movie
 
 register_tiny()
-
-
-def _cli(*args):
-    return subprocess.run(cli_cmd("decompose", *args), env=cli_env(), capture_output=True,
-                          text=True, timeout=300)
 
 
 def _dec(src, out, **kw):
@@ -43,10 +38,10 @@ def _one(out, n=1):
 def test_corrupt_and_truncated_movie(tmp_path):
     junk = tmp_path / "junk.mp4"
     junk.write_bytes(os.urandom(4096))
-    p = _cli(junk, "--out", tmp_path / "o1")
+    p = run_cli("decompose", junk, "--out", tmp_path / "o1", tiny=True)
     assert p.returncode == 2
     assert p.stderr.startswith(f"error: {junk}: cannot open as a movie")
-    assert json.loads(p.stdout.splitlines()[-1])["event"] == "error"
+    assert last_event(p.stdout)["event"] == "error"
     good = write_movie(tmp_path / "good.mp4", [gradient_rgb(48, 64, t) for t in range(4)])
     cut = tmp_path / "cut.mp4"
     cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # mp4 index lost
@@ -96,7 +91,7 @@ def test_unsupported_codec(tmp_path):
     assert data.count(b"V_MPEG4/ISO/AVC") == 1
     bad = tmp_path / "alien.mkv"
     bad.write_bytes(data.replace(b"V_MPEG4/ISO/AVC", b"V_QUUX/ISO/ABCD"))
-    p = _cli(bad, "--out", tmp_path / "o")
+    p = run_cli("decompose", bad, "--out", tmp_path / "o", tiny=True)
     assert p.returncode == 2 and f"{bad}: unsupported video codec" in p.stderr
 
 
@@ -196,7 +191,7 @@ def test_non_ascii_paths_with_spaces(tmp_path):
     d.mkdir()
     src = write_movie(d / "clip ü.mp4", [gradient_rgb(48, 64, t) for t in range(2)])
     out = tmp_path / "sortie é 出力"
-    p = _cli(src, "--out", out, "--estimator", "tiny", "--max-size", "32")
+    p = run_cli("decompose", src, "--out", out, "--estimator", "tiny", "--max-size", "32", tiny=True)
     assert p.returncode == 0, p.stderr
     assert list(contract.list_frames(out)) == [1, 2]
     assert _one(out).meta["source"] == str(src)
@@ -223,7 +218,7 @@ def test_output_folder_not_writable(tmp_path):
     src = write_image(tmp_path / "a.png", gradient_rgb(8, 8))
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    p = _cli(src, "--out", blocker / "out", "--estimator", "tiny")
+    p = run_cli("decompose", src, "--out", blocker / "out", "--estimator", "tiny", tiny=True)
     assert p.returncode == 1
     assert p.stderr.startswith(f"error: output folder {blocker / 'out'} is not writable")
     with _tmpfs(tmp_path / "ro", "64k", ro=True) as ro:
@@ -246,7 +241,7 @@ def test_full_disk_leaves_no_partial_files(tmp_path):
     # fallback without mount permission: a file-size limit makes writes fail (EFBIG)
     out = tmp_path / "o"
     p = subprocess.run(["bash", "-c", 'ulimit -f 16; exec "$@"', "x",
-                        *map(str, cli_cmd("decompose", src, "--out", out, "--estimator", "tiny"))],
+                        *cli_cmd("decompose", src, "--out", out, "--estimator", "tiny", tiny=True)],
                        env=cli_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 1 and "frame 1" in p.stderr
     assert not [q for q in out.iterdir() if q.suffix == ".exr" or q.name.startswith(".tmp")]

@@ -21,6 +21,7 @@ import pytest
 
 from backend import contract
 from backend.jobs.restyle import read_rgba_exr
+from cli_util import events, run_cli, start_cli
 
 pytestmark = pytest.mark.blender
 
@@ -114,20 +115,17 @@ def test_fog_grows_with_depth_and_underwater_absorbs_red(demo_run):
         assert float(np.abs(out - src).mean()) > 0.02
 
 
-def _decompose_cmd(clip, out, extra=()):
-    return [sys.executable, "-m", "backend", "decompose", str(clip), "--out", str(out),
-            "--frames", f"1-{N_FRAMES}", "--max-size", "160", *extra]
+def _decompose_args(clip, out, extra=()):
+    return ["decompose", clip, "--out", out, "--frames", f"1-{N_FRAMES}", "--max-size", "160", *extra]
 
 
 @pytest.mark.parametrize("extra", [(), ("--stabilize",)], ids=["plain", "stabilized"])
 def test_cancel_and_resume_equals_uninterrupted(tmp_path, footage, extra):
     clip = footage("boat")
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
     full = tmp_path / "full"
-    subprocess.run(_decompose_cmd(clip, full, extra), check=True, capture_output=True, cwd=REPO, env=env, timeout=300)
+    run_cli(*_decompose_args(clip, full, extra), check=True)
     part = tmp_path / "part"
-    proc = subprocess.Popen(_decompose_cmd(clip, part, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO, env=env)
+    proc = start_cli(*_decompose_args(clip, part, extra))
     for line in proc.stdout:  # cancel right after the first written frame
         if '"progress"' in line:
             proc.send_signal(signal.SIGTERM)
@@ -137,10 +135,9 @@ def test_cancel_and_resume_equals_uninterrupted(tmp_path, footage, extra):
     written = contract.list_frames(part)
     assert 1 <= len(written) < N_FRAMES
     assert not [p for p in part.iterdir() if p.name.startswith(".tmp")]  # only complete frames
-    r = subprocess.run(_decompose_cmd(clip, part, extra), capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    r = run_cli(*_decompose_args(clip, part, extra))
     assert r.returncode == 0, r.stderr
-    events = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
-    skipped = [e for e in events if e.get("event") == "progress" and e.get("skipped")]
+    skipped = [e for e in events(r.stdout, strict=False) if e.get("event") == "progress" and e.get("skipped")]
     assert len(skipped) == len(written)
     for n in range(1, N_FRAMES + 1):
         a, _ = contract.read_channels(contract.frame_path(full, n))

@@ -1,12 +1,8 @@
 """Restyle job and CLI: outputs, metadata, previews, resume, cancel, safety, errors."""
 import io
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,25 +13,10 @@ from backend.jobs.runner import JobError
 from backend.renderers.embedded import EmbeddedRenderer
 from backend.renderers.prompt import PromptError
 from backend.renderers.synthetic import sphere_scene
+from cli_util import events, last_event, run_cli, start_cli
+from gbuffer_util import make_gbuffers
 
-REPO = Path(__file__).resolve().parent.parent
 F32 = np.float32
-
-
-def make_gbuffers(folder: Path, n: int = 3, h: int = 48, w: int = 64, kind: str = "relative") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        # the sphere moves right a little each frame
-        f = sphere_scene(h, w, depth_kind=kind, sphere_center=(-0.6 + 0.3 * i, 1.0, -6.0))
-        f.meta["timestamp"] = i / 24.0
-        f.meta["frame_index"] = i
-        contract.write_frame(contract.frame_path(folder, i + 1), f)
-    contract.write_manifest(folder, {"source": {"fps": "24"}})
-    return folder
-
-
-def events(stream: io.StringIO):
-    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
 
 
 @pytest.fixture
@@ -163,29 +144,23 @@ def test_corrupt_input_names_file_and_frame(gb, tmp_path):
     assert not list(out.glob(".tmp*"))
 
 
-def _cli(*args, **kw):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "backend", "restyle", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300, **kw)
-
-
 def test_cli_success_and_errors(gb, tmp_path):
     out = tmp_path / "cli_out"
-    r = _cli(gb, "--prompt", "light fog at golden hour", "--out", out, "--no-mp4")
+    r = run_cli("restyle", gb, "--prompt", "light fog at golden hour", "--out", out, "--no-mp4")
     assert r.returncode == 0, r.stderr
-    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    lines = events(r.stdout)
     assert lines[-1]["event"] == "done" and lines[-1]["written"] == 3
     assert not (out / MP4_NAME).exists() and output_path(out, 3).exists()
-    r = _cli(gb, "--prompt", "cyberpunk neon", "--out", tmp_path / "x")
+    r = run_cli("restyle", gb, "--prompt", "cyberpunk neon", "--out", tmp_path / "x")
     assert r.returncode == 2
-    err = json.loads(r.stdout.splitlines()[-1])
+    err = last_event(r.stdout)
     assert err["event"] == "error" and "controlnet" in err["message"] and "cyberpunk" in err["message"]
-    r = _cli(gb, "--prompt", "fog", "--out", gb)
+    r = run_cli("restyle", gb, "--prompt", "fog", "--out", gb)
     assert r.returncode == 1 and "refusing" in r.stderr
-    r = _cli(gb, "--prompt", "fog", "--out", tmp_path / "y", "--renderer", "nope")
+    r = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "y", "--renderer", "nope")
     assert r.returncode == 2 and "unknown renderer" in r.stderr
-    r = _cli(gb, "--prompt", "fog", "--out", tmp_path / "z", "--option", "source_light=0.0",
-             "--device", "cpu", "--frames", "1")
+    r = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "z", "--option", "source_light=0.0",
+                "--device", "cpu", "--frames", "1")
     assert r.returncode == 0, r.stderr
     assert "ignored" in r.stderr
     man = contract.read_manifest(tmp_path / "z")
@@ -197,17 +172,14 @@ def test_cli_cancel_keeps_only_complete_frames(tmp_path):
     # the signal (~40 ms per frame, ~1.5 s for the rest)
     gb = make_gbuffers(tmp_path / "gb", n=40, h=176, w=240)
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.Popen([sys.executable, "-m", "backend", "restyle", str(gb), "--prompt", "underwater",
-                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=REPO, env=env)
+    p = start_cli("restyle", gb, "--prompt", "underwater", "--out", out)
     for line in p.stdout:
         if json.loads(line).get("event") == "progress":
             break
     p.send_signal(signal.SIGTERM)
     rest, _ = p.communicate(timeout=120)
     assert p.returncode == 130
-    assert json.loads(rest.splitlines()[-1])["event"] == "cancelled"
+    assert last_event(rest)["event"] == "cancelled"
     done = sorted(out.glob("restyle_*.exr"))
     assert 1 <= len(done) < 40
     for f in done:
@@ -313,7 +285,8 @@ def test_reference_folder(gb, tmp_path):
     assert contract.read_manifest(tmp_path / "ref")["input"]["reference_dir"] == str(gb.resolve())
     with pytest.raises(JobError, match="refusing"):
         restyle(edited, gb / "out", "", stream=io.StringIO(), reference_dir=gb)
-    r = _cli(edited, "--prompt", "fog", "--out", tmp_path / "cli", "--reference", gb, "--no-mp4")
+    r = run_cli("restyle", edited, "--prompt", "fog", "--out", tmp_path / "cli", "--reference", gb,
+                "--no-mp4")
     assert r.returncode == 0, r.stderr
     contract.frame_path(gb, 3).unlink()
     with pytest.raises(JobError, match="no frame 3"):

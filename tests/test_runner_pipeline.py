@@ -11,6 +11,7 @@ import time
 import pytest
 
 from backend.jobs.runner import Deferred, JobCancelled, JobError, SignalCancel, run_job
+from cli_util import events
 
 
 def _deferred_tasks(n_frames, log, fail_at=None, slow=0.0, sigint_at=None):
@@ -48,8 +49,7 @@ def test_deferred_writes_run_on_a_writer_thread_in_order(tmp_path):
     assert order.index(("compute", 2)) < order.index(("write", 2))
     for n in range(2, 6):
         assert order.index(("write", n - 1)) < order.index(("compute", n + 1)) if n < 5 else True
-    events = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [e["frame"] for e in events if e["event"] == "progress"] == [1, 2, 3, 4, 5]
+    assert [e["frame"] for e in events(stream) if e["event"] == "progress"] == [1, 2, 3, 4, 5]
     man = json.loads((out / "manifest.json").read_text())
     assert man["complete"] is True
     assert man["frames"][2] == {"frame": 3, "file": "f3.txt", "settings_hash": res.settings_hash,
@@ -111,8 +111,7 @@ def test_progress_done_counts_match_frames(tmp_path):
     stream = io.StringIO()
     run_job(out, _deferred_tasks(3, []), settings={}, total=3, path_for=lambda n: out / f"f{n}.txt",
             stream=stream)
-    prog = [json.loads(line) for line in stream.getvalue().splitlines()]
-    prog = [(e["frame"], e["done"]) for e in prog if e["event"] == "progress"]
+    prog = [(e["frame"], e["done"]) for e in events(stream) if e["event"] == "progress"]
     assert prog == [(1, 1), (2, 2), (3, 3)]
 
 
@@ -125,6 +124,5 @@ def test_resume_with_a_gap_reports_frames_in_order(tmp_path):
     res = run_job(out, _deferred_tasks(4, [], slow=0.05), settings={}, total=4,
                   path_for=lambda n: out / f"f{n}.txt", stream=stream)
     assert res.written == [2] and res.skipped == [1, 3, 4]
-    prog = [json.loads(line) for line in stream.getvalue().splitlines()]
-    prog = [(e["frame"], e["skipped"]) for e in prog if e["event"] == "progress"]
+    prog = [(e["frame"], e["skipped"]) for e in events(stream) if e["event"] == "progress"]
     assert prog == [(1, True), (2, False), (3, True), (4, True)]
