@@ -163,6 +163,23 @@ def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str,
     }
 
 
+def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: int) -> Dict[str, Any]:
+    """The top-level fields of the folder's ``manifest.json`` (the runner adds the rest)."""
+    return {
+        "source": info.to_dict(),
+        "estimator": {"name": dec.estimator_name, "settings": dec.estimator.settings()},
+        "output": {"width": info.width, "height": info.height,
+                   "processing_size": [plan.proc_width, plan.proc_height],
+                   "processing_resolution_requested": requested,
+                   "max_size_requested": requested,  # the old name
+                   "processing_resolution": dec.resolution,
+                   "intrinsics": list(plan.intrinsics), "intrinsics_assumed": plan.intrinsics_assumed,
+                   "hfov_deg": dec.hfov_deg, "first_frame": first},
+        "passes": list(contract.PASSES),
+        "sky": {"depth": "depth_far", "normal": list(contract.SKY_NORMAL), "confidence": 0.0},
+    }
+
+
 def _flicker_summary(result: JobResult) -> None:
     man = result.manifest
     rows = [f for f in man.get("frames", []) if f.get("flicker")]
@@ -247,22 +264,10 @@ def decompose(
             plan = dec.plan(info.width, info.height)
             total = clip_frame_range(first, last, info.n_frames, info.path, frames)
             shot = _Shot(src, dec, Path(out_dir), first, last, estimator)
-            manifest = {
-                "source": info.to_dict(),
-                "estimator": {"name": estimator, "settings": dec.estimator.settings()},
-                "output": {"width": info.width, "height": info.height,
-                           "processing_size": [plan.proc_width, plan.proc_height],
-                           "processing_resolution_requested": processing_resolution,
-                           "max_size_requested": processing_resolution,  # the old name
-                           "processing_resolution": dec.resolution,
-                           "intrinsics": list(plan.intrinsics), "intrinsics_assumed": plan.intrinsics_assumed,
-                           "hfov_deg": hfov_deg, "first_frame": first},
-                "passes": list(contract.PASSES),
-                "sky": {"depth": "depth_far", "normal": list(contract.SKY_NORMAL), "confidence": 0.0},
-            }
             result = run_job(
                 out_dir, shot.tasks(), settings=_job_settings(dec, plan, info, albedo_detail), total=total,
-                inputs=[info.path] + list(info.files[:1]), job="decompose", manifest=manifest,
+                inputs=[info.path] + list(info.files[:1]), job="decompose",
+                manifest=_job_manifest(dec, plan, info, processing_resolution, first),
                 read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
             )
             if stabilize:
