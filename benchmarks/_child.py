@@ -39,12 +39,12 @@ def main() -> None:
 
         res = decompose(spec["input"], spec["out"], max_size=spec.get("max_size"),
                         frames=spec.get("frames"), stabilize=spec.get("stabilize", False),
-                        stream=tap, progress_bar=False)
+                        progress=tap)
     elif spec["job"] == "restyle":
         from backend.jobs.restyle import restyle
 
         res = restyle(spec["input"], spec["out"], prompt=spec["prompt"], frames=spec.get("frames"),
-                      stream=tap, progress_bar=False, **spec.get("options", {}))
+                      progress=tap, **spec.get("options", {}))
     else:
         raise SystemExit(f"unknown job {spec['job']}")
     wall = time.perf_counter() - t0
