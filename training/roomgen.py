@@ -353,6 +353,19 @@ class Scene:
         return ms
 
 
+def _reflectance(n, light_dir, view, alb, met, rou) -> np.ndarray:
+    """``N x 3`` reflectance of surface points lit from ``light_dir`` (``N x 3`` or ``1 x 3``,
+    unit, towards the light) seen along ``view``: Lambert (x3) on the non-metal part plus a
+    normalised Blinn-Phong lobe (shininess ``2 / roughness^4``) with F0 0.04 (dielectric) or
+    the albedo (metal)."""
+    hv = light_dir + view
+    hv /= np.maximum(np.linalg.norm(hv, axis=1, keepdims=True), 1e-6)
+    shin = 2.0 / np.maximum(rou ** 4, 1e-3)
+    spec = np.clip((n * hv).sum(1), 0, 1) ** np.minimum(shin, 2000) * (shin + 2) / 8.0
+    f0 = 0.04 * (1 - met)[:, None] + alb * met[:, None]
+    return alb * (1 - met)[:, None] / np.pi * 3.0 + f0 * spec[:, None]
+
+
 def _shade_albedo(p, n, obj, mats):
     """Triplanar texture lookup: albedo, metallic, roughness per hit point."""
     N = p.shape[0]
@@ -456,12 +469,7 @@ def render_room(h: int = 144, w: int = 192, seed: int = 0, ss: int = 2, kinect: 
         ts, _, _ = sc.cast(po, ld, shadow=True)
         lit = (ts >= dist - 1e-3) & (ndl > 0)
         e = (L["I"][None] * (ndl * lit / np.maximum(dist ** 2, 0.3))[:, None])
-        hv = ld + view
-        hv /= np.maximum(np.linalg.norm(hv, axis=1, keepdims=True), 1e-6)
-        shin = 2.0 / np.maximum(rou ** 4, 1e-3)
-        spec = np.clip((n * hv).sum(1), 0, 1) ** np.minimum(shin, 2000) * (shin + 2) / 8.0
-        f0 = 0.04 * (1 - met)[:, None] + alb * met[:, None]
-        rad += e * (alb * (1 - met)[:, None] / np.pi * 3.0 + f0 * spec[:, None])
+        rad += e * _reflectance(n, ld, view, alb, met, rou)
     if kinect and sc.opening is not None:
         ext = obj == 6
         if rng.random() < 0.65:  # sunlight through the opening: lit where a ray toward the sun exits through it
@@ -481,13 +489,8 @@ def render_room(h: int = 144, w: int = 192, seed: int = 0, ss: int = 2, kinect: 
                 lit = np.zeros(len(p), bool)
                 lit[np.flatnonzero(cand)[so == 6]] = True
                 sun = np.array([1.0, 0.93, 0.8], np.float32) * rng.uniform(2.0, 10.0)
-                hv = sd[None] + view
-                hv /= np.maximum(np.linalg.norm(hv, axis=1, keepdims=True), 1e-6)
-                shin = 2.0 / np.maximum(rou ** 4, 1e-3)
-                spec = np.clip((n * hv).sum(1), 0, 1) ** np.minimum(shin, 2000) * (shin + 2) / 8.0
-                f0 = 0.04 * (1 - met)[:, None] + alb * met[:, None]
                 e = sun[None] * (ndl * lit)[:, None]
-                rad += e * (alb * (1 - met)[:, None] / np.pi * 3.0 + f0 * spec[:, None])
+                rad += e * _reflectance(n, sd[None], view, alb, met, rou)
         if ext.any() and (~ext).any():  # the outside is much brighter than the room
             lum_in = float(np.median(rad[~ext].mean(1)))
             lum_alb = float(np.median(alb[ext].mean(1))) + 1e-4

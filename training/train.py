@@ -210,6 +210,11 @@ def main(argv=None):
         _atomic_save({"model": net.state_dict(), "opt": opt.state_dict(), "state": dict(state),
                       "config": cfg.to_dict(), "args": vars(args), **(extra or {})}, path)
 
+    def record(rec):  # one line in log.jsonl and on stdout
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+        print(json.dumps(rec), flush=True)
+
     t_start = time.time() - state["elapsed"]
     net.train()
     run_loss = None
@@ -235,10 +240,7 @@ def main(argv=None):
         run_loss = lv if run_loss is None else 0.95 * run_loss + 0.05 * lv
         step = state["step"]
         if step % 20 == 0:
-            rec = {"step": step, "t": round(state["elapsed"], 1), "lr": lr, "loss": run_loss, **parts}
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-            print(json.dumps(rec), flush=True)
+            record({"step": step, "t": round(state["elapsed"], 1), "lr": lr, "loss": run_loss, **parts})
         if step % args.val_every == 0:
             v, vparts = validate(net, cache.val, hw)
             rec = {"step": step, "t": round(state["elapsed"], 1), "val": v, "val_parts": vparts,
@@ -248,9 +250,7 @@ def main(argv=None):
             if v < state["best_val"]:
                 state["best_val"], state["best_step"] = v, step
                 save(out / "best.pt")
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-            print(json.dumps(rec), flush=True)
+            record(rec)
         if step % args.ckpt_every == 0:
             save(last)
         if step % args.rescan == 0:
@@ -272,13 +272,11 @@ def main(argv=None):
             selected, v = "best", vb
         state.update(final_state)
     _atomic_save(torch.load(out / f"{selected}.pt", map_location="cpu", weights_only=False), out / "selected.pt")
-    rec = {"done": True, "step": state["step"], "wall_s": round(state["elapsed"], 1), "val": v,
-           "selected": selected,
-           "best_val": state["best_val"], "best_step": state["best_step"],
-           "n_train": len(cache.train), "n_val": len(cache.val)}
-    log.write(json.dumps(rec) + "\n")
+    record({"done": True, "step": state["step"], "wall_s": round(state["elapsed"], 1), "val": v,
+            "selected": selected,
+            "best_val": state["best_val"], "best_step": state["best_step"],
+            "n_train": len(cache.train), "n_val": len(cache.val)})
     log.close()
-    print(json.dumps(rec), flush=True)
     return 0
 
 

@@ -63,6 +63,14 @@ class ModelNotAvailable(OSError):
     """A model could not be loaded (not in the local cache while offline, bad path...)."""
 
 
+def _not_available(what: str, model: str, local: bool, e: Exception) -> ModelNotAvailable:
+    """The error for a failed ``from_pretrained`` of ``what`` (e.g. "base model")."""
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return ModelNotAvailable(
+        f"cannot load {what} {model!r} (local_files_only={local}): {reason}. Download it first "
+        f"(huggingface-cli download {model}) or pass a local folder.")
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -221,19 +229,13 @@ class ControlNetRenderer(Renderer):
             try:
                 nets.append(ControlNetModel.from_pretrained(mid, **kw))
             except (OSError, ValueError) as e:
-                raise ModelNotAvailable(
-                    f"cannot load ControlNet {mid!r} (local_files_only={local}): "
-                    f"{str(e).splitlines()[0] if str(e) else type(e).__name__}. Download it "
-                    f"first (huggingface-cli download {mid}) or pass a local folder.") from e
+                raise _not_available("ControlNet", mid, local, e) from e
         try:
             pipe = StableDiffusionControlNetImg2ImgPipeline.from_pretrained(
                 self.base_model, controlnet=nets, safety_checker=None, feature_extractor=None,
                 requires_safety_checker=False, **kw)
         except (OSError, ValueError) as e:
-            raise ModelNotAvailable(
-                f"cannot load base model {self.base_model!r} (local_files_only={local}): "
-                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}. Download it first "
-                f"(huggingface-cli download {self.base_model}) or pass a local folder.") from e
+            raise _not_available("base model", self.base_model, local, e) from e
         pipe = pipe.to(device)
         pipe.set_progress_bar_config(disable=True)
         self._img2img = pipe
