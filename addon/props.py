@@ -85,13 +85,16 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
     )
     # -- decompose -------------------------------------------------------------
     estimator: EnumProperty(name="Estimator", items=_estimator_items, description="G-buffer estimator")
+    # saved in scenes as "max_size" (its old name); one meaning from here to the estimator
     max_size: IntProperty(
-        name="Max Size",
+        name="Processing Resolution",
         default=768,
-        min=32,
+        min=0,
         soft_max=4096,
         subtype="PIXEL",
-        description="Longest side of the G-buffers in pixels (footage is downscaled, never upscaled)",
+        description="Long side, in pixels, of the frame the estimator computes on (0: full size). "
+                    "Capped to what the estimator supports (embedded: 192). "
+                    "The G-buffers are always written at the footage's full size",
     )
     use_scene_range: BoolProperty(
         name="Scene Frame Range", default=True, description="Decompose the scene's frame range"

@@ -127,9 +127,11 @@ def decompose_argv(
     overwrite: bool = False,
     prefs=None,
 ) -> List[str]:
-    """Full command line for ``python -m backend decompose`` (``overwrite``: replace frames
-    an earlier run with other settings left in ``out_dir``, see the backend's ``--overwrite``)."""
-    args = [source, "--out", str(out_dir), "--estimator", estimator, "--max-size", str(max_size)]
+    """Full command line for ``python -m backend decompose`` (``max_size``: the sidebar's
+    Processing Resolution, 0 = full size; ``overwrite``: replace frames an earlier run
+    with other settings left in ``out_dir``, see the backend's ``--overwrite``)."""
+    args = [source, "--out", str(out_dir), "--estimator", estimator,
+            "--processing-resolution", str(max_size)]
     if frames is not None:
         args += frames_arg(*frames)
     if stabilize:

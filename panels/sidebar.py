@@ -26,6 +26,19 @@ def draw_footage(layout, context) -> None:
     layout.prop(s, "output_dir")
 
 
+def resolution_note(estimator: str, requested: int) -> str:
+    """What the estimator will really compute at, for the line under the setting."""
+    from ..backend.estimators.base import resolution_of
+
+    try:
+        used = resolution_of(estimator, requested)
+    except (KeyError, ImportError):
+        return "Estimator unavailable"
+    size = "full size" if used is None else f"{used} px"
+    capped = " (its maximum)" if used is not None and requested and used < requested else ""
+    return f"Computes at {size}{capped}; G-buffers at full size"
+
+
 def draw_decompose(layout, context) -> None:
     s = settings(context)
     col = layout.column()
@@ -33,6 +46,7 @@ def draw_decompose(layout, context) -> None:
     col.use_property_decorate = False
     col.prop(s, "estimator")
     col.prop(s, "max_size")
+    col.label(text=resolution_note(s.estimator, s.max_size), icon="INFO")
     col.prop(s, "use_scene_range")
     if not s.use_scene_range:
         sub = col.column(align=True)

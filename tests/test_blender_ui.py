@@ -495,7 +495,7 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     out = tmp_path / "decompose_001"
     assert argv[1:4] == ["-m", "backend", "decompose"]
     assert argv[4:] == [str(footage("boat")), "--out", str(out), "--estimator", "embedded",
-                        "--max-size", "256", "--frames", "3-5", "--stabilize"]
+                        "--processing-resolution", "256", "--frames", "3-5", "--stabilize"]
     assert ctl.steps[0].log_path == out / "decompose.log"
     assert s.last_decompose_dir == str(out)
     ctl2 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
@@ -540,3 +540,13 @@ def test_brief_report_keeps_the_log_path():
     assert brief("short; log: /x/restyle.log") == "short; log: /x/restyle.log"
     long = "bad thing happened. " + "details " * 60 + "; log: /x/restyle.log"
     assert brief(long) == "bad thing happened. (full message in the Status panel); log: /x/restyle.log"
+
+
+def test_sidebar_says_what_resolution_the_estimator_really_uses(addon):
+    """The Processing Resolution line under the setting: embedded caps at 192 px."""
+    from gbuffer_editor.panels.sidebar import resolution_note
+
+    assert resolution_note("embedded", 768) == "Computes at 192 px (its maximum); G-buffers at full size"
+    assert resolution_note("embedded", 96) == "Computes at 96 px; G-buffers at full size"
+    assert resolution_note("marigold", 0) == "Computes at full size; G-buffers at full size"
+    assert resolution_note("nope", 768) == "Estimator unavailable"

@@ -2,7 +2,7 @@
 
 Run by ``./dev demo`` (which first sets up ``.venv`` when missing)::
 
-    ./dev demo [--clip ../shared/footage/boat.mp4] [--frames 1-8] [--max-size 640] [--out demo_output]
+    ./dev demo [--clip ../shared/footage/boat.mp4] [--frames 1-8] [--processing-resolution N] [--out demo_output]
 
 Steps, each with the add-on's own operators in a background Blender session:
 
@@ -66,7 +66,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="G-Buffer Editor demo: import, decompose, restyle, contact sheet")
     ap.add_argument("--clip", default=str(DEFAULT_CLIP), help="movie or image sequence (default: shared boat.mp4)")
     ap.add_argument("--frames", default="1-8", help="source frames A-B, 1-based (default 1-8)")
-    ap.add_argument("--max-size", type=int, default=640, help="long side of the G-buffers (default 640)")
+    ap.add_argument("--processing-resolution", "--max-size", dest="processing_resolution", type=int, default=None,
+                    metavar="N", help="long side in pixels the estimator computes at (0: full size; default: the "
+                                      "sidebar's, 768, which the embedded estimator caps to 192); the G-buffers "
+                                      "are always full size")
     ap.add_argument("--out", default=str(ROOT / "demo_output"), help="output folder (default demo_output/)")
     ap.add_argument("--sheet-frames", type=int, default=3, help="frames on the contact sheet")
     ap.add_argument("--check-clip", action="store_true",
@@ -103,7 +106,8 @@ def main(argv=None) -> int:
     scene.frame_start = scene.frame_start + first - 1
     scene.frame_end = min(scene.frame_end, scene.frame_start + (last - first))
     n = scene.frame_end - scene.frame_start + 1
-    s.max_size = args.max_size
+    if args.processing_resolution is not None:
+        s.max_size = args.processing_resolution
     s.estimator = "embedded"
 
     def run_stage(label: str, op, result_attr: str) -> Path:
@@ -154,8 +158,9 @@ def make_contact_sheet(gb_dir: Path, results: dict, path: Path, n_frames: int) -
     """Source, the five passes and each restyle, for ``n_frames`` frames spread over the clip."""
     import numpy as np
 
-    from backend import contract, preview
-    from backend.jobs.restyle import preview_path
+    # the backend of the registered package: one copy in this process
+    from gbuffer_editor.backend import contract, preview
+    from gbuffer_editor.backend.jobs.restyle import preview_path
 
     frames = contract.list_frames(gb_dir)
     nums = list(frames)

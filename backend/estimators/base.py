@@ -76,11 +76,7 @@ class Estimator:
             long side in pixels, or ``None`` for the full frame; never above
             :attr:`max_resolution`.
         """
-        r = self.default_resolution if requested is None else (int(requested) or None)
-        cap = self.max_resolution
-        if cap:
-            r = min(r, int(cap)) if r else int(cap)
-        return r
+        return _resolution(self.default_resolution, self.max_resolution, requested)
 
     def use_resolution(self, resolution: Optional[int]) -> None:
         """Told the processing resolution :func:`decompose` will feed it (``None`` =
@@ -108,6 +104,13 @@ class Estimator:
         return {"name": self.name}
 
 
+def _resolution(default: Optional[int], cap: Optional[int], requested: Optional[int]) -> Optional[int]:
+    r = default if requested is None else (int(requested) or None)
+    if cap:
+        r = min(r, int(cap)) if r else int(cap)
+    return r
+
+
 #: the estimator registry; built-ins load their modules only when created
 ESTIMATORS = Registry("estimator", __package__, {
     "embedded": ".embedded:EmbeddedEstimator",
@@ -123,6 +126,21 @@ def register_estimator(name: str, factory: Callable[..., Estimator]) -> None:
 def available_estimators() -> list:
     """Names of registered estimators."""
     return ESTIMATORS.names()
+
+
+def resolution_of(name: str, requested: Optional[int] = None) -> Optional[int]:
+    """The processing resolution estimator ``name`` would use for ``requested``
+    (:meth:`Estimator.resolution`), from its class's declarations: its module is
+    imported but no model is loaded (for UIs). Estimators registered as plain
+    functions report ``requested`` (``None`` = full frame).
+
+    Raises:
+        KeyError: unknown name.
+    """
+    factory = ESTIMATORS.factory(name)
+    if isinstance(factory, type) and issubclass(factory, Estimator):
+        return _resolution(factory.default_resolution, factory.max_resolution, requested)
+    return int(requested) or None if requested is not None else None
 
 
 def get_estimator(name: str, **options) -> Estimator:

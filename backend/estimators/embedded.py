@@ -92,6 +92,9 @@ class EmbeddedEstimator(Estimator):
     """
 
     name = "embedded"
+    #: the network computes at this long side at most (``max_size`` changes it per instance)
+    default_resolution = DEFAULT_MAX_SIZE
+    max_resolution = DEFAULT_MAX_SIZE
 
     def __init__(self, model_path: Optional[os.PathLike] = None, max_size: Optional[int] = DEFAULT_MAX_SIZE,
                  threads: Optional[int] = 2, device: Optional[str] = None,
@@ -104,6 +107,7 @@ class EmbeddedEstimator(Estimator):
         self.max_size = int(max_size) if max_size else DEFAULT_MAX_SIZE
         if self.max_size < 8:
             raise ValueError(f"max_size must be >= 8, got {max_size}")
+        self.default_resolution = self.max_resolution = self.max_size
         threads = int(threads) if threads else 2
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -122,10 +126,6 @@ class EmbeddedEstimator(Estimator):
         self.sha256 = _file_sha256(self.model_path)
         self.threads = threads
 
-    @property
-    def native_max_size(self) -> int:
-        """The network's processing long side: ``decompose`` works at this size."""
-        return self.max_size
 
     def processing_size(self, h: int, w: int) -> tuple:
         """``(h, w)`` at which the network runs for an ``h x w`` frame (long side <= max_size)."""
