@@ -126,7 +126,6 @@ class EmbeddedEstimator(Estimator):
         self.sha256 = _file_sha256(self.model_path)
         self.threads = threads
 
-
     def processing_size(self, h: int, w: int) -> tuple:
         """``(h, w)`` at which the network runs for an ``h x w`` frame (long side <= max_size)."""
         f = min(1.0, self.max_size / max(h, w))
