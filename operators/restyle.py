@@ -151,16 +151,19 @@ class EditsStep(Step):
 def check_prompt(prompt: str, renderer: Optional[str] = None) -> None:
     """Refuse a prompt the renderer cannot understand, before anything is written.
 
-    The embedded renderer (the default) understands a closed vocabulary
-    (:func:`..backend.renderers.prompt.parse_prompt`); diffusion renderers take free text.
+    The same parse the backend job makes (:func:`..backend.renderers.read_prompt`): the
+    embedded renderer (the default) understands a closed vocabulary; diffusion renderers
+    take free text. An unknown renderer name is left to the worker to report.
 
     Raises:
         ValueError: (``PromptError``) naming the unknown words and the vocabulary.
     """
-    if (renderer or "embedded") == "embedded":
-        from ..backend.renderers.prompt import parse_prompt
+    from ..backend.renderers import read_prompt
 
-        parse_prompt(prompt or "")
+    try:
+        read_prompt(prompt, renderer or "embedded")
+    except KeyError:
+        pass
 
 
 def restyle_job(

@@ -1,4 +1,6 @@
 """Renderers (G-buffers + prompt -> frames) behind one registry; see :mod:`.base`."""
-from .base import Renderer, available_renderers, get_renderer, register_renderer
+from .base import (DEFAULT_RENDERER, Renderer, available_renderers, get_renderer, read_prompt,
+                   register_renderer, renderer_class)
 
-__all__ = ["Renderer", "available_renderers", "get_renderer", "register_renderer"]
+__all__ = ["DEFAULT_RENDERER", "Renderer", "available_renderers", "get_renderer", "read_prompt",
+           "register_renderer", "renderer_class"]

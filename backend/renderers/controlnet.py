@@ -50,7 +50,8 @@ import numpy as np
 
 from ..contract import GBufferFrame
 from ..imaging import resize
-from .base import Renderer
+from .base import Renderer, read_prompt
+from .prompt import Look
 
 DEFAULT_BASE_MODEL = "stable-diffusion-v1-5/stable-diffusion-v1-5"
 DEFAULT_DEPTH_MODEL = "lllyasviel/control_v11f1p_sd15_depth"
@@ -139,6 +140,9 @@ class ControlNetRenderer(Renderer):
     """
 
     name = "controlnet"
+    free_text_prompt = True
+    uses_previous_output = True
+    needs_gpu = True
 
     def __init__(self, *, base_model: str = DEFAULT_BASE_MODEL, depth_model: str = DEFAULT_DEPTH_MODEL,
                  normal_model: str = DEFAULT_NORMAL_MODEL, device: str = "auto", seed: int = 0,
@@ -190,8 +194,13 @@ class ControlNetRenderer(Renderer):
                 "negative_prompt": self.negative_prompt, "max_size": self.max_size,
                 "normal_convention": self.normal_convention, "dtype": self.dtype_name}
 
-    def describe(self, prompt: str) -> Dict[str, object]:
-        """Loads the models (so missing ones fail before any output) and returns metadata."""
+    def describe(self, prompt: str, looks: Optional[Sequence[Look]] = None) -> Dict[str, object]:
+        """Loads the models (so missing ones fail before any output) and returns metadata
+        (``looks`` is not used: the whole text is the diffusion prompt).
+
+        Raises:
+            ModelNotAvailable: a model cannot be loaded.
+        """
         self._load()
         return {"prompt": prompt, "looks": [], "params": {"device": str(self._device),
                                                          **self.settings()}}
@@ -264,11 +273,25 @@ class ControlNetRenderer(Renderer):
         gen_device = "cpu" if self._device.type == "mps" else self._device
         return torch.Generator(device=gen_device).manual_seed(self.seed)
 
+    def _init_image(self, frame: GBufferFrame, src: np.ndarray, prompt: str, looks: Optional[Sequence[Look]],
+                    frame_index: int, time_s: float) -> Optional[np.ndarray]:
+        """The img2img init (``H x W x 3`` float32 scene-linear) of the ``init`` mode, or
+        ``None`` for text-to-image."""
+        if self.init == "embedded":
+            from .embedded import EmbeddedRenderer
+
+            looks = read_prompt(prompt, self) if looks is None else looks
+            return EmbeddedRenderer().render(frame, prompt, looks=looks, frame_index=frame_index, time_s=time_s)
+        return src if self.init == "source" else None
+
     def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
-               time_s: float = 0.0, prev: Optional[np.ndarray] = None) -> np.ndarray:
+               time_s: float = 0.0, prev: Optional[np.ndarray] = None,
+               looks: Optional[Sequence[Look]] = None) -> np.ndarray:
         """Render one frame (see module docstring).
 
         Args:
+            looks: the looks the prompt names (:func:`.base.read_prompt`; ``None``:
+                parsed here), for the embedded init; ``()``: a neutral relight.
             prev: the previous frame's output (``H x W x 3`` scene-linear) for the
                 temporal init; used when this renderer also saw the previous frame's
                 source (otherwise, e.g. after a resume, the flow is unknown and it is
@@ -293,20 +316,7 @@ class ControlNetRenderer(Renderer):
         conds = [to_proc(depth_condition(frame)), to_proc(normal_condition(frame, self.normal_convention))]
         conds_t = [torch.from_numpy(c).permute(2, 0, 1)[None].to(self._device, self._dtype) for c in conds]
 
-        init = None
-        if self.init == "embedded":
-            from .embedded import EmbeddedRenderer
-            from .prompt import PromptError, parse_prompt
-
-            try:
-                parse_prompt(prompt)
-                look = prompt
-            except PromptError:
-                look = ""
-            init = EmbeddedRenderer().render(frame, look, frame_index=frame_index, time_s=time_s)
-        elif self.init == "source":
-            init = src
-
+        init = self._init_image(frame, src, prompt, looks, frame_index, time_s)
         info: Dict[str, Any] = {}
         warped = mask = None
         chained = (prev is not None and self._prev_src is not None and self._prev_index == frame_index - 1

@@ -43,16 +43,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Dict, Optional, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..contract import ContractError, GBufferFrame
 from ..imaging import resize
 from . import shading as sh
-from .base import Renderer
+from .base import Renderer, read_prompt
 from .looks import DAYLIGHT, LookParams, average_irradiance, build_params
-from .prompt import parse_prompt
+from .prompt import Look
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
@@ -92,8 +92,8 @@ class RenderLayers:
 
 
 @lru_cache(maxsize=64)
-def _params_for_prompt(prompt: str, overrides: tuple) -> LookParams:
-    return build_params(parse_prompt(prompt), **dict(overrides))
+def _params_for_looks(looks: Tuple[Look, ...], overrides: tuple) -> LookParams:
+    return build_params(looks, **dict(overrides))
 
 
 def _hg(cos_t: np.ndarray, g: float) -> np.ndarray:
@@ -117,6 +117,10 @@ class EmbeddedRenderer(Renderer):
     """
 
     name = "embedded"
+    #: only the looks vocabulary (:mod:`.prompt`); other words are refused
+    free_text_prompt = False
+    #: :meth:`render` accepts ``reference=`` (the unedited G-buffer frame)
+    accepts_reference = True
 
     def __init__(self, *, fov_y_deg: float = sh.DEFAULT_FOV_Y_DEG, **overrides):
         fields = set(LookParams.__dataclass_fields__)
@@ -130,30 +134,38 @@ class EmbeddedRenderer(Renderer):
                           for k, v in overrides.items()}
 
     # -- public API -----------------------------------------------------------------
-    def params(self, prompt: str) -> LookParams:
-        """Look parameters for ``prompt`` (raises :class:`.prompt.PromptError`)."""
-        return _params_for_prompt(prompt or "", tuple(sorted(self.overrides.items())))
+    def params(self, prompt: str, looks: Optional[Sequence[Look]] = None) -> LookParams:
+        """Look parameters for ``prompt`` (``looks``: its :func:`.base.read_prompt`,
+        ``None``: parse it here), with this renderer's overrides applied.
+
+        Raises:
+            PromptError: ``looks`` is ``None`` and the prompt is outside the vocabulary.
+        """
+        looks = read_prompt(prompt, self) if looks is None else tuple(looks)
+        return _params_for_looks(looks, tuple(sorted(self.overrides.items())))
 
     def settings(self) -> Dict[str, object]:
         return {"name": self.name, "version": RENDER_VERSION, "fov_y_deg": self.fov_y_deg,
                 "overrides": {k: list(v) if isinstance(v, tuple) else v
                               for k, v in sorted(self.overrides.items())}}
 
-    def describe(self, prompt: str) -> Dict[str, object]:
-        """The parsed looks and the full parameter set (for metadata)."""
+    def describe(self, prompt: str, looks: Optional[Sequence[Look]] = None) -> Dict[str, object]:
+        """The parsed looks and the full parameter set (for metadata); see
+        :meth:`.base.Renderer.describe`."""
+        looks = read_prompt(prompt, self) if looks is None else tuple(looks)
         return {"prompt": prompt,
-                "looks": [lk.to_json() for lk in parse_prompt(prompt or "")],
-                "params": self.params(prompt).to_json()}
-
-    #: :meth:`render` accepts ``reference=`` (the unedited G-buffer frame)
-    accepts_reference = True
+                "looks": [lk.to_json() for lk in looks],
+                "params": self.params(prompt, looks).to_json()}
 
     def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
                time_s: float = 0.0, prev: Optional[np.ndarray] = None,
+               looks: Optional[Sequence[Look]] = None,
                reference: Optional[GBufferFrame] = None) -> np.ndarray:
         """Re-render one frame; see the module docstring for the method.
 
         Args:
+            frame_index, time_s, looks: as in :meth:`.base.Renderer.render`
+                (``prev`` is not used: the embedded renderer is not temporal).
             reference: the *unedited* G-buffer frame the edited ``frame`` came from.
                 When given, the source shading is ``Combined / reference.albedo``, so
                 albedo edits act at full strength even with ``source_light > 0``.
@@ -165,8 +177,8 @@ class EmbeddedRenderer(Renderer):
             PromptError: prompt outside the vocabulary.
             ContractError: arrays of the wrong shape (also for ``reference``).
         """
-        return self.render_layers(frame, prompt, frame_index=frame_index, time_s=time_s,
-                                  reference=reference).rgb
+        return self.render_layers(frame, self.params(prompt, looks), frame_index=frame_index,
+                                  time_s=time_s, reference=reference).rgb
 
     # -- implementation ---------------------------------------------------------------
     def render_layers(self, frame: GBufferFrame, prompt: Union[str, LookParams], *,
@@ -176,6 +188,11 @@ class EmbeddedRenderer(Renderer):
 
         ``prompt`` may be a prompt string or ready :class:`~.looks.LookParams`;
         ``reference`` as in :meth:`render`.
+
+        Longer than ~80 lines on purpose: it is the module docstring's method, steps
+        1-6 in order, reading top to bottom; each step's arithmetic is already in its
+        own function, and splitting the sequence would only pass a dozen intermediate
+        arrays between them.
         """
         p = prompt if isinstance(prompt, LookParams) else self.params(prompt)
         _check_shapes(frame, reference)
