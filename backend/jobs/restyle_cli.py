@@ -1,0 +1,74 @@
+"""``python -m backend restyle ...``: the command line of :func:`backend.jobs.restyle.restyle`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Tuple
+
+from ..renderers.base import DEFAULT_RENDERER
+from .restyle import restyle
+
+#: options that only diffusion renderers take; the embedded renderer ignores them with a note
+DIFFUSION_OPTIONS = ("device", "seed", "steps", "strength")
+
+
+def option_arg(text: str) -> Tuple[str, Any]:
+    """argparse type of ``--option KEY=VALUE``: ``(key with - as _, JSON value or the text)``."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--option {text!r}: expected KEY=VALUE")
+    k, v = text.split("=", 1)
+    try:
+        val = json.loads(v)
+    except ValueError:
+        val = v
+    return k.strip().replace("-", "_"), val
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``restyle`` subcommand on an argparse ``subparsers`` object."""
+    p = subparsers.add_parser(
+        "restyle", help="G-buffer EXR sequence + prompt -> re-rendered frames",
+        description="Re-render a G-buffer contract sequence with a prompt. The embedded "
+                    "renderer understands looks such as 'dense fog', 'murky underwater at "
+                    "night', 'heavy rain', 'golden hour', 'snow', 'overcast'; use "
+                    "--renderer controlnet for free-form prompts.")
+    p.add_argument("gbuffer_dir", help="folder of gbuffer_NNNN.exr (possibly edited)")
+    p.add_argument("--prompt", default="", help="look to render (default: neutral relight)")
+    p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
+    p.add_argument("--renderer", default=DEFAULT_RENDERER, help="renderer name (default: %(default)s)")
+    p.add_argument("--frames", help="1-based inclusive input frame numbers A-B (also A- or A)")
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (diffusion renderers; default auto)")
+    p.add_argument("--seed", type=int, default=None, help="seed (diffusion renderers)")
+    p.add_argument("--steps", type=int, default=None, help="denoising steps (diffusion renderers)")
+    p.add_argument("--strength", type=float, default=None,
+                   help="img2img strength in (0, 1] (diffusion renderers)")
+    p.add_argument("--option", action="append", type=option_arg, default=[], metavar="KEY=VALUE",
+                   help="renderer option (JSON value), repeatable, e.g. --option source_light=0")
+    p.add_argument("--reference", default=None, metavar="DIR",
+                   help="the unedited G-buffer folder GBUFFER_DIR was edited from: source "
+                        "shading is recovered against its albedo, so albedo edits act fully")
+    p.add_argument("--no-mp4", action="store_true", help="skip the MP4 preview")
+    p.add_argument("--overwrite", action="store_true",
+                   help="when --out holds frames of an earlier restyle with other settings (prompt, "
+                        "renderer, edited G-buffers), remove them, their previews and manifest first; "
+                        "without it that is refused. Frames with the same settings are kept (resume)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    """Run the parsed ``restyle`` command; returns the exit code (0)."""
+    opts = dict(args.option)
+    for key in DIFFUSION_OPTIONS:
+        v = getattr(args, key)
+        if v is None:
+            continue
+        if args.renderer == DEFAULT_RENDERER:  # CPU, deterministic: nothing to set
+            sys.stderr.write(f"note: --{key} is ignored by the {args.renderer} renderer\n")
+            continue
+        opts[key] = v
+    restyle(args.gbuffer_dir, args.out, args.prompt, renderer=args.renderer,
+            renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
+            reference_dir=args.reference, overwrite=args.overwrite, cancel=getattr(args, "cancel", None))
+    return 0
