@@ -5,7 +5,6 @@ import io
 import json
 import os
 import signal
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -303,10 +302,6 @@ def test_frames_beyond_source_is_a_clear_error(tmp_path):
         decompose(src, tmp_path / "o", estimator="tiny", frames="5-6", stream=io.StringIO())
 
 
-EMBEDDED_ONNX = Path(__file__).resolve().parents[1] / "backend" / "model" / "weights" / "embedded.onnx"
-
-
-@pytest.mark.skipif(not EMBEDDED_ONNX.exists(), reason="embedded model weights not built yet")
 def test_cli_default_estimator_on_boat(tmp_path, footage):
     out = tmp_path / "default"
     p = run_cli("decompose", footage("boat"), "--out", out, "--frames", "1-2", tiny=True, timeout=600)

@@ -135,7 +135,6 @@ def test_metallic_tints_specular_with_albedo(scene):
 def test_depth_drives_fog_monotonically(kind, depths):
     r = EmbeddedRenderer()
     trans, dist_to_air = [], []
-    air = r.render(wall(depths[0], kind=kind), "dense fog")  # placeholder, replaced below
     far = wall(1e4 if kind == "metric" else 100.0, kind=kind)
     air = r.render(far, "dense fog").mean(axis=(0, 1))       # ~ airlight
     for d in depths:
