@@ -29,6 +29,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 )
 from ..errors import JobError
 from ..footage import Footage, FootageError, open_footage
+from .options import key_values
 from .runner import Deferred, JobResult, run_job
 
 #: deprecated name of :data:`backend.decomposer.MIN_RESOLUTION`
@@ -276,21 +277,10 @@ def decompose(
 
 
 def parse_options(items) -> Dict[str, Any]:
-    """``["k=v", ...]`` -> dict; values parsed as JSON when possible, else kept as strings.
+    """``["k=v", ...]`` -> dict; values parsed as JSON when possible, else kept as strings
+    (:func:`backend.jobs.options.key_values`).
 
     Raises:
         ValueError: an item without ``=``.
     """
-    import json
-
-    out: Dict[str, Any] = {}
-    for item in items or []:
-        key, sep, val = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--estimator-option {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(val)
-        except ValueError:
-            out[key.strip()] = val
-    return out
-
+    return key_values(items, "--estimator-option")

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Tuple
 
 from ..renderers.base import DEFAULT_RENDERER
+from .options import key_value
 from .restyle import restyle
 
 #: options that only diffusion renderers take; the embedded renderer ignores them with a note
@@ -14,15 +14,12 @@ DIFFUSION_OPTIONS = ("device", "seed", "steps", "strength")
 
 
 def option_arg(text: str) -> Tuple[str, Any]:
-    """argparse type of ``--option KEY=VALUE``: ``(key with - as _, JSON value or the text)``."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--option {text!r}: expected KEY=VALUE")
-    k, v = text.split("=", 1)
+    """argparse type of ``--option KEY=VALUE``: ``(key with - as _, JSON value or the text)``
+    (:func:`backend.jobs.options.key_value`)."""
     try:
-        val = json.loads(v)
-    except ValueError:
-        val = v
-    return k.strip().replace("-", "_"), val
+        return key_value(text, "--option")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
