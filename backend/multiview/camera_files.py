@@ -1,0 +1,259 @@
+"""Camera file formats: our JSON, COLMAP's text model, Open3D's ``trajectory.log``.
+
+Every loader returns ``{key: Camera}`` (see :mod:`backend.multiview.cameras` for the
+conventions and the JSON schema; ``docs/cameras.md`` is the prose version) and
+validates each camera; every error is a one-line :class:`CameraError` naming the file
+and frame. Writers exist for our JSON and COLMAP's text model (round trips, exports).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .cameras import COLMAP_MODELS, Camera, CameraError, validate_camera
+
+JSON_FORMAT = "gbuffer-cameras"
+JSON_VERSION = 1
+_CONVENTIONS = ("blender", "opencv")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise CameraError(f"{path}: cannot read camera file ({e.strerror or e})", file=path) from None
+
+
+def _distortion_from_json(d, path) -> Tuple[str, Tuple[float, ...]]:
+    if not d or d.get("model", "none") == "none":
+        return "none", ()
+    if d.get("model") != "opencv":
+        raise CameraError(f"{path}: unknown distortion model {d.get('model')!r}; one of none, opencv",
+                          file=path)
+    keys = ("k1", "k2", "p1", "p2", "k3")
+    return "opencv", tuple(float(d.get(k, 0.0)) for k in keys)
+
+
+def _json_intrinsics(d, path, frame=None) -> Tuple[float, float, float, float]:
+    try:
+        return tuple(float(d[k]) for k in ("fx", "fy", "cx", "cy"))
+    except (KeyError, TypeError, ValueError):
+        at = f", frame {frame}" if frame is not None else ""
+        raise CameraError(f"{path}{at}: intrinsics need numbers fx, fy, cx, cy", file=path,
+                          frame=frame) from None
+
+
+def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
+    """Read our camera JSON (schema: :mod:`backend.multiview.cameras`, ``docs/cameras.md``).
+
+    Returns:
+        ``{frame_number: Camera}`` keyed by 1-based source frame number.
+
+    Raises:
+        CameraError: unreadable or invalid JSON, wrong ``format``, unknown convention or
+            distortion model, a frame without a 4x4 ``camera_to_world``, a duplicate
+            frame, or a camera that fails :func:`validate_camera`.
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(_read_text(path))
+    except json.JSONDecodeError as e:
+        raise CameraError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})", file=path) from None
+    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
+        raise CameraError(f"{path}: not a camera file (\"format\" must be {JSON_FORMAT!r})", file=path)
+    conv = doc.get("convention", "blender")
+    if conv not in _CONVENTIONS:
+        raise CameraError(f"{path}: unknown convention {conv!r}; one of {_CONVENTIONS}", file=path)
+    try:
+        w, h = int(doc["width"]), int(doc["height"])
+    except (KeyError, TypeError, ValueError):
+        raise CameraError(f"{path}: needs integer \"width\" and \"height\"", file=path) from None
+    model, coeffs = _distortion_from_json(doc.get("distortion"), path)
+    intr = _json_intrinsics(doc.get("intrinsics"), path)
+    make = Camera.from_c2w_opengl if conv == "blender" else Camera.from_c2w_opencv
+    cams: Dict[int, Camera] = {}
+    for entry in doc.get("frames") or []:
+        frame = entry.get("frame") if isinstance(entry, dict) else None
+        if not isinstance(frame, int) or frame < 1:
+            raise CameraError(f"{path}: every frame needs an integer \"frame\" >= 1, got {frame!r}",
+                              file=path)
+        if frame in cams:
+            raise CameraError(f"{path}, frame {frame}: listed twice", file=path, frame=frame)
+        m = np.asarray(entry.get("camera_to_world", []), dtype=np.float64)
+        if m.shape != (4, 4):
+            raise CameraError(f"{path}, frame {frame}: camera_to_world must be a 4x4 matrix, "
+                              f"got shape {m.shape}", file=path, frame=frame)
+        fi = _json_intrinsics(entry["intrinsics"], path, frame) if "intrinsics" in entry else intr
+        if not np.all(np.isfinite(m)):
+            raise CameraError(f"{path}, frame {frame}: camera_to_world has non-finite values",
+                              file=path, frame=frame)
+        cam = make(m, w, h, *fi, distortion_model=model, distortion=coeffs, name=str(frame))
+        cams[frame] = validate_camera(cam, path, frame)
+    if not cams:
+        raise CameraError(f"{path}: no frames", file=path)
+    return cams
+
+
+def save_cameras_json(path: os.PathLike, cameras: Dict[int, Camera], *,
+                      convention: str = "blender", units: str = "solve units") -> None:
+    """Write ``{frame_number: Camera}`` as our JSON. Size, intrinsics and distortion come
+    from the first camera; frames whose intrinsics differ carry their own."""
+    items = sorted(cameras.items())
+    first = items[0][1]
+    frames = []
+    for frame, cam in items:
+        m = cam.c2w_opengl() if convention == "blender" else cam.c2w_opencv()
+        entry = {"frame": int(frame), "camera_to_world": m.tolist()}
+        if cam.intrinsics != first.intrinsics:
+            entry["intrinsics"] = dict(zip(("fx", "fy", "cx", "cy"), cam.intrinsics))
+        frames.append(entry)
+    dist = {"model": first.distortion_model}
+    dist.update(zip(("k1", "k2", "p1", "p2", "k3"), first.distortion))
+    doc = {"format": JSON_FORMAT, "version": JSON_VERSION, "convention": convention,
+           "units": units, "width": first.width, "height": first.height,
+           "intrinsics": dict(zip(("fx", "fy", "cx", "cy"), first.intrinsics)),
+           "distortion": dist, "frames": frames}
+    Path(path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+
+
+def _data_lines(path: Path):
+    """Non-comment lines of a COLMAP text file with their 1-based line numbers."""
+    return [(i + 1, ln) for i, ln in enumerate(_read_text(path).splitlines())
+            if not ln.lstrip().startswith("#")]
+
+
+def _colmap_camera(tokens, path, lineno):
+    try:
+        cam_id, model, w, h = int(tokens[0]), tokens[1], int(tokens[2]), int(tokens[3])
+        params = [float(v) for v in tokens[4:]]
+    except (IndexError, ValueError):
+        raise CameraError(f"{path}, line {lineno}: expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS[]",
+                          file=path) from None
+    if model not in COLMAP_MODELS:
+        raise CameraError(f"{path}, camera {cam_id}: unknown camera model {model!r}; "
+                          f"supported: {', '.join(COLMAP_MODELS)}", file=path)
+    names = COLMAP_MODELS[model]
+    if len(params) != len(names):
+        raise CameraError(f"{path}, camera {cam_id}: {model} takes {len(names)} parameters, "
+                          f"got {len(params)}", file=path)
+    p = dict(zip(names, params))
+    fx = p.get("fx", p.get("f"))
+    fy = p.get("fy", p.get("f"))
+    k = (p.get("k1", 0.0), p.get("k2", 0.0), p.get("p1", 0.0), p.get("p2", 0.0))
+    model_out = "opencv" if any(name[0] in "kp" for name in names) else "none"
+    return cam_id, dict(width=w, height=h, fx=fx, fy=fy, cx=p["cx"], cy=p["cy"],
+                        distortion_model=model_out, distortion=k if model_out == "opencv" else ())
+
+
+def load_colmap_text(folder: os.PathLike) -> Dict[str, Camera]:
+    """Read a COLMAP text model folder (``cameras.txt`` + ``images.txt``).
+
+    COLMAP stores world-to-camera ``qvec (qw qx qy qz)``, ``tvec`` in the OpenCV camera
+    frame and intrinsics with pixel centres at +0.5: exactly our convention.
+
+    Returns:
+        ``{image_name: Camera}`` (the name as written in ``images.txt``, e.g.
+        ``frame_0001.png``).
+
+    Raises:
+        CameraError: a missing file, a malformed line, an unknown camera model
+            (anything but SIMPLE_PINHOLE, PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV), an
+            image naming an unknown camera, or an invalid pose (non-finite, degenerate).
+    """
+    folder = Path(folder)
+    intr = {}
+    for lineno, ln in _data_lines(folder / "cameras.txt"):
+        if ln.strip():
+            cam_id, kw = _colmap_camera(ln.split(), folder / "cameras.txt", lineno)
+            intr[cam_id] = kw
+    path = folder / "images.txt"
+    lines = _data_lines(path)
+    cams: Dict[str, Camera] = {}
+    # images come as pairs of lines (pose line, 2-D points line, which may be empty)
+    for (lineno, ln), _points in zip(lines[0::2], lines[1::2] + [(0, "")]):
+        tok = ln.split()
+        if not tok:
+            continue
+        try:
+            vals = [float(v) for v in tok[1:8]]
+            cam_id, name = int(tok[8]), " ".join(tok[9:])
+        except (IndexError, ValueError):
+            raise CameraError(f"{path}, line {lineno}: expected IMAGE_ID QW QX QY QZ TX TY TZ "
+                              "CAMERA_ID NAME", file=path) from None
+        if cam_id not in intr:
+            raise CameraError(f"{path}, frame {name}: camera {cam_id} is not in cameras.txt",
+                              file=path)
+        if not np.all(np.isfinite(vals)) or np.linalg.norm(vals[:4]) < 1e-12:
+            raise CameraError(f"{path}, frame {name}: non-finite or zero pose", file=path)
+        cam = Camera.from_colmap(vals[:4], vals[4:], name=name, **intr[cam_id])
+        cams[name] = validate_camera(cam, path, name)
+    if not cams:
+        raise CameraError(f"{path}: no images", file=path)
+    return cams
+
+
+def save_colmap_text(folder: os.PathLike, cameras: Dict[str, Camera]) -> None:
+    """Write ``{image_name: Camera}`` as a COLMAP text model (one camera per image,
+    ``PINHOLE`` or ``OPENCV``; ``points3D.txt`` empty)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cam_lines, img_lines = [], []
+    for i, (name, cam) in enumerate(sorted(cameras.items()), start=1):
+        params = [cam.fx, cam.fy, cam.cx, cam.cy]
+        model = "PINHOLE"
+        if cam.distortion_model == "opencv":
+            model, params = "OPENCV", params + list(cam.distortion[:4])
+        cam_lines.append(f"{i} {model} {cam.width} {cam.height} " + " ".join(repr(float(v)) for v in params))
+        q, t = cam.colmap_pose()
+        img_lines.append(f"{i} " + " ".join(repr(float(v)) for v in (*q, *t)) + f" {i} {name}")
+        img_lines.append("")
+    (folder / "cameras.txt").write_text("# Camera list\n" + "\n".join(cam_lines) + "\n")
+    (folder / "images.txt").write_text("# Image list\n" + "\n".join(img_lines) + "\n")
+    (folder / "points3D.txt").write_text("# 3D point list\n")
+
+
+def load_open3d_log(path: os.PathLike, width: int, height: int,
+                    intrinsics: Sequence[float]) -> Dict[int, Camera]:
+    """Read Open3D's ``trajectory.log``: per frame a metadata line (first number: the
+    0-based frame index) and a 4x4
+    camera-to-world matrix (OpenCV camera axes), rows on four lines.
+
+    Args:
+        path: the ``.log`` file.
+        width, height: frame size in pixels.
+        intrinsics: ``(fx, fy, cx, cy)`` in **Open3D's** convention (pixel centres at
+            integers, as ``PinholeCameraIntrinsic``: PrimeSense default ``cx = 319.5``);
+            converted to ours by adding 0.5 to ``cx`` and ``cy``.
+
+    Returns:
+        ``{frame_number: Camera}`` with frame number = the metadata's frame index + 1.
+
+    Raises:
+        CameraError: a truncated record, non-numeric or non-finite values, a degenerate
+            pose.
+    """
+    path = Path(path)
+    lines = [ln for ln in _read_text(path).splitlines() if ln.strip()]
+    if not lines or len(lines) % 5:
+        raise CameraError(f"{path}: expected records of 5 lines (ids + 4x4 matrix), got "
+                          f"{len(lines)} lines", file=path)
+    fx, fy, cx, cy = map(float, intrinsics)
+    cams: Dict[int, Camera] = {}
+    for rec in range(len(lines) // 5):
+        head = lines[5 * rec].split()
+        frame = int(head[0]) + 1 if head and head[0].isdigit() else rec + 1
+        try:
+            m = np.array([[float(v) for v in ln.split()] for ln in lines[5 * rec + 1:5 * rec + 5]])
+        except ValueError:
+            raise CameraError(f"{path}, frame {frame}: matrix is not numeric", file=path,
+                              frame=frame) from None
+        if m.shape != (4, 4) or not np.all(np.isfinite(m)):
+            raise CameraError(f"{path}, frame {frame}: camera-to-world must be 4x4 finite numbers",
+                              file=path, frame=frame)
+        cam = Camera.from_c2w_opencv(m, width, height, fx, fy, cx + 0.5, cy + 0.5, name=str(frame))
+        cams[frame] = validate_camera(cam, path, frame)
+    return cams
