@@ -181,7 +181,8 @@ class Camera:
         """Camera from a Blender/OpenGL camera-to-world matrix (camera looks down -Z).
         A scale in the matrix (Blender object scale) is removed per axis."""
         m = np.array(c2w, dtype=np.float64)[:4, :4]
-        m[:3, :3] = m[:3, :3] / np.linalg.norm(m[:3, :3], axis=0, keepdims=True)
+        norm = np.linalg.norm(m[:3, :3], axis=0, keepdims=True)
+        m[:3, :3] = m[:3, :3] / np.where(norm > 0, norm, 1.0)
         m[:3, :3] = m[:3, :3] @ _GL_TO_CV
         return cls.from_c2w_opencv(m, width, height, fx, fy, cx, cy, **kw)
 

@@ -133,3 +133,41 @@ def fuse_depth(measured: np.ndarray, confidence: np.ndarray, prior: np.ndarray, 
     logd = wgt * np.log(np.maximum(measured, 1e-12)) + (1 - wgt) * np.log(filled)
     return FusedDepth(np.exp(logd).astype(np.float32), conf, conf >= threshold, float(s), float(t),
                       int(ok.sum()))
+
+
+def _nearest_along_rows(depth: np.ndarray, mask: np.ndarray, reverse: bool) -> np.ndarray:
+    """Per pixel, the depth of the nearest ``mask`` pixel to its left (right if
+    ``reverse``) on the same row; NaN where there is none."""
+    d, m = (depth[:, ::-1], mask[:, ::-1]) if reverse else (depth, mask)
+    w = d.shape[1]
+    idx = np.where(m, np.arange(w)[None, :], -1)
+    idx = np.maximum.accumulate(idx, axis=1)
+    out = np.take_along_axis(d, np.maximum(idx, 0), axis=1).astype(np.float32)
+    out[idx < 0] = np.nan
+    return out[:, ::-1] if reverse else out
+
+
+def fill_background(depth: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Fill pixels outside ``mask`` with the *farther* of the nearest ``mask`` depths to
+    their left and right (then above / below where a row has none).
+
+    Occlusion holes and the halos stereo leaves beside foreground objects belong to the
+    background, so the farther neighbour is the right guess (Hirschmüller 2008, Sec.
+    on occlusion interpolation: the lower disparity of the left/right valid neighbours).
+
+    Args:
+        depth: ``H x W`` float32 planar depth. mask: ``H x W`` bool, trusted pixels.
+
+    Returns:
+        ``H x W`` float32 depth, equal to ``depth`` on ``mask``; ``depth`` itself where
+        no trusted pixel exists in the row or column.
+    """
+    depth = np.asarray(depth, np.float32)
+    mask = np.asarray(mask, bool)
+    with np.errstate(invalid="ignore"):
+        lr = np.fmax(_nearest_along_rows(depth, mask, False), _nearest_along_rows(depth, mask, True))
+        ud = np.fmax(_nearest_along_rows(depth.T, mask.T, False),
+                     _nearest_along_rows(depth.T, mask.T, True)).T
+    fill = np.where(np.isnan(lr), ud, lr)
+    fill = np.where(np.isnan(fill), depth, fill)
+    return np.where(mask, depth, fill).astype(np.float32)
