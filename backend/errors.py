@@ -51,3 +51,22 @@ class JobCancelled(Exception):
         super().__init__(f"cancelled after {written} frame(s)")
         self.written = written
         self.frame = frame
+
+
+class MissingPackagesError(RuntimeError):
+    """A backend needs Python packages this interpreter does not have (exit code 1)."""
+
+
+def require_packages(feature: str, *modules: str) -> None:
+    """Raise :class:`MissingPackagesError` naming ``feature`` and what is missing when
+    one of ``modules`` cannot be imported here; checks without importing them."""
+    import importlib.util
+    import sys
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingPackagesError(
+            f"{feature} needs {', '.join(modules)}; this Python ({sys.executable}) lacks "
+            f"{', '.join(missing)}: install the diffusion packages (Blender: Preferences > Add-ons > "
+            f"G-Buffer Editor > Install Diffusion Packages, or point External Python at an environment "
+            f"that has them)")

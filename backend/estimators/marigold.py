@@ -49,6 +49,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ..colour import linear_to_srgb, srgb_to_linear
+from ..errors import require_packages
 from .base import Estimator, EstimatorOutput
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,7 @@ class MarigoldEstimator(Estimator):
         revision: Optional[str] = None,
         cache_dir: Optional[str] = None,
     ):
+        require_packages("the marigold estimator", "torch", "diffusers")
         import torch
 
         from ..precision import resolve_dtype

@@ -48,6 +48,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from ..errors import require_packages
 from ..contract import GBufferFrame
 from ..imaging import resize
 from .base import Renderer, read_prompt
@@ -164,6 +165,7 @@ class ControlNetRenderer(Renderer):
             raise ValueError("conditioning_scale needs two values (depth, normal)")
         if normal_convention not in ("bae", "opengl"):
             raise ValueError(f"normal_convention must be 'bae' or 'opengl', got {normal_convention!r}")
+        require_packages("the controlnet renderer", "torch", "diffusers")
         self.base_model, self.depth_model, self.normal_model = base_model, depth_model, normal_model
         self.device_name = device
         self.seed, self.steps = int(seed), int(steps)
