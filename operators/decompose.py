@@ -10,7 +10,7 @@ import bpy
 from ..addon import compositor
 from ..backend import contract
 from . import backend_args, footage
-from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep
+from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep, idle_settings
 
 
 def first_frame_index(gbuffer_dir: os.PathLike) -> int:
@@ -75,15 +75,11 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        scene = context.scene
-        if scene is None:
+        s = idle_settings(cls, context)
+        if s is None:
             return False
-        s = scene.gbuffer_editor
         if not s.source_path:
             cls.poll_message_set("Import footage first")
-            return False
-        if s.is_running:
-            cls.poll_message_set("A G-Buffer job is running")
             return False
         return True
 

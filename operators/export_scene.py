@@ -36,7 +36,7 @@ from ..addon import worker as worker_mod
 from ..addon.scene.export import ExportError, ExportManifest, GBufferRenderer
 from ..addon.scene.passes import PassError
 from ..backend import contract
-from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, Step
+from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, Step, idle_settings
 
 #: ``estimator`` header value of frames written by the scene export
 SCENE_ESTIMATOR = "scene"
@@ -260,13 +260,9 @@ class GBUFFER_OT_export_scene(ModalJobMixin, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        scene = context.scene
-        if scene is None:
+        if idle_settings(cls, context) is None:
             return False
-        if scene.gbuffer_editor.is_running:
-            cls.poll_message_set("A G-Buffer job is running")
-            return False
-        if scene.camera is None:
+        if context.scene.camera is None:
             cls.poll_message_set("The scene has no camera")
             return False
         return True

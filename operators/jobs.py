@@ -30,6 +30,19 @@ def active_job(scene) -> Optional["JobController"]:
     return job if job is not None and not job.finished else None
 
 
+def idle_settings(cls, context):
+    """For an operator's ``poll``: the scene's G-Buffer settings when a scene exists and no
+    G-Buffer job runs in it, else ``None`` (with the reason set as the poll message)."""
+    scene = context.scene
+    if scene is None:
+        return None
+    s = scene.gbuffer_editor
+    if s.is_running:
+        cls.poll_message_set("A G-Buffer job is running")
+        return None
+    return s
+
+
 def brief(message: str, limit: int = 160) -> str:
     """A short first line of ``message`` for Blender's report (which truncates long text);
     the full text stays in the Status panel (``scene.gbuffer_editor.status``) and the log."""

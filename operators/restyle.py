@@ -26,7 +26,7 @@ import bpy
 from ..addon import compat, compositor
 from ..backend import contract
 from . import backend_args
-from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, Step, WorkerStep
+from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, Step, WorkerStep, idle_settings
 
 EDITED_DIR = "edited_gbuffer"
 RESULT_DIR = "result"
@@ -245,14 +245,10 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        scene = context.scene
-        if scene is None:
+        s = idle_settings(cls, context)
+        if s is None:
             return False
-        s = scene.gbuffer_editor
-        if s.is_running:
-            cls.poll_message_set("A G-Buffer job is running")
-            return False
-        tree = compositor.find_tree(scene)
+        tree = compositor.find_tree(context.scene)
         if tree is None or compositor.find_node(tree, compositor.ROLE_GBUFFER) is None:
             cls.poll_message_set("Decompose footage first (no G-buffers in the compositor)")
             return False
