@@ -255,7 +255,7 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
                 processing_width: Optional[int] = None, window: int = 7,
                 best_k: Optional[int] = None, plane_step_px: float = 1.0,
                 min_planes: int = 8, max_planes: int = 192, sgm: bool = True,
-                sgm_penalties: Tuple[float, float] = (0.05, 0.5)) -> SweepResult:
+                sgm_penalties: Tuple[float, float] = (0.1, 1.0)) -> SweepResult:
     """Depth of the reference frame by plane sweep against K neighbours (see module doc).
 
     Args:

@@ -38,7 +38,7 @@ def _scan(C: np.ndarray, P1: float, P2: np.ndarray, out: np.ndarray, reverse: bo
         prev = cur
 
 
-def sgm_aggregate(vol: np.ndarray, guide: np.ndarray, P1: float = 0.05, P2: float = 0.5,
+def sgm_aggregate(vol: np.ndarray, guide: np.ndarray, P1: float = 0.1, P2: float = 1.0,
                   edge: float = 0.1) -> np.ndarray:
     """Semi-global aggregation (4 directions) of a cost volume.
 
