@@ -58,6 +58,9 @@ _EXPORTS = {
     "open_footage": ("backend.footage", "open_footage"),
     "PromptError": ("backend.renderers.prompt", "PromptError"),
     "parse_prompt": ("backend.renderers.prompt", "parse_prompt"),
+    "read_prompt": ("backend.renderers.base", "read_prompt"),
+    "renderer_class": ("backend.renderers.base", "renderer_class"),
+    "resolution_of": ("backend.estimators.base", "resolution_of"),
 }
 
 __all__ = sorted(list(_EXPORTS) + ["list_estimators", "list_renderers", "list_looks", "__version__"])

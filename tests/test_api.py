@@ -29,6 +29,17 @@ def test_import_is_cheap_and_lists_what_exists():
     assert lines[4] == "['fog', 'foggy', 'haze']"
 
 
+def test_discovery_without_loading_a_model():
+    import backend
+
+    assert backend.resolution_of("embedded", 1024) == 192
+    assert backend.renderer_class("embedded").free_text_prompt is False
+    assert backend.renderer_class("controlnet").free_text_prompt is True
+    assert backend.read_prompt("dense fog")[0].name == "fog"
+    with pytest.raises(backend.PromptError):
+        backend.read_prompt("purple elephants")
+
+
 def test_unknown_public_name_is_an_attribute_error():
     import backend
 
