@@ -20,8 +20,8 @@ Converters: :meth:`Camera.from_c2w_opengl` / :meth:`Camera.c2w_opengl` for Blend
 :meth:`Camera.from_c2w_opencv` (Open3D, our JSON with ``"convention": "opencv"``),
 :meth:`Camera.from_colmap` / :meth:`Camera.colmap_pose` (quaternion + translation).
 
-Loaders (each returns ``{key: Camera}``; errors are :class:`CameraError`, one line
-naming the file and frame):
+Loaders, in :mod:`backend.multiview.camera_files` (each returns ``{key: Camera}``;
+errors are :class:`CameraError`, one line naming the file and frame):
 
 * :func:`load_cameras_json` -- our JSON (schema below and in ``docs/cameras.md``),
   keyed by 1-based source frame number (the ``gbuffer_NNNN.exr`` numbering).
