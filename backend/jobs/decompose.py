@@ -108,22 +108,29 @@ class _Shot:
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
-        """One frame; the temporal state continues from the previous frame's file when
-        this run did not compute it (resume, farm chunk)."""
+        """One frame, with any failure reported as a :class:`JobError` naming it."""
+        try:
+            return self._compute(sf, number)
+        except (KeyboardInterrupt, JobError):
+            raise
+        except Exception as e:
+            raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
+                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                           frame=number, file=sf.path) from e
+
+    def _compute(self, sf, number: int) -> contract.GBufferFrame:
+        """The temporal state continues from the previous frame's file when this run did
+        not compute it (resume, farm chunk)."""
         dec = self.decomposer
         if dec.last_number != number - 1:
             dec.reset()
             prev = contract.frame_path(self.out_dir, number - 1)
             if number > 1 and prev.exists():
                 dec.seed(contract.read_frame(prev), number - 1)
-        try:
-            return dec.frame(sf.rgb, alpha=sf.alpha, number=number, meta=self.frame_meta(sf, number))
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:
-            raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
-                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                           frame=number, file=sf.path) from e
+        return dec.frame(sf.rgb, alpha=sf.alpha, number=number, meta=self.frame_meta(sf, number))
+
+    def manifest_fields(self) -> Dict[str, Any]:
+        return self.decomposer.report.manifest_fields()
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
         for sf in self.src:
@@ -140,11 +147,131 @@ class _Shot:
             frame.meta["settings_hash"] = shash
             entry = {"source_index": sf.index, "pts_s": sf.pts_s,
                      "depth_near": frame.meta["depth_near"], "depth_far": frame.meta["depth_far"]}
-            entry.update(self.decomposer.report.manifest_fields())
+            entry.update(self.manifest_fields())
             # validation + EXR encoding run on the runner's writer thread while the next
             # frame is decoded and estimated (the runner renames tmp_path atomically)
             return Deferred(lambda: contract.write_frame(tmp_path, frame, atomic=False) and None, entry)
         return work
+
+
+@dataclass
+class _MultiViewShot(_Shot):
+    """A shot with cameras: frames go through :class:`backend.multiview.shot.MultiViewShot`
+    (frames within its window around the range are decoded as neighbours)."""
+
+    mv: Any = None  # MultiViewShot
+
+    def _compute(self, sf, number: int) -> contract.GBufferFrame:
+        return self.mv.compute(number, sf, meta=self.frame_meta(sf, number))
+
+    def manifest_fields(self) -> Dict[str, Any]:
+        out = super().manifest_fields()
+        out.update(self.mv.report.manifest_fields())
+        return out
+
+    def tasks(self) -> Iterator[Tuple[int, Any]]:
+        w = self.mv.options.window
+
+        def frames():
+            for sf in self.src:
+                number = sf.index + 1
+                if number < self.first - w:
+                    continue
+                if self.last is not None and number > self.last + w:
+                    break
+                yield number, sf
+
+        def wanted(n: int) -> bool:
+            return n >= self.first and (self.last is None or n <= self.last)
+
+        for number, sf in self.mv.stream(frames(), wanted):
+            yield number, self._work(sf, number)
+
+
+def _camera_lookup(camset, info) -> Any:
+    """``(number, source_file) -> Camera or None`` at the footage's size: our JSON is
+    matched by source frame number, a COLMAP model by image file name."""
+    from ..multiview.cameras import fit_to_frame
+    from ..multiview.undistort import check_distortion
+
+    fitted: Dict[Any, Any] = {}
+    by_name = any(isinstance(k, str) for k in camset.cameras)
+
+    def camera_for(number: int, source_file: str):
+        key = os.path.basename(source_file) if by_name else number
+        if key not in fitted:
+            cam = camset.cameras.get(key)
+            if cam is not None:
+                cam = fit_to_frame(cam, info.width, info.height, camset.path, number)
+                check_distortion(cam, camset.path, number)
+            fitted[key] = cam
+        return fitted[key]
+
+    return camera_for
+
+
+def _open_cameras(path, info, first: int, last: Optional[int]):
+    """Read and check a camera file against the footage (see :func:`decompose`)."""
+    from ..multiview.camera_files import read_cameras
+    from ..multiview.cameras import CameraError
+
+    camset = read_cameras(path)
+    if len(camset.cameras) < 2:
+        raise CameraError(f"{camset.path}: a camera solve needs at least 2 cameras, the file has "
+                          f"{len(camset.cameras)}", file=camset.path)
+    if all(isinstance(k, int) for k in camset.cameras):
+        end = last if last is not None else info.n_frames
+        in_range = [k for k in camset.cameras if k >= first and (end is None or k <= end)]
+        if not in_range:
+            raise CameraError(f"{camset.path}: no camera for the frames decomposed ({first}-"
+                              f"{last if last is not None else info.n_frames}); the file has frames "
+                              f"{min(camset.cameras)}-{max(camset.cameras)}", file=camset.path)
+    return camset
+
+
+def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options) -> "_MultiViewShot":
+    from ..multiview.shot import MultiViewOptions, MultiViewShot
+
+    camset = _open_cameras(cameras, src.info, first, last)
+    opts = options if isinstance(options, MultiViewOptions) else MultiViewOptions(**(options or {}))
+    mv = MultiViewShot(dec, _camera_lookup(camset, src.info), units=camset.units,
+                       depth_range=camset.depth_range, options=opts)
+    shot = _MultiViewShot(src, dec, out_dir, first, last, estimator, mv=mv)
+    shot.camset = camset
+    return shot
+
+
+def _multiview_summary(result: JobResult) -> None:
+    """Shot-level figures of the multi-view path in the manifest: the measured share of
+    the frames and the temporal consistency (median over frames of the median relative
+    depth disagreement after reprojecting frame t into t+1 with the cameras)."""
+    man = result.manifest
+    rows = [f["multiview"] for f in man.get("frames", []) if f.get("multiview")]
+    if not rows:
+        return
+    temporal = [r["temporal_disagreement"] for r in rows if r.get("temporal_disagreement") is not None]
+    man["multiview"] = {
+        "frames_measured": sum(1 for r in rows if not r.get("fallback")),
+        "frames_single_image": sum(1 for r in rows if r.get("fallback")),
+        "measured_fraction": float(np.mean([r.get("measured_fraction", 0.0) for r in rows])),
+    }
+    man["temporal_consistency"] = {
+        "metric": "median relative depth disagreement after reprojecting frame t into t+1 "
+                  "with the cameras, on confident pixels; lower is steadier",
+        "median": float(np.median(temporal)) if temporal else None,
+        "frame_pairs": len(temporal),
+    }
+    contract.write_manifest(result.out_dir, man)
+
+
+def _camera_settings(camset, mv_options) -> Dict[str, Any]:
+    import hashlib
+
+    p = Path(camset.path)
+    files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+    return {"file": str(p), "sha256": digest, "units": camset.units,
+            "depth_range": camset.depth_range, "options": dict(mv_options.__dict__)}
 
 
 def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str, Any]:
@@ -209,6 +336,8 @@ def decompose(
     hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
     overwrite: bool = False,
     albedo_detail: bool = True,
+    cameras: Optional[os.PathLike] = None,
+    multiview: Optional[Dict[str, Any]] = None,
     progress: events.Progress = None,
     cancel: Optional[threading.Event] = None,
     max_size: Optional[int] = None,
@@ -235,6 +364,13 @@ def decompose(
             (refused otherwise); see :func:`backend.jobs.outputs.check_previous_outputs`.
         albedo_detail: restore the source's fine detail in an albedo estimated below
             full size (:func:`backend.decomposer.albedo_detail_transfer`).
+        cameras: a camera file (our JSON, or a COLMAP text model folder; see
+            ``docs/cameras.md``): depth is then measured from parallax and fused with the
+            estimator's (:mod:`backend.multiview.shot`); frames without a camera, or
+            without parallax, keep the single-image depth, with a ``warning``.
+        multiview: options of the multi-view path
+            (:class:`backend.multiview.shot.MultiViewOptions` fields: ``neighbours``,
+            ``window``, ``processing_width``, ``min_parallax_px``, ``confidence_threshold``).
         progress: where events go: a callable taking an event dict, or a text stream
             for JSON lines (:mod:`backend.events`); ``None``: nothing is reported.
         cancel: a ``threading.Event``; setting it stops after the current frame
@@ -264,15 +400,26 @@ def decompose(
                              sar=float(info.sar), **dec_kwargs)
             plan = dec.plan(info.width, info.height)
             total = clip_frame_range(first, last, info.n_frames, info.path, frames)
-            shot = _Shot(src, dec, Path(out_dir), first, last, estimator)
+            settings = _job_settings(dec, plan, info, albedo_detail)
+            manifest = _job_manifest(dec, plan, info, processing_resolution, first)
+            if cameras is not None:
+                shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview)
+                settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
+                if stabilize:
+                    events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
+                                   "across frames by construction")
+            else:
+                shot = _Shot(src, dec, Path(out_dir), first, last, estimator)
             result = run_job(
-                out_dir, shot.tasks(), settings=_job_settings(dec, plan, info, albedo_detail), total=total,
-                inputs=[info.path] + list(info.files[:1]), job="decompose",
-                manifest=_job_manifest(dec, plan, info, processing_resolution, first),
+                out_dir, shot.tasks(), settings=settings, total=total,
+                inputs=[info.path] + list(info.files[:1]) + ([cameras] if cameras is not None else []),
+                job="decompose", manifest=manifest,
                 read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
             )
-            if stabilize:
+            if stabilize and cameras is None:
                 _flicker_summary(result)
+            if cameras is not None:
+                _multiview_summary(result)
             return result
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -99,9 +100,12 @@ def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
 
 
 def save_cameras_json(path: os.PathLike, cameras: Dict[int, Camera], *,
-                      convention: str = "blender", units: str = "solve units") -> None:
+                      convention: str = "blender", units: str = "solve units",
+                      depth_range: Optional[Tuple[float, float]] = None) -> None:
     """Write ``{frame_number: Camera}`` as our JSON. Size, intrinsics and distortion come
-    from the first camera; frames whose intrinsics differ carry their own."""
+    from the first camera; frames whose intrinsics differ carry their own.
+    ``depth_range``: the scene's ``(near, far)`` in the solve's units (e.g. from its
+    reconstructed points), written as ``"depth_range"``."""
     items = sorted(cameras.items())
     first = items[0][1]
     frames = []
@@ -117,6 +121,8 @@ def save_cameras_json(path: os.PathLike, cameras: Dict[int, Camera], *,
            "units": units, "width": first.width, "height": first.height,
            "intrinsics": dict(zip(("fx", "fy", "cx", "cy"), first.intrinsics)),
            "distortion": dist, "frames": frames}
+    if depth_range is not None:
+        doc["depth_range"] = [float(depth_range[0]), float(depth_range[1])]
     Path(path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
 
@@ -257,3 +263,81 @@ def load_open3d_log(path: os.PathLike, width: int, height: int,
         cam = Camera.from_c2w_opencv(m, width, height, fx, fy, cx + 0.5, cy + 0.5, name=str(frame))
         cams[frame] = validate_camera(cam, path, frame)
     return cams
+
+
+#: ``units`` values of a camera set: ``metres`` (a scaled solve) or the solve's own units
+UNITS = ("metres", "solve units")
+
+
+@dataclass
+class CameraSet:
+    """Cameras of a shot as read from one file (:func:`read_cameras`).
+
+    Attributes:
+        cameras: ``{key: Camera}``: keys are 1-based source frame numbers (our JSON) or
+            image file names (COLMAP).
+        units: ``"metres"`` or ``"solve units"`` (depth is then metric up to one global
+            scale, the same for every frame).
+        depth_range: the scene's ``(near, far)`` in those units when the file knows it
+            (our JSON's ``depth_range``; COLMAP's ``points3D.txt``), else ``None``.
+        path: the file or folder read.
+    """
+
+    cameras: Dict[Union[int, str], Camera]
+    units: str
+    depth_range: Optional[Tuple[float, float]]
+    path: Path
+
+
+def _json_extras(path: Path) -> Tuple[str, Optional[Tuple[float, float]]]:
+    doc = json.loads(_read_text(path))
+    units = doc.get("units", "solve units")
+    if units not in UNITS:
+        raise CameraError(f"{path}: unknown units {units!r}; one of {UNITS}", file=path)
+    rng = doc.get("depth_range")
+    if rng is None:
+        return units, None
+    try:
+        near, far = float(rng[0]), float(rng[1])
+    except (TypeError, ValueError, IndexError):
+        raise CameraError(f"{path}: depth_range must be [near, far]", file=path) from None
+    if not (np.isfinite(near) and np.isfinite(far) and 0 < near < far):
+        raise CameraError(f"{path}: depth_range needs 0 < near < far, got {rng}", file=path)
+    return units, (near, far)
+
+
+def _colmap_depth_range(folder: Path, cams: Dict[str, Camera]) -> Optional[Tuple[float, float]]:
+    """The 2nd and 98th percentile of the reconstructed points' depths over all cameras."""
+    pts = folder / "points3D.txt"
+    if not pts.exists():
+        return None
+    xyz = [list(map(float, ln.split()[1:4])) for _, ln in _data_lines(pts) if ln.strip()]
+    if len(xyz) < 8:
+        return None
+    X = np.asarray(xyz, np.float64)
+    z = np.concatenate([(X @ c.R.T + c.t)[:, 2] for c in cams.values()])
+    z = z[np.isfinite(z) & (z > 0)]
+    if z.size < 8:
+        return None
+    return float(np.percentile(z, 2)), float(np.percentile(z, 98))
+
+
+def read_cameras(path: os.PathLike) -> CameraSet:
+    """Read a camera file of any supported kind: a folder is a COLMAP text model, a
+    ``.json`` file our format (``docs/cameras.md``).
+
+    Raises:
+        CameraError: a missing path, an unknown kind, or any loader error.
+    """
+    path = Path(path)
+    if path.is_dir():
+        cams = load_colmap_text(path)
+        return CameraSet(cams, "solve units", _colmap_depth_range(path, cams), path)
+    if not path.exists():
+        raise CameraError(f"{path}: camera file not found", file=path)
+    if path.suffix.lower() != ".json":
+        raise CameraError(f"{path}: unknown camera file kind; give our JSON (.json) or a COLMAP "
+                          "text model folder (cameras.txt + images.txt)", file=path)
+    cams = load_cameras_json(path)
+    units, rng = _json_extras(path)
+    return CameraSet(cams, units, rng, path)

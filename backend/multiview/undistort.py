@@ -88,3 +88,51 @@ def undistort_image(img: np.ndarray, cam: Camera, interp: str = "linear"):
     if img.ndim == 3 and out.ndim == 2:
         out = out[..., None]
     return out, cam.undistorted()
+
+
+def _redistort_maps(cam: Camera):
+    """For every pixel of the distorted frame, its position in the undistorted one."""
+    import cv2
+
+    key = (cam.width, cam.height, cam.intrinsics, tuple(cam.distortion))
+    cached = _REDISTORT_CACHE.get(key)
+    if cached is not None:
+        return cached
+    xs, ys = np.meshgrid(np.arange(cam.width, dtype=np.float64), np.arange(cam.height, dtype=np.float64))
+    pts = np.stack([xs.ravel(), ys.ravel()], -1).reshape(-1, 1, 2)
+    crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 20, 1e-6)
+    und = cv2.undistortPointsIter(pts, cam.K_cv, _dist_coeffs(cam), None, cam.K_cv, crit)
+    maps = (und[:, 0, 0].reshape(cam.height, cam.width).astype(np.float32),
+            und[:, 0, 1].reshape(cam.height, cam.width).astype(np.float32))
+    _REDISTORT_CACHE.clear()  # one camera at a time: a shot has one lens
+    _REDISTORT_CACHE[key] = maps
+    return maps
+
+
+_REDISTORT_CACHE: dict = {}
+
+
+def redistort_image(img: np.ndarray, cam: Camera, interp: str = "linear") -> np.ndarray:
+    """The inverse of :func:`undistort_image`: resample a map computed on the undistorted
+    (pinhole) grid of ``cam`` back onto the frame's own, distorted pixel grid, so
+    per-pixel results (depth, normals, confidence) line up with the footage.
+
+    Args:
+        img: ``H x W [x C]`` float32 on the undistorted grid (``cam``'s size).
+        cam: the frame's camera (with its distortion); without distortion ``img`` is
+            returned unchanged.
+        interp: ``"linear"`` or ``"nearest"`` (masks).
+
+    Returns:
+        The same shape and dtype on the distorted grid (border pixels replicated).
+    """
+    import cv2
+
+    if not cam.has_distortion:
+        return img
+    mx, my = _redistort_maps(cam)
+    flag = cv2.INTER_NEAREST if interp == "nearest" else cv2.INTER_LINEAR
+    out = cv2.remap(img, mx, my, flag, borderMode=cv2.BORDER_REPLICATE)
+    if img.ndim == 3 and out.ndim == 2:
+        out = out[..., None]
+    return out

@@ -1,0 +1,314 @@
+"""G-buffers of a shot with known cameras: depth measured from parallax, fused with a
+single-image prior. The multi-view counterpart of :class:`backend.decomposer.Decomposer`.
+
+For each frame ``t`` of a shot whose frames have calibrated cameras
+(:mod:`backend.multiview.cameras`):
+
+1. **Single-image pass**: the ordinary :class:`~backend.decomposer.Decomposer` gives the
+   frame's albedo, metallic, roughness, sky mask and a relative depth, the *prior*.
+   It is run per frame (no frame-to-frame alignment: the fusion below aligns the prior
+   to the measurement anyway), so a frame's result depends only on the frames and
+   cameras around it, not on where a run or a farm chunk started.
+2. **Neighbours**: up to ``neighbours`` frames nearest in time (within ``window`` frames
+   on each side) whose cameras move a point at the scene's typical depth by at least
+   ``min_parallax_px`` pixels against infinity. None (a tripod pan, a locked-off shot,
+   rotation only): the frame keeps the single-image result, with a ``warning``.
+3. **Plane sweep** (:func:`backend.multiview.planesweep.multiview_depth`) on the
+   undistorted frames at ``processing_width``, over inverse depth between the camera
+   file's depth range (else a range from the baseline: nearest depth where the widest
+   neighbour moves a point by a quarter of the frame, far 500 times that), NCC cost,
+   best-k, SGM, confidence, guided upsampling to full size.
+4. **Fusion** (:func:`backend.multiview.fusion.fuse_depth`): low-confidence pixels filled
+   from the prior, aligned to the measurement (robust scale and shift, then a smooth
+   correction). Normals from the fused depth with the true intrinsics
+   (:func:`backend.geometry.normals_from_depth`). The ``Confidence`` pass is the
+   multi-view confidence (high = measured, low = filled), with sky at 0 as the
+   contract says.
+5. With lens distortion, steps 3-4 run on the undistorted grid and depth, normals and
+   confidence are resampled back onto the footage's pixels.
+
+Depth is in the cameras' units: ``depth_kind`` is ``metric`` for a scaled solve
+(``units: metres``), else ``up_to_scale`` (metric up to one global factor, the same for
+the whole shot).
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from .. import contract, events, geometry
+from ..colour import linear_to_srgb
+from ..decomposer import SKY_CONFIDENCE, Decomposer
+from ..imaging import resize
+from .cameras import Camera
+from .fusion import fuse_depth
+from .planesweep import detect_rotation_only, multiview_depth, parallax_px, to_grey
+from .reproject import temporal_disagreement
+from .undistort import redistort_image, undistort_image
+
+#: largest disparity (fraction of the processing width) of the default near plane
+_NEAR_DISPARITY_FRACTION = 0.25
+#: far / near of the default depth range
+_DEFAULT_RANGE_RATIO = 500.0
+
+
+@dataclass
+class MultiViewOptions:
+    """Settings of the multi-view path (all enter the resume hash).
+
+    Attributes:
+        neighbours: K, the frames each frame is matched against (>= 1).
+        window: frames searched on each side of the reference for neighbours (>= 1).
+        processing_width: width in pixels of the plane sweep (frames area-downscaled).
+        min_parallax_px: least parallax, at the processing width, of a usable neighbour.
+        confidence_threshold: confidence from which a pixel counts as measured.
+    """
+
+    neighbours: int = 4
+    window: int = 6
+    processing_width: int = 480
+    min_parallax_px: float = 1.0
+    confidence_threshold: float = 0.5
+
+    def __post_init__(self):
+        if self.neighbours < 1 or self.window < 1:
+            raise ValueError(f"neighbours and window must be >= 1, got {self.neighbours}, {self.window}")
+        if self.processing_width < 32:
+            raise ValueError(f"multi-view processing width must be >= 32, got {self.processing_width}")
+
+
+@dataclass
+class _View:
+    """A frame as a neighbour: undistorted grey at the processing width, and its camera."""
+
+    number: int
+    camera: Optional[Camera]  # undistorted pinhole camera scaled to ``grey`` (None: no camera)
+    grey: Optional[np.ndarray]
+
+
+@dataclass
+class MultiViewReport:
+    """What :meth:`MultiViewShot.compute` did for one frame (manifest fields).
+
+    Attributes:
+        neighbours: frame numbers matched against.
+        measured_fraction: share of the frame with confidence >= the threshold.
+        fallback: why the single-image result was kept (``None``: measured).
+        scale, shift: the prior's alignment to the measurement.
+        temporal_disagreement: median relative depth disagreement with the previous frame
+            after reprojection with the cameras, on confident pixels (``None`` when the
+            previous frame was not computed in this run).
+    """
+
+    neighbours: List[int] = field(default_factory=list)
+    measured_fraction: float = 0.0
+    fallback: Optional[str] = None
+    scale: Optional[float] = None
+    shift: Optional[float] = None
+    temporal_disagreement: Optional[float] = None
+
+    def manifest_fields(self) -> Dict[str, Any]:
+        return {"multiview": {k: v for k, v in self.__dict__.items() if v is not None}}
+
+
+def default_depth_range(ref: Camera, neighbours: List[Camera], width: int) -> Tuple[float, float]:
+    """A search range from the baseline alone (no reconstructed points): the nearest depth
+    at which the widest-baseline neighbour moves a point by a quarter of the frame
+    (``width`` pixels wide), and 500 times that."""
+    nb = max(neighbours, key=lambda c: float(np.linalg.norm(c.center - ref.center)))
+    s = width / ref.width
+    base = float(np.linalg.norm(nb.center - ref.center))
+    near = max(ref.fx * s * base / (_NEAR_DISPARITY_FRACTION * width), 1e-6)
+    return near, near * _DEFAULT_RANGE_RATIO
+
+
+class MultiViewShot:
+    """Streams a shot's frames through the multi-view path (see module docstring).
+
+    Args:
+        decomposer: the single-image :class:`Decomposer` (prior, appearance passes).
+        camera_for: ``(number, source_file) -> Camera or None``: a frame's camera at the
+            footage's size (with its distortion), or ``None`` when it has none.
+        units: ``"metres"`` or ``"solve units"``.
+        depth_range: ``(near, far)`` in those units, or ``None`` (from the baseline).
+        options: :class:`MultiViewOptions`.
+    """
+
+    def __init__(self, decomposer: Decomposer, camera_for: Callable[[int, str], Optional[Camera]], *,
+                 units: str = "solve units", depth_range: Optional[Tuple[float, float]] = None,
+                 options: Optional[MultiViewOptions] = None):
+        self.decomposer = decomposer
+        self.camera_for = camera_for
+        self.depth_kind = "metric" if units == "metres" else "up_to_scale"
+        self.units = units
+        self.depth_range = depth_range
+        self.options = options or MultiViewOptions()
+        self.views: Dict[int, _View] = {}
+        self.report = MultiViewReport()
+        self._prev: Optional[Tuple[int, np.ndarray, Camera, np.ndarray]] = None
+
+    # ------------------------------------------------------------------ streaming
+    def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool]
+               ) -> Iterator[Tuple[int, Any]]:
+        """Feed ``(number, source_frame)`` in order; yields ``(number, source_frame)`` of the
+        wanted frames once every frame within ``window`` after it has been seen (or the
+        footage ended), so :meth:`compute` can then run for it. Frames outside ``wanted``
+        are decoded only as neighbours. Memory: ``2 * window + 1`` small grey views and
+        at most ``window + 1`` full frames."""
+        w = self.options.window
+        pending: Deque[Tuple[int, Any]] = deque()
+        for number, sf in frames:
+            self.views[number] = self._view(number, sf)
+            if wanted(number):
+                pending.append((number, sf))
+            while pending and pending[0][0] + w <= number:
+                yield pending.popleft()
+                self._evict(pending[0][0] if pending else number)
+        while pending:
+            yield pending.popleft()
+            self._evict(pending[0][0] if pending else math.inf)
+
+    def _evict(self, next_number: float) -> None:
+        for n in [n for n in self.views if n < next_number - self.options.window]:
+            del self.views[n]
+
+    def _view(self, number: int, sf) -> _View:
+        cam = self.camera_for(number, sf.path)
+        if cam is None:
+            return _View(number, None, None)
+        grey = to_grey(linear_to_srgb(sf.rgb))
+        grey, cam_u = undistort_image(grey, cam)
+        w = self.options.processing_width
+        h = max(1, int(round(cam.height * w / cam.width)))
+        return _View(number, cam_u.scaled(w, h), resize(grey, (w, h), "area"))
+
+    # ------------------------------------------------------------------ per frame
+    def neighbours(self, number: int, depth: float) -> List[_View]:
+        """Up to K views nearest in time with enough parallax (a point at ``depth``
+        against infinity, in processing pixels), from the current window."""
+        ref = self.views[number].camera
+        cands = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+                       key=lambda v: (abs(v.number - number), v.number))
+        out = []
+        for v in cands:
+            if parallax_px(ref, v.camera, depth, math.inf) >= self.options.min_parallax_px:
+                out.append(v)
+            if len(out) == self.options.neighbours:
+                break
+        return out
+
+    def compute(self, number: int, sf, meta: Optional[Dict[str, Any]] = None) -> contract.GBufferFrame:
+        """G-buffers of frame ``number`` (its view and its neighbours' must be in the
+        window: call from the loop over :meth:`stream`)."""
+        self.decomposer.reset()
+        prior = self.decomposer.frame(sf.rgb, alpha=sf.alpha, number=number, meta=meta)
+        self.report = MultiViewReport()
+        cam = self.camera_for(number, sf.path)
+        if cam is None:
+            return self._fallback(prior, number, "no camera for this frame", sf.path)
+        ref = self.views[number].camera
+        nbs = self.neighbours(number, self._probe_depth(ref))
+        if not nbs:
+            return self._fallback(prior, number, "no neighbour frame with parallax (rotation only or "
+                                  "a locked-off camera?)", sf.path)
+        near, far = self.depth_range or default_depth_range(ref, [v.camera for v in nbs],
+                                                            self.options.processing_width)
+        if detect_rotation_only(ref, [v.camera for v in nbs], math.sqrt(near * far),
+                                self.options.min_parallax_px).rotation_only:
+            return self._fallback(prior, number, "rotation-only camera move (no parallax)", sf.path)
+        self.report.neighbours = [v.number for v in nbs]
+        return self._measure(prior, sf, cam, nbs, near, far)
+
+    def _probe_depth(self, ref: Camera) -> float:
+        """The typical scene depth at which a neighbour's parallax is tested: the geometric
+        mean of the depth range (the file's, else the default one against the widest
+        baseline in the window)."""
+        if self.depth_range is not None:
+            near, far = self.depth_range
+        else:
+            others = [v.camera for v in self.views.values() if v.camera is not None and v.camera is not ref]
+            if not others:
+                return 1.0
+            near, far = default_depth_range(ref, others, self.options.processing_width)
+        return math.sqrt(near * far)
+
+    def _measure(self, prior: contract.GBufferFrame, sf, cam: Camera, nbs: List[_View], near: float,
+                 far: float) -> contract.GBufferFrame:
+        opts = self.options
+        rgb_u, cam_u = undistort_image(linear_to_srgb(sf.rgb), cam)
+        res = multiview_depth(rgb_u, cam_u, [v.grey for v in nbs], [v.camera for v in nbs], near, far,
+                              processing_width=opts.processing_width)
+        prior_depth, _ = undistort_image(prior.depth, cam)
+        try:
+            fused = fuse_depth(res.depth, res.confidence, prior_depth, prior_space="depth",
+                               threshold=opts.confidence_threshold)
+        except ValueError as e:
+            return self._fallback(prior, int(prior.meta.get("frame_number", 0)) or None,
+                                  f"too little measured depth ({e})", sf.path)
+        self.report.scale, self.report.shift = float(fused.scale), float(fused.shift)
+        self._temporal(prior, res, fused.depth, cam_u)
+        normal = self._normals(fused.depth, cam_u)
+        depth = redistort_image(fused.depth, cam)
+        normal = geometry.unit_or_facing(redistort_image(normal, cam))
+        conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
+        return self._assemble(prior, cam, depth, normal, conf)
+
+    def _normals(self, depth_u: np.ndarray, cam_u: Camera) -> np.ndarray:
+        """Normals from the fused depth at the processing width (where the depth was
+        measured: full-size finite differences would only add the upsampling's noise),
+        resampled to full size and re-normalised."""
+        w = self.options.processing_width
+        if w >= cam_u.width:
+            return geometry.normals_from_depth(depth_u, cam_u.intrinsics)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        small = resize(depth_u, (w, h), "area")
+        n = geometry.normals_from_depth(small, cam_u.scaled(w, h).intrinsics)
+        return geometry.unit_or_facing(resize(n, (cam_u.width, cam_u.height), "linear"))
+
+    def _temporal(self, prior, res, depth_u: np.ndarray, cam_u: Camera) -> None:
+        """Reproject the previous frame's depth into this one (both computed in this run)."""
+        number = int(prior.meta.get("frame_number", -1))
+        w = self.options.processing_width
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        small, cam_s = resize(depth_u, (w, h), "nearest"), cam_u.scaled(w, h)
+        confident = resize(res.confidence, (w, h), "nearest") >= self.options.confidence_threshold
+        if self._prev is not None and self._prev[0] == number - 1:
+            med, _ = temporal_disagreement(self._prev[1], self._prev[2], small, cam_s, self._prev[3])
+            self.report.temporal_disagreement = None if math.isnan(med) else round(med, 5)
+        self._prev = (number, small, cam_s, confident)
+
+    def _assemble(self, prior: contract.GBufferFrame, cam: Camera, depth: np.ndarray, normal: np.ndarray,
+                  conf: np.ndarray) -> contract.GBufferFrame:
+        sky = prior.confidence <= SKY_CONFIDENCE if prior.confidence is not None else np.zeros(depth.shape, bool)
+        surface = ~sky
+        vals = depth[surface] if surface.any() else depth.ravel()
+        near, far = float(vals.min()), float(max(vals.max(), vals.min() * 1.0001))
+        depth = np.clip(np.where(sky, far, depth), near, far).astype(np.float32)
+        normal[sky] = contract.SKY_NORMAL
+        conf = np.where(sky, 0.0, np.maximum(conf, 2 * SKY_CONFIDENCE)).astype(np.float32)
+        self.report.measured_fraction = round(float((conf >= self.options.confidence_threshold).mean()), 4)
+        meta = dict(prior.meta)
+        meta.update(depth_kind=self.depth_kind, depth_near=near, depth_far=far,
+                    intrinsics=list(cam.intrinsics), intrinsics_assumed=False,
+                    camera={"camera_to_world": cam.c2w_opengl().tolist(), "convention": "blender",
+                            "units": self.units, "distortion_model": cam.distortion_model,
+                            "distortion": list(cam.distortion)},
+                    depth_source="multiview", prior_estimator=prior.meta.get("estimator"),
+                    measured_fraction=self.report.measured_fraction,
+                    neighbours=self.report.neighbours,
+                    filled=[p for p in prior.meta.get("filled", []) if p != "normal"])
+        return contract.GBufferFrame(combined=prior.combined, depth=depth, normal=normal.astype(np.float32),
+                                     albedo=prior.albedo, metallic=prior.metallic, roughness=prior.roughness,
+                                     confidence=conf, meta=meta)
+
+    def _fallback(self, prior: contract.GBufferFrame, number, reason: str, file) -> contract.GBufferFrame:
+        """Keep the single-image result for this frame, and say so."""
+        self.report.fallback = reason
+        self._prev = None
+        events.warning(f"frame {number}: {reason}; using the single-image depth", frame=number, file=file)
+        prior.meta["depth_source"] = "single-image"
+        return prior
