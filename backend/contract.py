@@ -28,7 +28,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -53,13 +53,22 @@ REQUIRED_PASSES = ("Combined", "Depth", "Normal", "Albedo", "Metallic", "Roughne
 
 #: Header attribute names (all strings unless noted), prefixed to avoid clashes.
 HEADER_PREFIX = "gbuffer/"
-DEPTH_KINDS = ("metric", "relative")
+#: ``metric``: metres; ``up_to_scale``: a camera solve's units (metric up to one global factor,
+#: the same for a whole shot); ``relative``: an estimator's relative depth mapped onto
+#: RELATIVE_NEAR..RELATIVE_FAR
+DEPTH_KINDS = ("metric", "relative", "up_to_scale")
 #: relative depth is mapped onto this near..far range (metres-like units)
 RELATIVE_NEAR = 1.0
 RELATIVE_FAR = 100.0
 #: depth written for pixels with no surface (sky / background): the far value
 #: of the frame's depth range. Their normal is (0, 0, 1) and Confidence is 0.
 SKY_NORMAL = (0.0, 0.0, 1.0)
+#: Confidence at or below this marks "no surface" (sky / background); every surface
+#: pixel is above it. Between it and 1 the value says how far the passes are measured
+#: (multi-view decompose: >= 0.5 measured from parallax, below: filled from the
+#: single-image estimate; scene export: pixel coverage; embedded: the network's
+#: surface confidence).
+NO_SURFACE = 1e-3
 
 
 class ContractError(InputError):
@@ -410,14 +419,32 @@ def read_meta(path: os.PathLike) -> Dict[str, Any]:
     Raises:
         ContractError: the file cannot be opened as OpenEXR.
     """
+    return _decode_meta(_read_header(path))
+
+
+def frame_size(path: os.PathLike) -> Tuple[int, int]:
+    """``(width, height)`` of a frame's data window, from the header; no pixels are read.
+
+    Raises:
+        ContractError: the file cannot be opened as OpenEXR, or has no data window.
+    """
+    header = _read_header(path)
+    try:
+        (x0, y0), (x1, y1) = header["dataWindow"]
+    except (KeyError, TypeError, ValueError):
+        raise ContractError(f"{path}: OpenEXR header has no data window", file=path) from None
+    return int(x1) - int(x0) + 1, int(y1) - int(y0) + 1
+
+
+def _read_header(path: os.PathLike) -> Dict[str, Any]:
+    """The first part's header attributes, raw (``{}`` for a file without parts)."""
     import OpenEXR
 
     try:
         with OpenEXR.File(str(path), header_only=True) as f:
-            header = dict(f.parts[0].header) if f.parts else {}
+            return dict(f.parts[0].header) if f.parts else {}
     except Exception as e:  # noqa: BLE001 - OpenEXR raises plain RuntimeError variants
         raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
-    return _decode_meta(header)
 
 
 def sanitize(frame: GBufferFrame) -> GBufferFrame:
@@ -561,3 +588,11 @@ def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
         return {}
     with open(p, encoding="utf-8") as f:
         return json.load(f)
+
+
+def surface_mask(frame: GBufferFrame) -> np.ndarray:
+    """``H x W`` bool: pixels with a surface (``Confidence > NO_SURFACE``; all pixels when
+    the frame has no Confidence pass)."""
+    if frame.confidence is None:
+        return np.ones(frame.shape, bool)
+    return np.asarray(frame.confidence) > NO_SURFACE

@@ -38,7 +38,7 @@ DEFAULT_ESTIMATOR = "embedded"
 DEFAULT_STRENGTH = 0.5
 FALLBACK_ROUGHNESS = 0.5
 FALLBACK_METALLIC = 0.0
-SKY_CONFIDENCE = 1e-3  # confidence at or below this marks "no surface"
+SKY_CONFIDENCE = contract.NO_SURFACE  # confidence at or below this marks "no surface"
 MIN_RESOLUTION = 16  # smallest processing resolution (long side) accepted; 0 / None = full size
 
 ALBEDO_DETAIL_RANGE = (0.25, 4.0)

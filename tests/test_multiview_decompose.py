@@ -111,3 +111,23 @@ def test_bad_camera_files_are_clear_errors(tmp_path):
         decompose(seq, tmp_path / "c", estimator="embedded", cameras=wrong)
     with pytest.raises(CameraError, match="camera file not found"):
         decompose(seq, tmp_path / "d", estimator="embedded", cameras=tmp_path / "nope.json")
+
+
+def test_cli_cameras_flag_and_bad_file(tmp_path):
+    from cli_util import events, run_cli
+
+    seq, cams, depths, cam_file = _shot(tmp_path, n=4)
+    r = run_cli("decompose", seq, "--out", tmp_path / "gb", "--cameras", cam_file, "--mv-resolution", "160",
+                "--mv-neighbours", "2", "--frames", "2-3")
+    assert r.returncode == 0, r.stderr
+    assert events(r.stdout)[-1]["event"] == "done"
+    man = json.loads((tmp_path / "gb" / "manifest.json").read_text())
+    assert man["settings"]["cameras"]["options"]["neighbours"] == 2
+    assert [f["multiview"]["neighbours"] for f in man["frames"]][0]
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    r = run_cli("decompose", seq, "--out", tmp_path / "gb2", "--cameras", broken)
+    assert r.returncode == 2
+    err = events(r.stdout, strict=False)[-1]
+    assert err["event"] == "error" and "broken.json: not valid JSON" in err["message"]
+    assert err["file"] == str(broken)

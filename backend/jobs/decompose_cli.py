@@ -5,6 +5,7 @@ import argparse
 
 from .. import geometry
 from ..decomposer import DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, MIN_RESOLUTION
+from ..multiview.shot import MultiViewOptions
 from .decompose import decompose, parse_options
 
 
@@ -58,6 +59,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "source's fine detail in it when the estimator ran below full size)")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
+    mv = p.add_argument_group(
+        "measured geometry (camera-tracked shots)",
+        "With --cameras, depth is measured from parallax between frames (plane-sweep stereo) and "
+        "fused with the estimator's depth; see docs/cameras.md")
+    mv.add_argument("--cameras", metavar="PATH",
+                    help="camera file: our JSON (frames by source frame number; Blender's Track & Solve "
+                         "writes it) or a COLMAP text model folder (cameras.txt + images.txt; frames by "
+                         "image file name)")
+    mv.add_argument("--mv-neighbours", type=int, default=MultiViewOptions.neighbours, metavar="K",
+                    help="frames each frame is matched against (default: %(default)s)")
+    mv.add_argument("--mv-window", type=int, default=MultiViewOptions.window, metavar="N",
+                    help="frames searched for neighbours on each side (default: %(default)s)")
+    mv.add_argument("--mv-resolution", type=int, default=MultiViewOptions.processing_width, metavar="W",
+                    help="width in pixels of the stereo matching (default: %(default)s)")
     p.set_defaults(func=run)
     return p
 
@@ -70,6 +85,8 @@ def run(args) -> int:
         processing_resolution=args.processing_resolution, device=args.device,
         stabilize=args.stabilize, strength=args.stabilize_strength,
         colorspace=args.colorspace, hfov_deg=args.hfov, albedo_detail=args.albedo_detail,
-        overwrite=args.overwrite, cancel=getattr(args, "cancel", None),
+        overwrite=args.overwrite, cancel=getattr(args, "cancel", None), cameras=args.cameras,
+        multiview={"neighbours": args.mv_neighbours, "window": args.mv_window,
+                   "processing_width": args.mv_resolution},
     )
     return 0

@@ -49,7 +49,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from ..errors import require_packages
-from ..contract import GBufferFrame
+from ..contract import GBufferFrame, surface_mask
 from ..imaging import resize
 from .base import Renderer, read_prompt
 from .prompt import Look
@@ -80,7 +80,7 @@ def _offline() -> bool:
 def depth_condition(frame: GBufferFrame) -> np.ndarray:
     """Normalised inverse depth, ``H x W x 3`` float32 in ``[0, 1]`` (near = 1, sky = 0)."""
     d = np.maximum(frame.depth.astype(np.float32), 1e-6)
-    surf = frame.confidence > 0.5 if frame.confidence is not None else np.ones(d.shape, bool)
+    surf = surface_mask(frame)
     inv = 1.0 / d
     if surf.any():
         lo, hi = np.percentile(inv[surf], [2.0, 98.0])
@@ -105,9 +105,7 @@ def normal_condition(frame: GBufferFrame, convention: str = "bae") -> np.ndarray
     elif convention != "opengl":
         raise ValueError(f"normal_convention must be 'bae' or 'opengl', got {convention!r}")
     img = np.clip((n + 1.0) * 0.5, 0.0, 1.0)
-    if frame.confidence is not None:
-        sky = frame.confidence <= 0.5
-        img[sky] = (0.5, 0.5, 1.0)
+    img[~surface_mask(frame)] = (0.5, 0.5, 1.0)
     return img.astype(np.float32)
 
 

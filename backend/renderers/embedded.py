@@ -47,7 +47,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..contract import ContractError, GBufferFrame
+from ..contract import ContractError, GBufferFrame, surface_mask
 from ..imaging import resize
 from . import shading as sh
 from .base import Renderer, read_prompt
@@ -349,7 +349,7 @@ def _distances(frame: GBufferFrame, p: LookParams, ray_len: np.ndarray) -> _Dist
     if not far > near:
         far = near + 1.0
     if frame.confidence is not None:
-        sky = np.asarray(frame.confidence) < 0.5
+        sky = ~surface_mask(frame)
     else:
         sky = depth >= F32(far * (1.0 - 1e-4))
     if kind == "metric":
