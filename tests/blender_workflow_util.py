@@ -20,7 +20,6 @@ import stat
 import sys
 from pathlib import Path
 
-import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = Path(__file__).resolve().parent
@@ -193,26 +192,3 @@ def write_tiny_launcher(folder: os.PathLike) -> Path:
     p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return p
 
-
-def write_gbuffer_frames(folder: os.PathLike, n: int = 3, h: int = 48, w: int = 64, first: int = 1) -> Path:
-    """``n`` contract frames with known values: depth 5+i m... roughness 0.7, normal +Z."""
-    from backend import contract
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    for k in range(n):
-        num = first + k
-        rng = np.random.default_rng(num)
-        rgb = rng.random((h, w, 3), dtype=np.float32)
-        frame = contract.GBufferFrame(
-            combined=np.concatenate([rgb, np.ones((h, w, 1), np.float32)], -1),
-            depth=np.full((h, w), 5.0 + num, np.float32),
-            normal=np.dstack([np.zeros((h, w)), np.zeros((h, w)), np.ones((h, w))]).astype(np.float32),
-            albedo=np.full((h, w, 3), 0.5, np.float32),
-            metallic=np.zeros((h, w), np.float32),
-            roughness=np.full((h, w), 0.7, np.float32),
-            confidence=np.ones((h, w), np.float32),
-            meta=contract.make_meta(estimator="test", frame_index=num - 1),
-        )
-        contract.write_frame(contract.frame_path(folder, num), frame)
-    return folder

@@ -4,6 +4,8 @@
   (every pass and the full header), for round trips.
 * :func:`sphere_frames`: the analytic sphere-on-a-plane scene
   (:func:`backend.renderers.synthetic.sphere_scene`), the sphere moving right each frame.
+* :func:`flat_frames`: frames with known constant passes (depth ``5 + number`` m, normal
+  +Z, ...) whose values survive a trip through Blender's compositor exactly.
 * :func:`write_sequence`: frames -> ``gbuffer_0001.exr ...`` (+ optional manifest).
 * :func:`make_gbuffers`: the restyle tests' standard input folder (sphere frames at
   24 fps, with a manifest).
@@ -49,6 +51,26 @@ def sphere_frames(h: int, w: int, n: int = 2, *, kind: str = "relative", x0: flo
             f.meta["timestamp"] = i / fps
             f.meta["frame_index"] = i
         frames.append(f)
+    return frames
+
+
+def flat_frames(h: int, w: int, n: int = 3) -> List[contract.GBufferFrame]:
+    """``n`` frames numbered 1..n with known values: Combined random (seed = number) with
+    alpha 1, Depth ``5 + number`` m, Normal +Z, Albedo 0.5, Metallic 0, Roughness 0.7,
+    Confidence 1; header ``estimator="test"``, ``frame_index = number - 1``."""
+    frames = []
+    for num in range(1, n + 1):
+        rgb = np.random.default_rng(num).random((h, w, 3), dtype=np.float32)
+        frames.append(contract.GBufferFrame(
+            combined=np.concatenate([rgb, np.ones((h, w, 1), np.float32)], -1),
+            depth=np.full((h, w), 5.0 + num, np.float32),
+            normal=np.dstack([np.zeros((h, w)), np.zeros((h, w)), np.ones((h, w))]).astype(np.float32),
+            albedo=np.full((h, w, 3), 0.5, np.float32),
+            metallic=np.zeros((h, w), np.float32),
+            roughness=np.full((h, w), 0.7, np.float32),
+            confidence=np.ones((h, w), np.float32),
+            meta=contract.make_meta(estimator="test", frame_index=num - 1),
+        ))
     return frames
 
 

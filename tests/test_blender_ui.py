@@ -15,6 +15,7 @@ bpy = pytest.importorskip("bpy")
 
 import blender_workflow_util as util  # noqa: E402
 from backend import contract  # noqa: E402
+from gbuffer_util import flat_frames, write_sequence  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +184,7 @@ def test_compat_multilayer_file_output(addon, scene, tmp_path):
 def test_gbuffer_setup_wires_passes_through_material_edits(addon, scene, tmp_path):
     from gbuffer_editor.addon import compositor
 
-    folder = util.write_gbuffer_frames(tmp_path / "gb", n=3)
+    folder = write_sequence(tmp_path / "gb", flat_frames(48, 64, 3))
     node = compositor.setup_gbuffer(scene, folder, "Roughness")
     tree = compositor.find_tree(scene)
     assert node.image.source == "SEQUENCE" and node.frame_duration == 3 and node.frame_offset == 0
@@ -430,7 +431,7 @@ def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path)
     from gbuffer_editor.operators import jobs
     from gbuffer_editor.operators.restyle import EditsStep
 
-    src_dir = util.write_gbuffer_frames(tmp_path / "gb", n=2, h=48, w=64)
+    src_dir = write_sequence(tmp_path / "gb", flat_frames(48, 64, 2))
     scene.frame_start, scene.frame_end = 1, 2
     scene.render.resolution_x, scene.render.resolution_y = 1920, 1080
     # a VSE strip would make a render use the sequencer instead of the compositor
@@ -517,7 +518,7 @@ def test_restyle_unknown_prompt_stops_before_anything_is_written(addon, tmp_path
     from gbuffer_editor.operators import decompose
 
     sc = bpy.context.scene
-    gb = util.write_gbuffer_frames(tmp_path / "gb", n=2)
+    gb = write_sequence(tmp_path / "gb", flat_frames(48, 64, 2))
     decompose.wire_gbuffers(sc, gb)
     s = sc.gbuffer_editor
     runs = tmp_path / "runs"

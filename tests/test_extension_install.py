@@ -314,24 +314,13 @@ mods = {{m.__name__: m.__file__ for m in (OpenEXR, av, onnxruntime, cv2, google.
 
 import backend
 from backend import contract
+# The tests' own fixtures (tests/gbuffer_util.py), appended LAST: the `backend` they import
+# is still the installed copy's.
+sys.path.append(sys.argv_tests)
+from gbuffer_util import sphere_frames, write_sequence
 h, w = 48, 64
-rng = np.random.default_rng(0)
-yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-n = np.dstack([xx / w - 0.5, yy / h - 0.5, np.ones((h, w), np.float32)])
-n /= np.linalg.norm(n, axis=-1, keepdims=True)
-frame = contract.GBufferFrame(
-    combined=np.dstack([rng.random((h, w, 3), dtype=np.float32), np.ones((h, w), np.float32)]),
-    depth=1.0 + xx / w * 4.0,
-    normal=n.astype(np.float32),
-    albedo=rng.random((h, w, 3), dtype=np.float32),
-    metallic=np.full((h, w), 0.25, np.float32),
-    roughness=np.full((h, w), 0.5, np.float32),
-    confidence=np.ones((h, w), np.float32),
-    meta=contract.make_meta(estimator="test"),
-)
-out_dir = os.path.join(sys.argv_tmp, "gbuf")
-os.makedirs(out_dir)
-path = contract.write_frame(contract.frame_path(out_dir, 1), frame)
+frame = sphere_frames(h, w, 1)[0]
+path = contract.frame_path(write_sequence(os.path.join(sys.argv_tmp, "gbuf"), [frame]), 1)
 back = contract.read_frame(path)
 errs = {{k: float(np.abs(getattr(back, k) - getattr(frame, k)).max())
         for k in ("depth", "normal", "metallic", "roughness")}}
@@ -382,8 +371,8 @@ def default_path(installed, tmp_path_factory):
         assert list(site.glob(top + "*")), (top, sorted(p.name for p in site.iterdir()))
     assert not list(site.glob("numpy*")), "Blender's numpy must not be shadowed"
 
-    code = "import sys; sys.argv_ext, sys.argv_site, sys.argv_tmp = {!r}, {!r}, {!r}\n".format(
-        str(ext_dir), str(site), str(tmp_path)) + DEFAULT_PATH_SCRIPT.format()
+    code = "import sys; sys.argv_ext, sys.argv_site, sys.argv_tmp, sys.argv_tests = {!r}, {!r}, {!r}, {!r}\n".format(
+        str(ext_dir), str(site), str(tmp_path), str(REPO / "tests")) + DEFAULT_PATH_SCRIPT.format()
     res = bpy_util.run_bpy(code, root=installed["root"], cwd=ext_dir)
     res["site"] = str(site)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ext_dir), str(site)]))

@@ -17,6 +17,7 @@ bpy = pytest.importorskip("bpy")
 
 import blender_workflow_util as util  # noqa: E402
 from backend import contract  # noqa: E402
+from gbuffer_util import flat_frames, write_sequence  # noqa: E402
 from test_scene_export import _check_manifest, _principled, _snapshot  # noqa: E402  (material; "unchanged .blend" snapshot; manifest)
 
 W, H = 32, 24
@@ -122,7 +123,7 @@ def test_errors_are_clear_and_change_nothing(scene, tmp_path):
     with pytest.raises(RuntimeError, match="is a file"):
         _export(scene, directory=str(afile))
     # a Decompose result (estimated G-buffers) is never overwritten by the export
-    decomposed = util.write_gbuffer_frames(tmp_path / "decompose_001", n=2, h=H, w=W)
+    decomposed = write_sequence(tmp_path / "decompose_001", flat_frames(H, W, 2))
     mtimes = [p.stat().st_mtime_ns for p in sorted(decomposed.glob("*.exr"))]
     with pytest.raises(RuntimeError, match="overlaps other data.*'test'"):
         _export(scene, directory=str(decomposed))
