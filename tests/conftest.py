@@ -139,11 +139,9 @@ def extension_zip(tmp_path_factory):
     Downloads the pinned wheels into ``wheels/`` on first use (network); later sessions
     reuse them.
     """
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    try:
-        import build_extension
-    finally:
-        sys.path.remove(str(REPO_ROOT / "tools"))
+    from tools_util import tool_module
+
+    build_extension = tool_module("build_extension")
     out = tmp_path_factory.mktemp("dist")
     (zip_path,) = build_extension.build(["linux-x64"], out)
     return zip_path

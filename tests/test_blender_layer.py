@@ -7,10 +7,11 @@
   same class (checked in a fresh Blender process).
 """
 import ast
-import sys
 from pathlib import Path
 
 import pytest
+
+from tools_util import tool_module
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAYER_PACKAGES = ("addon", "operators", "panels")
@@ -19,12 +20,7 @@ OWN_TOP_LEVEL = {"backend", "addon", "operators", "panels", "training", "tools",
 
 
 def _import_graph():
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    try:
-        import import_graph
-    finally:
-        sys.path.remove(str(REPO_ROOT / "tools"))
-    return import_graph.graph()
+    return tool_module("import_graph").graph()
 
 
 def test_blender_layer_imports_point_down_and_are_relative():

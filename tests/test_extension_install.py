@@ -17,6 +17,7 @@ import pytest
 
 import bpy_util
 from blender_workflow_util import checkout_module
+from tools_util import tool_module
 
 pytestmark = pytest.mark.blender
 
@@ -46,12 +47,7 @@ def _wheel_pins():
 
 
 def _blender_ext():
-    sys.path.insert(0, str(REPO / "tools"))
-    try:
-        import build_extension
-    finally:
-        sys.path.remove(str(REPO / "tools"))
-    return build_extension.blender_ext_path()
+    return tool_module("build_extension").blender_ext_path()
 
 
 def _validate(path):

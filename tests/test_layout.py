@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools_util import tool_module
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,11 +21,7 @@ def test_no_import_cycles_between_files():
 
 
 def test_the_cycle_finder_finds_a_cycle(tmp_path):
-    sys.path.insert(0, str(REPO / "tools"))
-    try:
-        import import_graph
-    finally:
-        sys.path.remove(str(REPO / "tools"))
+    import_graph = tool_module("import_graph")
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_graph.cycles(g) == [["a", "b", "c"]]
     assert import_graph.cycles({"a": {"b"}, "b": set()}) == []
