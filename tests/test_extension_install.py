@@ -431,10 +431,8 @@ def test_backend_cli_and_restyle_from_installed_copy(default_path):
 def test_decompose_from_installed_copy(default_path):
     """The embedded estimator (default path) decomposes a tiny clip from the installed copy."""
     res, ext_dir, env, tmp_path = default_path
-    weights = ext_dir / "backend" / "model" / "weights" / "embedded.onnx"
-    if not weights.is_file():
-        # TODO(issue 4): becomes a real check as soon as embedded.onnx is committed.
-        pytest.skip("TODO(issue 4): backend/model/weights/embedded.onnx not in the zip yet")
+    # the committed weights (backend/model/weights/embedded.onnx) ship in the zip
+    assert (ext_dir / "backend" / "model" / "weights" / "embedded.onnx").is_file()
     out = tmp_path / "decomposed"
     proc = subprocess.run(
         [sys.executable, "-c", NO_TORCH, "decompose", res["clip"], "--out", str(out),
