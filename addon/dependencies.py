@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
+# the worker appends the on-demand folder with the backend's own function (re-exported here)
+from ..backend.sitepaths import EXTRA_SITE_ENV, append_extra_site_paths  # noqa: F401
+
 #: Pinned top-level packages of the diffusion backends (same versions as requirements.txt).
 #: torch is pinned exactly: never install an unpinned torch.
 DIFFUSION_REQUIREMENTS = (
@@ -37,10 +40,6 @@ DIFFUSION_REQUIREMENTS = (
 
 #: Distributions that must never be installed next to the extension: Blender ships them.
 SHADOWING_DISTRIBUTIONS = ("numpy",)
-
-#: Environment variable naming extra site folders (``os.pathsep`` separated) that the
-#: backend process appends to the END of ``sys.path`` (after its own site-packages).
-EXTRA_SITE_ENV = "GBUFFER_EXTRA_SITE"
 
 #: Marker written after a successful on-demand install (JSON: requirements, python).
 MARKER_NAME = "gbuffer_install.json"
@@ -154,18 +153,3 @@ def blender_wheels_site_dir(extensions_dir: os.PathLike, version_info: Sequence[
         Path(extensions_dir) / ".local" / "lib"
         / "python{:d}.{:d}".format(version_info[0], version_info[1]) / "site-packages"
     )
-
-
-def append_extra_site_paths(environ=os.environ, path: Optional[list] = None) -> List[str]:
-    """Append the folders named by :data:`EXTRA_SITE_ENV` to the END of ``sys.path``.
-
-    Meant for the start of a backend process. Folders that do not exist or are already
-    on the path are skipped. Returns the folders appended.
-    """
-    path = sys.path if path is None else path
-    added = []
-    for folder in environ.get(EXTRA_SITE_ENV, "").split(os.pathsep):
-        if folder and os.path.isdir(folder) and folder not in path:
-            path.append(folder)
-            added.append(folder)
-    return added

@@ -45,7 +45,9 @@ def worker_environment(prefs=None) -> Dict[str, str]:
     """Worker environment: :func:`worker.worker_env` plus the preferences.
 
     * ``GBUFFER_EXTRA_SITE``: the on-demand diffusion packages folder (Blender's Python
-      only), appended to the worker's ``sys.path`` by ``backend/__main__.py``;
+      only), appended to the END of the worker's ``sys.path`` by
+      :func:`..backend.sitepaths.append_extra_site_paths` (``python -m backend``, the
+      download worker);
     * ``GBUFFER_EDITOR_MODEL_DIR`` and ``HF_HUB_CACHE``: the models folder, where the
       preferences' Download buttons put models; ``GBUFFER_EDITOR_PRECISION``;
     * ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1 in offline mode or when Blender's

@@ -24,7 +24,8 @@ from .jobs import JobController, JobFailed, ModalJobMixin, WorkerStep
 #: run as ``python -c DOWNLOAD_SCRIPT REPO_ID CACHE_DIR PATTERN...``
 DOWNLOAD_SCRIPT = r'''
 import json, os, sys, threading, time
-sys.path += [p for p in os.environ.get("GBUFFER_EXTRA_SITE", "").split(os.pathsep) if p and p not in sys.path]
+from backend.sitepaths import append_extra_site_paths  # PYTHONPATH starts at the extension root
+append_extra_site_paths()  # the on-demand packages (huggingface_hub), after everything else
 repo, cache, allow = sys.argv[1], sys.argv[2], sys.argv[3:]
 def emit(**kw):
     print(json.dumps(kw), flush=True)
