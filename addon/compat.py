@@ -18,6 +18,8 @@ multilayer EXR                ``format.file_format =              ``format.media
                               'OPEN_EXR_MULTILAYER'``             'MULTI_LAYER_IMAGE'``
 written file                  single part, ``Pass.Chan``           multi-part, one part per pass
 VSE strips                    ``sequence_editor.sequences``       ``sequence_editor.strips``
+Z Combine options             ``use_alpha``, ``use_antialias_z``  input sockets ``Use Alpha``,
+                              (sockets of those names too)        ``Anti-Alias``
 ============================  ==================================  ===============================
 
 Reading the files Blender writes (single- or multi-part, any layer prefix) is done by
@@ -100,6 +102,18 @@ def new_math_node(tree, operation: str = "ADD"):
     """A math node (``CompositorNodeMath`` on 4.x, ``ShaderNodeMath`` on 5.0)."""
     node = tree.nodes.new("ShaderNodeMath" if IS_50 else "CompositorNodeMath")
     node.operation = operation
+    return node
+
+
+def new_zcombine_node(tree, use_alpha: bool = True, antialias: bool = True):
+    """A Z Combine node (inputs by index on both versions: image A, depth A, image B,
+    depth B; outputs: image, depth) with its alpha and anti-alias options set."""
+    node = tree.nodes.new("CompositorNodeZcombine")
+    for prop, socket, value in (("use_alpha", "Use Alpha", use_alpha), ("use_antialias_z", "Anti-Alias", antialias)):
+        if socket in node.inputs:  # 5.0 (4.5 lists the sockets too, but reads the properties)
+            node.inputs[socket].default_value = value
+        if hasattr(node, prop):
+            setattr(node, prop, value)
     return node
 
 

@@ -33,6 +33,8 @@ ROLE_OUTPUT = "gbuffer_output"
 ROLE_VIEWER = "viewer"
 ROLE_PREVIEW = "preview_normalize"
 ROLE_RESULT = "result"
+ROLE_RENDER = "render_layers"
+ROLE_ZCOMBINE = "zcombine"
 EDITS_LABEL = "Material edits"
 #: pass name -> contract socket type, in contract order
 PASS_TYPES = {name: spec[2] for name, spec in PASSES.items()}
@@ -285,3 +287,44 @@ def load_result(scene, folder: os.PathLike) -> bpy.types.Node:
     _configure_sequence_node(node, img, first, len(frames), scene.frame_start)
     _link(tree, node.outputs["Image"], compat.output_socket(tree))
     return node
+
+
+def setup_zcombine(scene) -> bpy.types.Node:
+    """Composite the 3D scene's render over the footage with depth (idempotent)::
+
+        footage Combined + Depth (after the material edits) --A--> [Z Combine] --> output, Viewer
+        [Render Layers] Image + Depth  ---------------------B-->
+
+    A CG object rendered by the scene camera (which follows the camera solve) is then
+    hidden wherever the footage's depth is nearer. Turns on the view layer's Depth pass
+    and a transparent film (the render's alpha blends its edges). The compositor then
+    renders the 3D scene on every compositor render, as any Render Layers node does.
+
+    Raises:
+        LookupError: no G-buffer setup in the compositor (run Decompose first).
+
+    Returns:
+        The Z Combine node.
+    """
+    tree = compat.compositor_tree(scene)
+    if find_node(tree, ROLE_GBUFFER) is None:
+        raise LookupError("no G-buffer Image node in the compositor; run Decompose first")
+    layer = scene.view_layers[0]
+    layer.use_pass_z = True
+    scene.render.film_transparent = True
+    rl = _node(tree, ROLE_RENDER, "CompositorNodeRLayers")
+    rl.name = rl.label = "3D scene"
+    rl.scene = scene
+    rl.layer = layer.name
+    rl.location = (-400, 600)
+    zc = _node(tree, ROLE_ZCOMBINE, "CompositorNodeZcombine", factory=lambda: compat.new_zcombine_node(tree))
+    zc.name = zc.label = "Z Combine (footage vs 3D scene)"
+    zc.location = (450, 450)
+    _link(tree, pass_socket(tree, "Combined"), zc.inputs[0])
+    _link(tree, pass_socket(tree, "Depth"), zc.inputs[1])
+    _link(tree, rl.outputs["Image"], zc.inputs[2])
+    _link(tree, rl.outputs["Depth"], zc.inputs[3])
+    _link(tree, zc.outputs[0], compat.output_socket(tree))
+    viewer = _node(tree, ROLE_VIEWER, "CompositorNodeViewer")
+    _link(tree, zc.outputs[0], viewer.inputs["Image"])
+    return zc
