@@ -67,8 +67,7 @@ class EditsStep(Step):
         if not self.frames:
             raise JobFailed("no G-buffer frame lies in the scene's frame range")
         self.start_frame = start
-        chans, _ = contract.read_channels(next(iter(self.source_frames.values())))
-        h, w = next(iter(chans.values())).shape
+        w, h = contract.frame_size(next(iter(self.source_frames.values())))  # header only
         self.render_dir.mkdir(parents=True, exist_ok=True)
         r = scene.render
         self._saved = (r.resolution_x, r.resolution_y, r.resolution_percentage, scene.frame_current,

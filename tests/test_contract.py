@@ -88,6 +88,15 @@ def test_openexr_round_trip_is_bit_exact(tmp_path):
         np.testing.assert_array_equal(c2[k].view(np.uint8), chans[k].view(np.uint8))
 
 
+def test_frame_size_and_meta_from_the_header(tmp_path):
+    p = contract.write_frame(contract.frame_path(tmp_path, 1), random_frame(h=7, w=9))
+    assert contract.frame_size(p) == (9, 7)  # (width, height)
+    assert contract.read_meta(p)["estimator"] == "test"
+    bad = tmp_path / "gbuffer_0002.exr"
+    bad.write_bytes(b"not an exr")
+    with pytest.raises(contract.ContractError, match="gbuffer_0002.exr"):
+        contract.frame_size(bad)
+
 def test_decompose_output_header_and_sky(gbuffer_seq):
     files = contract.list_frames(gbuffer_seq)
     assert list(files) == [1, 2, 3]

@@ -71,16 +71,14 @@ def read_rgba_exr(path: os.PathLike) -> np.ndarray:
 
 
 def exr_size(path: os.PathLike) -> Tuple[int, int]:
-    """``(H, W)`` in pixels of an EXR's data window (first part), from its header only.
+    """``(H, W)`` in pixels of an EXR's data window (first part), from its header only
+    (:func:`backend.contract.frame_size`, which gives ``(W, H)``).
 
     Raises:
-        RuntimeError / OSError (OpenEXR): not a readable OpenEXR file.
+        ContractError: not a readable OpenEXR file.
     """
-    import OpenEXR
-
-    with OpenEXR.File(str(path), header_only=True) as f:
-        (x0, y0), (x1, y1) = f.header()["dataWindow"]
-    return int(y1 - y0 + 1), int(x1 - x0 + 1)
+    w, h = contract.frame_size(path)
+    return h, w
 
 
 def write_bytes_atomic(path: os.PathLike, data: bytes) -> None:
