@@ -34,6 +34,12 @@ import bpy
 import numpy as np
 from mathutils import Euler, Matrix, Vector
 
+from tools.source_package import checkout_module
+
+# The backend as the extension package's copy, as render_dataset.py imports it (one copy
+# of the backend in the process).
+srgb_to_linear = checkout_module("backend.colour").srgb_to_linear
+
 #: skimage photographs usable as textures; (name, kind) kind: tile = tileable
 #: surface texture, photo = picture. ``stereo_motorcycle`` is excluded: it is an
 #: evaluation image.
@@ -113,9 +119,9 @@ def _hsv(h, s, v):
     return colorsys.hsv_to_rgb(h % 1.0, s, v)
 
 
-def _srgb_to_lin(c):
-    c = np.asarray(c, dtype=np.float64)
-    return tuple(np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4))
+def _srgb_to_lin(c) -> tuple:
+    """sRGB-encoded colour -> linear, as a tuple of floats (for socket default values)."""
+    return tuple(srgb_to_linear(c).tolist())
 
 
 def _natural_colour(rng) -> tuple:
