@@ -16,6 +16,10 @@ from ..addon import preferences as prefs_mod
 
 
 class _DefaultPrefs:
+    """Stand-in when the add-on preferences are not registered (the source tree imported
+    without enabling the add-on). Not the preferences' defaults: offline mode on (the
+    preference defaults to off) and fp32 (the preference defaults to fp16)."""
+
     backend_python = ""
     device = "AUTO"
     precision = "fp32"
@@ -24,7 +28,8 @@ class _DefaultPrefs:
 
 
 def preferences():
-    """The add-on preferences (:mod:`..addon.preferences`), or defaults when not registered."""
+    """The add-on preferences (:mod:`..addon.preferences`), or :class:`_DefaultPrefs` when
+    they are not registered."""
     prefs = prefs_mod.get_preferences()
     return prefs if prefs is not None else _DefaultPrefs()
 
