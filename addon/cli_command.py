@@ -1,4 +1,4 @@
-"""Headless use: ``blender -b [file.blend] --command gbuffer_editor decompose|restyle|export-scene ...``.
+"""Headless use: ``blender -b [file.blend] --command gbuffer_editor decompose|restyle|export-scene|solve ...``.
 
 Registered with ``bpy.utils.register_cli_command`` (Blender 4.2+). The arguments are
 those of the backend CLI (``python -m backend decompose|restyle --help``) plus a few
@@ -25,6 +25,11 @@ export-scene --out DIR [--frames A-B] [--motion-blur N] [--samples S] [--res WxH
         [--scene NAME] [--setup] [--save FILE.blend]
     Renders exact G-buffers of the open .blend's scene with Cycles (operators/export_scene.py);
     JSON lines on stdout; exit 0 done, 1 failed, 2 bad arguments.
+
+solve CLIP [--cameras OUT.json] [--frames A-B] [--no-refine] [--max-error PX] [--save FILE.blend]
+    Track & Solve with Blender's camera tracker (operators/camera_solve.py): CLIP is a
+    Movie Clip of the .blend or a footage file to import; writes the cameras JSON, makes
+    the scene camera follow the solve; JSON lines; exit 0 done, 1 solve refused, 2 bad arguments.
 """
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ from typing import List, Optional
 
 import bpy
 
-from ..operators import backend_args, decompose, export_scene, jobs, restyle
+from ..operators import backend_args, camera_solve, decompose, export_scene, jobs, restyle
 from . import compositor, worker
 
 COMMAND_ID = "gbuffer_editor"
@@ -138,8 +143,11 @@ def run(argv: List[str]) -> int:
     sub, rest = argv[0], list(argv[1:])
     if sub == "export-scene":
         return export_scene.run_cli(rest)
+    if sub == "solve":
+        return camera_solve.run_cli(rest)
     if sub not in ("decompose", "restyle"):
-        print(f"unknown subcommand {sub!r}; use decompose, restyle or export-scene\n\n{USAGE}", file=sys.stderr)
+        print(f"unknown subcommand {sub!r}; use decompose, restyle, export-scene or solve\n\n{USAGE}",
+              file=sys.stderr)
         return 2
     try:
         opts, passthrough = _blender_options(sub).parse_known_args(rest)

@@ -106,6 +106,15 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
         default=False,
         description="Temporally stabilise depth and normals across frames (reduces flicker)",
     )
+    use_camera_solve: BoolProperty(
+        name="Use Camera Solve",
+        default=True,
+        description="When the footage's clip has a camera solve, Decompose measures depth from parallax "
+                    "with its cameras, the scene camera follows it and the compositor Z-combines the 3D scene",
+    )
+    cameras_path: StringProperty(
+        name="Cameras", subtype="FILE_PATH", description="Cameras JSON last written from the camera solve"
+    )
     preview_pass: EnumProperty(
         name="Preview Pass",
         items=PASS_ITEMS,

@@ -169,19 +169,21 @@ def solve_status(clip) -> SolveStatus:
     return SolveStatus(True, float(rec.average_error), len(rec.cameras), int(clip.frame_duration))
 
 
-def check_solve(clip, *, max_error: float = MAX_SOLVE_ERROR_PX, min_frames: int = MIN_SOLVED_FRAMES,
+def check_solve(clip, *, max_error: Optional[float] = None, min_frames: Optional[int] = None,
                 expected_frames: Optional[int] = None) -> SolveStatus:
     """The clip's solve status when it is usable, else :class:`SolveError`.
 
-    ``expected_frames``: frames tracked (the solve must cover :data:`MIN_SOLVED_FRACTION`
-    of them); defaults to the clip's length.
+    ``max_error`` / ``min_frames`` default to :data:`MAX_SOLVE_ERROR_PX` /
+    :data:`MIN_SOLVED_FRAMES`; ``expected_frames``: frames tracked (the solve must cover
+    :data:`MIN_SOLVED_FRACTION` of them), by default the clip's length.
     """
+    max_error = MAX_SOLVE_ERROR_PX if max_error is None else max_error
+    min_frames = MIN_SOLVED_FRAMES if min_frames is None else min_frames
     st = solve_status(clip)
     if not st.valid:
         raise SolveError(f"clip {clip.name!r} has no valid camera solve; run Track & Solve or "
                          "solve it in the Movie Clip Editor")
     need = max(min_frames, int(math.ceil(MIN_SOLVED_FRACTION * (expected_frames or st.total))))
-    need = min(need, expected_frames or st.total)
     if st.frames < need or not math.isfinite(st.error) or st.error > max_error:
         raise SolveError(f"camera solve failed: {st.frames} frames solved, error {st.error:.2f} px; {_FIX} "
                          f"(clip {clip.name!r}; needs >= {need} frames and <= {max_error:g} px)")
@@ -456,10 +458,11 @@ class TrackSolve:
     """
 
     def __init__(self, scene, clip, *, refine_focal: bool = True, keep_tracks: bool = False,
-                 max_error: float = MAX_SOLVE_ERROR_PX, min_frames: int = MIN_SOLVED_FRAMES):
+                 max_error: Optional[float] = None, min_frames: Optional[int] = None):
         self.scene, self.clip = scene, clip
         self.refine_focal, self.keep_tracks = refine_focal, keep_tracks
-        self.max_error, self.min_frames = max_error, min_frames
+        self.max_error = MAX_SOLVE_ERROR_PX if max_error is None else max_error
+        self.min_frames = MIN_SOLVED_FRAMES if min_frames is None else min_frames
         self.params = tracking_defaults(clip)
         last_clip_frame = int(clip.frame_duration)
         first = max(1, clip_frame_of_scene_frame(clip, scene.frame_start))

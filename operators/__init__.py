@@ -5,6 +5,7 @@ Modules, one per concept:
 * :mod:`.import_footage` - Import Footage (movie / image sequence -> scene + compositor)
 * :mod:`.decompose` - Decompose (backend worker -> G-buffer EXR sequence -> compositor)
 * :mod:`.export_scene` - Export Scene G-Buffers (exact G-buffers of a 3D scene, Cycles)
+* :mod:`.camera_solve` - Track & Solve (Blender's tracker -> cameras JSON, scene camera), Z-combine
 * :mod:`.restyle` - Restyle (material edits -> edited G-buffers -> restyle worker -> result)
 * :mod:`.jobs` - step controller shared by the modal and the blocking paths, Cancel
 * :mod:`.footage` - footage metadata; :mod:`.backend_args` - preferences and backend
@@ -17,9 +18,9 @@ compositor wiring, compat, worker); nothing there imports an operator.
 """
 import bpy
 
-from . import decompose, diffusion_deps, export_scene, import_footage, jobs, models, restyle
+from . import camera_solve, decompose, diffusion_deps, export_scene, import_footage, jobs, models, restyle
 
-_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *export_scene.classes, *jobs.classes,
+_classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *export_scene.classes, *camera_solve.classes, *jobs.classes,
             *models.classes, *diffusion_deps.classes)
 
 

@@ -9,7 +9,7 @@ import bpy
 
 from ..addon import compositor
 from ..backend import contract
-from . import backend_args, footage
+from . import backend_args, camera_solve, footage
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep, idle_settings
 
 
@@ -40,8 +40,11 @@ def wire_gbuffers(scene, gbuffer_dir: os.PathLike):
     return node
 
 
-def decompose_job(scene, argv: List[str], out_dir: os.PathLike, *, wire: bool = True, env=None) -> JobController:
-    """Controller running ``argv`` (a backend decompose command) then wiring the result."""
+def decompose_job(scene, argv: List[str], out_dir: os.PathLike, *, wire: bool = True, env=None,
+                  solve: bool = False) -> JobController:
+    """Controller running ``argv`` (a backend decompose command) then wiring the result;
+    with ``solve`` (``argv`` has ``--cameras``), the scene camera then follows the camera
+    solve and the compositor gets the Z-combine setup."""
     out_dir = Path(out_dir)
     steps = [WorkerStep("Decomposing", argv, out_dir / "decompose.log", env=env)]
     if wire:
@@ -53,6 +56,9 @@ def decompose_job(scene, argv: List[str], out_dir: os.PathLike, *, wire: bool = 
                 raise JobFailed(f"decompose wrote no frames: {e}; log: {out_dir / 'decompose.log'}") from e
 
         steps.append(CallStep("Wiring compositor", _wire))
+        if solve:
+            steps.append(CallStep("Scene camera and Z-combine",
+                                  lambda ctl: camera_solve.after_decompose_with_solve(ctl.scene)))
     return JobController(scene, "Decompose", steps)
 
 
@@ -111,7 +117,9 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
             overwrite=self.resume,  # Resume continues in that folder even after a settings change
             prefs=prefs,
         )
-        return decompose_job(scene, argv, out_dir, env=backend_args.worker_environment(prefs))
+        cameras = camera_solve.decompose_cameras(scene, out_dir)  # [] without a usable solve
+        argv += cameras
+        return decompose_job(scene, argv, out_dir, env=backend_args.worker_environment(prefs), solve=bool(cameras))
 
 
 class GBUFFER_OT_load_gbuffers(bpy.types.Operator):

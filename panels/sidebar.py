@@ -9,6 +9,7 @@ import os
 
 import bpy
 
+from ..addon import tracking
 from ..operators.export_scene import default_output_dir
 
 CATEGORY = "G-Buffer"
@@ -53,6 +54,7 @@ def draw_decompose(layout, context) -> None:
         sub.prop(s, "frame_start")
         sub.prop(s, "frame_end")
     col.prop(s, "stabilize")
+    draw_camera(layout.box(), context)
     row = layout.row()
     row.scale_y = 1.4
     row.enabled = not s.is_running
@@ -64,6 +66,25 @@ def draw_decompose(layout, context) -> None:
     box = layout.box()
     box.label(text="Preview", icon="HIDE_OFF")
     box.prop(s, "preview_pass", text="Pass")
+
+
+def draw_camera(layout, context) -> None:
+    """Camera box of the Decompose panel: the clip's solve, Track & Solve, Use Camera Solve."""
+    s = settings(context)
+    layout.label(text="Camera", icon="CAMERA_DATA")
+    clip = tracking.footage_clip(context.scene, context)
+    st = tracking.solve_status(clip)
+    if clip is None:
+        layout.label(text="No movie clip", icon="INFO")
+    elif st.valid:
+        good = st.error <= tracking.MAX_SOLVE_ERROR_PX
+        layout.label(text=st.line(), icon="CHECKMARK" if good else "ERROR")
+    else:
+        layout.label(text=st.line(), icon="INFO")
+    row = layout.row()
+    row.enabled = not s.is_running
+    row.operator("gbuffer.track_solve", icon="TRACKING")
+    layout.prop(s, "use_camera_solve")
 
 
 def draw_restyle(layout, context) -> None:

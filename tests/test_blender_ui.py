@@ -88,9 +88,9 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
             elif call[0] == "progress":
                 assert call[1]["factor"] == pytest.approx(0.4)
     assert ops == {"gbuffer.import_footage", "gbuffer.decompose", "gbuffer.load_gbuffers",
-                   "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene"}
+                   "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve"}
     assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
-            "stabilize", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume"} <= props
+            "stabilize", "use_camera_solve", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume"} <= props
 
 
 def test_compositor_panel_poll(addon):
