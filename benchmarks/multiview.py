@@ -4,7 +4,8 @@ K = 2, 4, 6 neighbours, at two processing widths.
 Frames: the Open3D RGB-D colour frames (``shared/groundtruth/open3d_rgbd``) resized to
 960x540 with their real poses; the 6-neighbour case reuses frames (same poses, so the
 work is the same as with new ones). End to end = plane sweep + SGM + confidence +
-geometric consistency against neighbour depths (given) + guided upsampling to 960x540.
+geometric consistency against neighbour depths (given) + local-plane refinement +
+piecewise-planar upsampling to 960x540.
 Each configuration runs in a fresh process so peak RSS is its own.
 
     .venv/bin/python benchmarks/multiview.py   # prints a table, writes results/multiview.json

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from backend import contract, decompose
+from backend import contract, decompose, geometry
 from backend.multiview.camera_files import save_cameras_json
 from backend.multiview.cameras import CameraError
 
@@ -33,6 +33,11 @@ def _shot(tmp_path, n=7, units="metres", depth_range=(3.0, 12.0)):
     return seq, cams, depths, cam_file
 
 
+def _angle(n, n_gt):
+    """Per-pixel angle in degrees between unit normals."""
+    return np.degrees(np.arccos(np.clip((n * n_gt).sum(-1), -1.0, 1.0)))
+
+
 def _absrel(pred, gt, mask):
     return float((np.abs(pred - gt) / gt)[mask].mean())
 
@@ -55,10 +60,17 @@ def test_decompose_with_exact_cameras_measures_depth(tmp_path):
         assert fr.meta["depth_kind"] == "metric" and fr.meta["depth_source"] == "multiview"
         assert fr.meta["intrinsics_assumed"] is False
         np.testing.assert_allclose(fr.meta["camera"]["camera_to_world"], cams[n - 1].c2w_opengl(), atol=1e-6)
-        rows.append((_absrel(fr.depth, gt, conf), conf.mean(), _absrel(fr.depth, gt, np.ones_like(conf))))
-    absrel, coverage, absrel_all = np.mean(rows, axis=0)
+        ratio = np.maximum(fr.depth / gt, gt / fr.depth)[conf]
+        n_gt = geometry.normals_from_depth(gt, cams[n - 1].intrinsics)
+        rows.append((_absrel(fr.depth, gt, conf), conf.mean(), _absrel(fr.depth, gt, np.ones_like(conf)),
+                     float((ratio < 1.25).mean()), _angle(fr.normal, n_gt)[conf].mean(),
+                     _angle(np.array([0.0, 0.0, 1.0]), n_gt)[conf].mean()))
+    absrel, coverage, absrel_all, delta1, normal_err, normal_const = np.mean(rows, axis=0)
+    print(f"\nexact cameras: AbsRel {absrel:.4f}, delta1 {delta1:.4f}, coverage {coverage:.3f}; normals "
+          f"{normal_err:.1f} deg mean (constant (0, 0, 1): {normal_const:.1f}) on confident px")
     # the bars of issue 14 on exact cameras
-    assert absrel <= 0.03 and coverage >= 0.7, rows
+    assert absrel <= 0.03 and delta1 >= 0.97 and coverage >= 0.7, rows
+    assert normal_err <= 12.0 and normal_err < normal_const, rows
     assert absrel_all <= 0.08, rows  # filled pixels too: the fusion is seamless
     assert not [e for e in events if e["event"] == "warning"]
 

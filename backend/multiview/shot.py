@@ -17,11 +17,12 @@ For each frame ``t`` of a shot whose frames have calibrated cameras
    undistorted frames at ``processing_width``, over inverse depth between the camera
    file's depth range (else a range from the baseline: nearest depth where the widest
    neighbour moves a point by a quarter of the frame, far 500 times that), NCC cost,
-   best-k, SGM, confidence, guided upsampling to full size.
+   best-k, SGM, confidence, local-plane refinement, piecewise-planar upsampling to
+   full size.
 4. **Fusion** (:func:`backend.multiview.fusion.fuse_depth`): low-confidence pixels filled
    from the prior, aligned to the measurement (robust scale and shift, then a smooth
-   correction). Normals from the fused depth with the true intrinsics
-   (:func:`backend.geometry.normals_from_depth`). The ``Confidence`` pass is the
+   correction). Normals from the fused depth with the true intrinsics, by robust
+   local plane fits (:func:`backend.multiview.planefit.fit_local_planes`). The ``Confidence`` pass is the
    multi-view confidence (high = measured, low = filled), with sky at 0 as the
    contract says.
 5. With lens distortion, steps 3-4 run on the undistorted grid and depth, normals and
@@ -46,7 +47,8 @@ from ..decomposer import SKY_CONFIDENCE, Decomposer
 from ..imaging import resize
 from .cameras import Camera
 from .fusion import fuse_depth
-from .planesweep import detect_rotation_only, multiview_depth, parallax_px, to_grey
+from .planefit import fit_local_planes
+from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
 from .undistort import redistort_image, undistort_image
 
@@ -251,22 +253,26 @@ class MultiViewShot:
                                   f"too little measured depth ({e})", sf.path)
         self.report.scale, self.report.shift = float(fused.scale), float(fused.shift)
         self._temporal(prior, res, fused.depth, cam_u)
-        normal = self._normals(fused.depth, cam_u)
+        normal = self._normals(fused.depth, fused.confidence, cam_u)
         depth = redistort_image(fused.depth, cam)
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
         return self._assemble(prior, cam, depth, normal, conf)
 
-    def _normals(self, depth_u: np.ndarray, cam_u: Camera) -> np.ndarray:
-        """Normals from the fused depth at the processing width (where the depth was
-        measured: full-size finite differences would only add the upsampling's noise),
-        resampled to full size and re-normalised."""
-        w = self.options.processing_width
-        if w >= cam_u.width:
-            return geometry.normals_from_depth(depth_u, cam_u.intrinsics)
+    def _normals(self, depth_u: np.ndarray, conf_u: np.ndarray, cam_u: Camera) -> np.ndarray:
+        """Normals of the fused depth from robust local planes at the processing width
+        (:func:`backend.multiview.planefit.fit_local_planes`, shiftable windows weighted
+        by the confidence, window :func:`~backend.multiview.planesweep.plane_window`):
+        plane sweep quantises depth into terraces, whose finite differences are noise,
+        while a plane fitted over a window that does not cross a depth edge gives the
+        surface's orientation. Resampled to full size and re-normalised."""
+        w = min(self.options.processing_width, cam_u.width)
         h = max(1, int(round(cam_u.height * w / cam_u.width)))
         small = resize(depth_u, (w, h), "area")
-        n = geometry.normals_from_depth(small, cam_u.scaled(w, h).intrinsics)
+        wts = np.maximum(resize(conf_u, (w, h), "area"), 0.05)  # filled pixels: still a surface
+        n = fit_local_planes(small, wts, cam_u.scaled(w, h).intrinsics, plane_window(w)).normal
+        if (w, h) == (cam_u.width, cam_u.height):
+            return n
         return geometry.unit_or_facing(resize(n, (cam_u.width, cam_u.height), "linear"))
 
     def _temporal(self, prior, res, depth_u: np.ndarray, cam_u: Camera) -> None:
