@@ -26,8 +26,9 @@ from ..addon import worker as worker_mod
 from . import backend_args
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, brief, idle_settings
 
-#: file name of the cameras JSON Decompose writes next to its output
-DECOMPOSE_CAMERAS = "cameras.json"
+#: suffix of the cameras JSON Decompose writes next to its output folder (not inside it:
+#: the backend refuses an output folder that contains one of its inputs)
+DECOMPOSE_CAMERAS = "_cameras.json"
 
 
 def default_cameras_path(scene, clip) -> Path:
@@ -77,8 +78,9 @@ def track_solve_job(scene, clip, *, cameras_path: Optional[os.PathLike] = None, 
 
 def decompose_cameras(scene, out_dir: os.PathLike) -> List[str]:
     """``["--cameras", PATH]`` for Decompose when "Use Camera Solve" is on and the
-    footage's clip has a valid solve: the solve is written to ``out_dir/cameras.json``
-    (next to the G-buffers). ``[]`` when the option is off or there is no solve.
+    footage's clip has a valid solve: the solve is written next to the output folder
+    (``decompose_001`` -> ``decompose_001_cameras.json``). ``[]`` when the option is off
+    or there is no solve.
 
     Raises:
         JobFailed: the solve exists but is not usable (error or frames over the
@@ -88,7 +90,8 @@ def decompose_cameras(scene, out_dir: os.PathLike) -> List[str]:
     clip = tracking.footage_clip(scene)
     if not s.use_camera_solve or clip is None or not tracking.solve_status(clip).valid:
         return []
-    path = Path(out_dir) / DECOMPOSE_CAMERAS
+    out_dir = Path(out_dir)
+    path = out_dir.parent / f"{out_dir.name}{DECOMPOSE_CAMERAS}"
     try:
         tracking.check_solve(clip)
         tracking.write_cameras_json(clip, path, scene=scene)

@@ -78,6 +78,25 @@ def test_track_and_solve_phone_office(footage, tmp_path):
         C = np.array([cams[k].center for k in keys])
         cam_ob = scene.camera
         cons = [(c.type, c.clip.name if c.clip else None) for c in cam_ob.constraints]
+        # the scene camera renders what the JSON says: pose (constraint) and lens/shift; an
+        # off-centre principal point checks the shift's sign
+        from bpy_extras.object_utils import world_to_camera_view
+        clip.tracking.camera.principal_point_pixels = (150.0, 125.0)
+        tracking.follow_solve(scene, clip)
+        cams_pp = tracking.solve_cameras(clip, scene=scene)
+        pts = tracking.bundle_points(clip, scene=scene)
+        pose_diff, px_diff, depth_diff = 0.0, 0.0, 0.0
+        for f in (1, 18, 36):
+            scene.frame_set(f)
+            M = np.array(cam_ob.matrix_world)
+            pose_diff = max(pose_diff, float(np.abs(M - cams_pp[f].c2w_opengl()).max()))
+            uv, z = cams_pp[f].project(pts)
+            for p, u, zz in zip(pts[:20], uv, z):
+                v = world_to_camera_view(scene, cam_ob, __import__("mathutils").Vector(p))
+                px_diff = max(px_diff, float(np.hypot(v.x * 320 - u[0], (1 - v.y) * 240 - u[1])))
+                depth_diff = max(depth_diff, abs(v.z - zz) / zz)
+        clip.tracking.camera.principal_point_pixels = (160.0, 120.0)
+        tracking.follow_solve(scene, clip)
         # Decompose with the solve: --cameras next to the output
         args = camera_solve.decompose_cameras(scene, {str(tmp_path / "dec")!r})
         job = __import__("gbuffer_editor.operators.decompose", fromlist=["x"]).decompose_job(
@@ -100,14 +119,16 @@ def test_track_and_solve_phone_office(footage, tmp_path):
                          error=clip.tracking.reconstruction.average_error, cons=cons,
                          lens=cam_ob.data.lens, units=doc["units"], depth_range=doc.get("depth_range"),
                          args=args, args_off=args_off, steps=steps, labels=labels, ops=ops,
-                         width=doc["width"], height=doc["height"]))
+                         width=doc["width"], height=doc["height"], pose_diff=pose_diff, px_diff=px_diff,
+                         depth_diff=depth_diff))
     ''', tmp_path)
     lines = _json_lines(res["stdout"])
     done = [ev for ev in lines if ev.get("event") == "done"]
     assert res["rc"] == 0, res["stderr"][-3000:]
     assert done and done[-1]["stage"] == "solve"
     d = done[-1]
-    print(f"phone_office: {d['message']}; command {res['seconds']:.1f} s")
+    print(f"phone_office: {d['message']}; command {res['seconds']:.1f} s; scene camera vs JSON: pose "
+          f"{res['pose_diff']:.1e}, projection {res['px_diff']:.1e} px, depth {res['depth_diff']:.1e}")
     assert [ev["step"] for ev in lines if ev.get("event") == "progress"][0] == "Detecting features"
     # measured 0.36 px on 36/36 frames with ~87 tracks (both bpy versions)
     assert d["frames"] == 36 and d["tracked_frames"] == 36
@@ -122,7 +143,9 @@ def test_track_and_solve_phone_office(footage, tmp_path):
     assert 0 < near < far
     assert ("CAMERA_SOLVER", "phone_office.mp4") in [tuple(c) for c in res["cons"]]
     assert res["lens"] > 0
-    assert res["args"][0] == "--cameras" and res["args"][1].endswith("cameras.json")
+    # Blender's scene camera (Camera Solver constraint, lens, shift) == our cameras
+    assert res["pose_diff"] < 1e-4 and res["px_diff"] < 0.02 and res["depth_diff"] < 1e-5, res
+    assert res["args"][0] == "--cameras" and res["args"][1].endswith("dec_cameras.json")
     assert res["args_off"] == []
     assert res["steps"] == ["Decomposing", "Wiring compositor", "Scene camera and Z-combine"]
     assert any(t and t.startswith("Solved: 36/36 frames, error") for t in res["labels"])
@@ -197,6 +220,49 @@ def test_bad_input_one_line_errors(footage, tmp_path):
     assert e["decompose"].endswith("(or turn off Use Camera Solve)")
 
 
+def test_decompose_with_the_solve_in_blender(footage, tmp_path):
+    """The artist's path: Import Footage, Track & Solve, Decompose (first 12 frames): the
+    worker gets the solve (``--cameras``, recorded in the manifest), frames carry measured
+    depth (Confidence), the scene camera follows the solve and the compositor Z-combines."""
+    import blender_workflow_util as util
+
+    if not util.EMBEDDED_ONNX.exists():
+        pytest.skip("the embedded estimator's weights are not built")
+    res = _bpy(f'''
+        import os
+        from gbuffer_editor.backend import contract
+        scene = bpy.context.scene
+        s = scene.gbuffer_editor
+        s.output_dir = {str(tmp_path / "out")!r}
+        bpy.ops.gbuffer.import_footage(filepath={str(footage("phone_office"))!r})
+        t = time.perf_counter()
+        bpy.ops.gbuffer.track_solve()
+        solve_s, solve_status = time.perf_counter() - t, s.status
+        scene.frame_end = 12
+        t = time.perf_counter()
+        bpy.ops.gbuffer.decompose()
+        decompose_s = time.perf_counter() - t
+        d = s.last_decompose_dir
+        man = json.load(open(os.path.join(d, "manifest.json")))
+        frames = contract.list_frames(d)
+        measured = [float((contract.read_frame(p).confidence > 0.5).mean()) for p in frames.values()]
+        tree = compositor.find_tree(scene)
+        roles = sorted(str(n.get(compositor.ROLE_KEY)) for n in tree.nodes if n.get(compositor.ROLE_KEY))
+        emit_result(dict(solve_s=solve_s, solve_status=solve_status, decompose_s=decompose_s,
+                         cameras=man.get("cameras", {{}}).get("file"), n=len(frames), measured=measured,
+                         roles=roles, cons=[c.type for c in scene.camera.constraints], status=s.status))
+    ''', tmp_path)
+    print(f"phone_office in Blender: Track & Solve {res['solve_s']:.1f} s, Decompose 12 frames with the solve "
+          f"{res['decompose_s']:.1f} s, measured (Confidence > 0.5) {min(res['measured']):.2f}-"
+          f"{max(res['measured']):.2f} of each frame")
+    assert res["solve_status"].startswith("camera solve: 36/36 frames solved"), res["solve_status"]
+    assert res["status"] == "Decompose: done", res["status"]
+    assert res["n"] == 12 and res["cameras"].endswith("decompose_001_cameras.json")
+    assert min(res["measured"]) > 0.1  # measured 0.35-0.44
+    assert "zcombine" in res["roles"] and "render_layers" in res["roles"]
+    assert res["cons"] == ["CAMERA_SOLVER"]
+
+
 # ---- synthetic: a known camera ----------------------------------------------------------
 
 SYNTHETIC = '''
@@ -234,8 +300,9 @@ def render_shot(out, W=320, H=180, N=16, samples=8):
     cam = bpy.data.objects.new("truth", data); scene.collection.objects.link(cam); scene.camera = cam
     for f in range(1, N + 1):
         t = (f - 1) / (N - 1)
-        cam.location = (-2.0 + 3.0 * t, -4.0 + 0.8 * t, 2.2 + 0.3 * math.sin(3 * t))
-        cam.rotation_euler = (math.radians(72 + 3 * t), 0.0, math.radians(-8 + 14 * t))
+        a = t * t  # accelerating: a shift by one frame shows
+        cam.location = (-2.0 + 3.0 * a, -4.0 + 0.8 * t, 2.2 + 0.3 * math.sin(3 * t))
+        cam.rotation_euler = (math.radians(72 + 3 * t), 0.0, math.radians(-8 + 14 * a))
         cam.keyframe_insert("location", frame=f); cam.keyframe_insert("rotation_euler", frame=f)
     scene.frame_start, scene.frame_end = 1, N
     r = scene.render
@@ -301,7 +368,14 @@ def test_synthetic_solve_matches_the_true_camera(tmp_path):
                     continue
                 uv, _ = cams[k].project(X)
                 reproj.append(float(np.hypot(uv[0, 0] - m.co[0] * W, uv[0, 1] - (1 - m.co[1]) * H)))
-        emit_result(dict(render_s=render_s, solve_s=solve_s, error=result.error, frames=result.frames,
+        # the same shot as clip frames 1..13 from its 4th file, the clip starting at scene frame 101
+        clip.frame_start, clip.frame_offset = 101, 3
+        scene.frame_start, scene.frame_end = 101, 113
+        result2 = tracking.track_and_solve(scene, clip, refine_focal=False)
+        cams2 = tracking.solve_cameras(clip)
+        emit_result(dict(offset_keys=sorted(cams2), offset_frames=result2.frames, offset_error=result2.error,
+                         offset=align(cams2, truth), offset_wrong=[align(cams2, truth, s) for s in (-3, -1, 1)],
+                         render_s=render_s, solve_s=solve_s, error=result.error, frames=result.frames,
                          points=result.bundles, keys=sorted(cams), fx=cams[1].fx, cx=cams[1].cx, cy=cams[1].cy,
                          reproj_mean=float(np.mean(reproj)), n_obs=len(reproj),
                          aligned=align(cams, truth), early=align(cams, truth, -1), late=align(cams, truth, 1)))
@@ -321,6 +395,13 @@ def test_synthetic_solve_matches_the_true_camera(tmp_path):
     # measured: 1.8 % of the path, 0.7 degrees mean
     assert rel <= 0.05 and rot_mean <= 2.0 and rot_max <= 4.0
     assert rel < res["early"][0] and rel < res["late"][0]
+    # clip.frame_start 101, frame_offset 3: clip frame 1 is source frame 4
+    print(f"synthetic from its 4th frame: {res['offset_frames']}/13 frames, error {res['offset_error']:.2f} px, "
+          f"centre RMS {100 * res['offset'][0]:.2f} %, rotation {res['offset'][1]:.2f} deg; wrong mapping "
+          f"(-3, -1, +1 frames): {[round(100 * w[0], 1) for w in res['offset_wrong']]} %")
+    assert res["offset_keys"] == list(range(4, 17))
+    assert res["offset"][0] <= 0.05 and res["offset"][1] <= 2.0
+    assert all(res["offset"][0] < w[0] for w in res["offset_wrong"])
 
 
 # ---- Z-combine ---------------------------------------------------------------------------
