@@ -28,11 +28,14 @@ Conventions, checked numerically by ``tests/test_camera_solve.py``:
   JSON's ``"convention"`` is ``"blender"``.
 * **Intrinsics.** ``tracking.camera.focal_length_pixels`` is ``fx = fy`` (square pixels
   only); ``principal_point_pixels`` counts from the bottom-left corner with pixel centres
-  at +0.5, so ``cx = px``, ``cy = height - py`` in our top-left, y-down frame.
+  at +0.5, so ``cx = px``, ``cy = height - py`` in our top-left, y-down frame. The
+  scene camera that follows the solve renders exactly these cameras (tested: pose 1e-7,
+  projection 3e-5 px, with an off-centre principal point).
 * **Distortion.** Blender's ``POLYNOMIAL`` model is libmv's: on coordinates normalised by
   the focal length, ``x_d = x (1 + k1 r^2 + k2 r^4 + k3 r^6)`` -- OpenCV's radial model,
-  so it maps to ``opencv`` with ``(k1, k2, p1=0, p2=0, k3)``. ``BROWN`` maps the same way
-  when ``k4``, ``p1`` and ``p2`` are zero. ``DIVISION`` and ``NUKE`` (and Brown with
+  so it maps to ``opencv`` with ``(k1, k2, p1=0, p2=0, k3)`` (checked against Blender's
+  Movie Distortion node: the same undistortion within 0.23 px over the frame). ``BROWN``
+  maps the same way when ``k4``, ``p1`` and ``p2`` are zero. ``DIVISION`` and ``NUKE`` (and Brown with
   ``k4`` or tangential terms) are refused unless all their coefficients are zero.
 """
 from __future__ import annotations
