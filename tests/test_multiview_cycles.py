@@ -8,8 +8,12 @@ Confidence > 0.5, which cover >= 70 % of the frame, and normals to <= 12 degrees
 angular error there. The single-image estimator's depth and a constant facing normal are
 reported on the same pixels as baselines.
 
-Renders 3 x 7 frames at 320x180 (16 samples, denoised): about two minutes on 2 cores,
-so it runs once, in the bpy 5.0.1 lane.
+The second test runs our own Track & Solve (Blender's tracker, addon/tracking.py) on the
+dolly render and decomposes with the solved cameras: AbsRel <= 0.06 once the solve's
+unknown scale is aligned to the truth.
+
+Renders 7 + 7 + 12 frames at 320x180 (16 samples, denoised): about three minutes on 2
+cores, so it runs once, in the bpy 5.0.1 lane.
 """
 from __future__ import annotations
 
@@ -50,16 +54,27 @@ def _scores(out, shot):
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
+#: frames per move (the dolly is also tracked, which wants a few more frames)
+N_FRAMES = {"dolly": 12, "orbit": 7, "handheld": 7}
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def shots(tmp_path_factory):
     root = tmp_path_factory.mktemp("mv_cycles")
+    return root, {move: cycles_scenes.render_shot(root / move, move, n_frames=N_FRAMES[move])
+                  for move in cycles_scenes.MOVES}
+
+
+@pytest.fixture(scope="module")
+def results(shots):
+    root, rendered = shots
     out = {}
-    for move in cycles_scenes.MOVES:
-        shot = cycles_scenes.render_shot(root / move, move)
+    for move, shot in rendered.items():
         decompose(shot["shot"], root / move / "gb", cameras=shot["cameras"], multiview={"processing_width": 320})
         single = root / move / "single"
         decompose(shot["shot"], single, frames="4-4")
         scores = _scores(root / move / "gb", shot)
+        # the single-image baseline on the same pixels: rank correlation with the truth
         fr = contract.read_frame(contract.frame_path(single, 4))
         gt, m = shot["depths"][3], contract.read_frame(contract.frame_path(root / move / "gb", 4)).confidence > 0.5
         from scipy.stats import spearmanr  # noqa: PLC0415
@@ -80,3 +95,39 @@ def test_exact_cameras_meet_the_depth_and_normal_bars(results, move):
     assert r["normal_deg"] <= 12.0, r
     assert r["normal_deg"] < r["facing_normal_deg"] / 2, r  # far better than a constant normal
     assert r["temporal"] < 0.02, r
+
+
+def test_own_track_and_solve_then_decompose(shots, tmp_path):
+    """Blender's tracker on the rendered dolly (the lens known, as an artist would set it),
+    our cameras JSON from the solve, decompose with it; depth in solve units, compared
+    after one scale factor for the whole shot."""
+    from gbuffer_editor.addon import tracking
+
+    root, rendered = shots
+    shot = rendered["dolly"]
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_end = 1, N_FRAMES["dolly"]
+    clip = bpy.data.movieclips.load(str(shot["shot"] / "shot_0001.png"))
+    clip.frame_start = 1
+    cam1 = shot["cams"][1]
+    clip.tracking.camera.sensor_width = 36.0
+    clip.tracking.camera.focal_length_pixels = cam1.fx
+    result = tracking.track_and_solve(scene, clip, refine_focal=False)
+    info = tracking.write_cameras_json(clip, tmp_path / "solve.json")
+    out = tmp_path / "gb"
+    decompose(shot["shot"], out, cameras=info["path"], multiview={"processing_width": 320})
+    ratios, rows = [], []
+    frames = [contract.read_frame(contract.frame_path(out, n)) for n in sorted(shot["cams"])]
+    for fr, gt in zip(frames, shot["depths"]):
+        m = fr.confidence > 0.5
+        ratios.append(gt[m] / fr.depth[m])
+    scale = float(np.median(np.concatenate(ratios)))  # one factor for the shot
+    for fr, gt in zip(frames, shot["depths"]):
+        m = fr.confidence > 0.5
+        rows.append((float((np.abs(scale * fr.depth - gt) / gt)[m].mean()), float(m.mean())))
+    absrel, coverage = np.mean(rows, axis=0)
+    print(f"\nTrack & Solve on the dolly: {result.message()}; decompose with it: AbsRel {absrel:.3f} after "
+          f"scale {scale:.3f}, coverage {coverage:.0%}; depth kind {frames[0].meta['depth_kind']}")
+    assert result.frames == N_FRAMES["dolly"] and result.error <= 1.0
+    assert frames[0].meta["depth_kind"] == "up_to_scale"
+    assert absrel <= 0.06 and coverage >= 0.5

@@ -160,6 +160,7 @@ class _MultiViewShot(_Shot):
     (frames within its window around the range are decoded as neighbours)."""
 
     mv: Any = None  # MultiViewShot
+    reopen: Any = None  # () -> a second Footage over the same source
 
     def _compute(self, sf, number: int) -> contract.GBufferFrame:
         return self.mv.compute(number, sf, meta=self.frame_meta(sf, number))
@@ -170,10 +171,13 @@ class _MultiViewShot(_Shot):
         return out
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
+        """Two decoders over the footage: the leading one feeds the neighbour window
+        (``window`` frames ahead), the lagging one gives each frame in full when it is
+        computed, so no full frame waits in memory."""
         w = self.mv.options.window
 
-        def frames():
-            for sf in self.src:
+        def frames(src):
+            for sf in src:
                 number = sf.index + 1
                 if number < self.first - w:
                     continue
@@ -184,8 +188,16 @@ class _MultiViewShot(_Shot):
         def wanted(n: int) -> bool:
             return n >= self.first and (self.last is None or n <= self.last)
 
-        for number, sf in self.mv.stream(frames(), wanted):
-            yield number, self._work(sf, number)
+        with self.reopen() as lag_src:
+            lag = frames(lag_src)
+            for number in self.mv.stream(frames(self.src), wanted):
+                for n, sf in lag:
+                    if n == number:
+                        break
+                else:  # the second decoder ended early: the footage changed under us
+                    raise JobError(f"{self.src.info.path}: frame {number} could not be decoded a second time",
+                                   frame=number, file=self.src.info.path)
+                yield number, self._work(sf, number)
 
 
 def _camera_lookup(camset, info) -> Any:
@@ -229,14 +241,14 @@ def _open_cameras(path, info, first: int, last: Optional[int]):
     return camset
 
 
-def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options) -> "_MultiViewShot":
+def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options, reopen) -> "_MultiViewShot":
     from ..multiview.shot import MultiViewOptions, MultiViewShot
 
     camset = _open_cameras(cameras, src.info, first, last)
     opts = options if isinstance(options, MultiViewOptions) else MultiViewOptions(**(options or {}))
     mv = MultiViewShot(dec, _camera_lookup(camset, src.info), units=camset.units,
                        depth_range=camset.depth_range, options=opts)
-    shot = _MultiViewShot(src, dec, out_dir, first, last, estimator, mv=mv)
+    shot = _MultiViewShot(src, dec, out_dir, first, last, estimator, mv=mv, reopen=reopen)
     shot.camset = camset
     return shot
 
@@ -403,7 +415,8 @@ def decompose(
             settings = _job_settings(dec, plan, info, albedo_detail)
             manifest = _job_manifest(dec, plan, info, processing_resolution, first)
             if cameras is not None:
-                shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview)
+                shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
+                                       lambda: open_footage(input_path, colorspace=colorspace))
                 settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
                 if stabilize:
                     events.warning("--stabilize is ignored with --cameras: measured depth is consistent "

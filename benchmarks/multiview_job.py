@@ -1,0 +1,104 @@
+"""End-to-end speed and memory of Decompose with a camera file (issue 14).
+
+The whole job as a user runs it (``decompose(shot, out, cameras=...)``): PNG decode, the
+embedded single-image pass, plane sweep against K neighbours, fusion, normals, EXR
+writing. The shot is the ray-cast test scene of ``tests/multiview_util.py`` (a textured
+wall, box and floor; a sideways dolly with handheld jitter) rendered at 960x540, with its
+exact cameras. Rows: K = 2, 4, 6 at processing width 480, K = 4 at 320 and 640, and K = 4
+at 480 on a clip twice as long (memory must not grow with clip length). Each row runs in
+a fresh process (its own peak RSS); "steady" fps excludes the first frame.
+
+    .venv/bin/python benchmarks/multiview_job.py [--frames N]   # table + results/multiview_job.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "multiview_job.json"
+SIZE = (960, 540)
+
+
+def make_shot(folder: Path, n: int) -> Path:
+    """Ray-cast ``n`` frames at 960x540 into ``folder/shot`` and write ``cams.json``."""
+    import cv2
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from multiview_util import dolly_cameras, render
+
+    from backend.multiview.camera_files import save_cameras_json
+
+    w, h = SIZE
+    cams = [c.scaled(w, h) for c in dolly_cameras(n=n, dolly=0.04)]
+    shot = folder / "shot"
+    shot.mkdir(parents=True, exist_ok=True)
+    for i, cam in enumerate(cams, 1):
+        grey, _ = render(cam)
+        rgb = np.clip(np.stack([grey, 0.8 * grey + 0.1, 0.6 * grey + 0.2], -1), 0, 1)
+        cv2.imwrite(str(shot / f"shot_{i:04d}.png"), (rgb[..., ::-1] * 255 + 0.5).astype(np.uint8))
+    save_cameras_json(folder / "cams.json", dict(enumerate(cams, 1)), units="metres", depth_range=(2.0, 20.0))
+    return shot
+
+
+def child(spec: dict) -> dict:
+    from backend import decompose
+
+    times = []
+    t0 = time.perf_counter()
+    decompose(spec["shot"], spec["out"], cameras=spec["cams"], frames=spec.get("frames"),
+              multiview={"neighbours": spec["k"], "processing_width": spec["width"]},
+              progress=lambda e: times.append(time.perf_counter()) if e["event"] == "progress" else None)
+    wall = time.perf_counter() - t0
+    steady = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
+    return {"frames": len(times), "wall_s": round(wall, 2), "steady_fps": round(steady, 3),
+            "whole_job_fps": round(len(times) / wall, 3),
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--frames", type=int, default=12, help="frames per run (default 12; the long row doubles it)")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="mvjob_"))
+    shot = make_shot(tmp, 2 * args.frames)
+    rows = []
+    configs = [(2, 480, 1), (4, 480, 1), (6, 480, 1), (4, 320, 1), (4, 640, 1), (4, 480, 2)]
+    for k, width, mult in configs:
+        n = args.frames * mult
+        spec = {"shot": str(shot), "cams": str(tmp / "cams.json"), "out": str(tmp / f"out_{k}_{width}_{n}"),
+                "k": k, "width": width, "frames": f"1-{n}"}
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
+                           text=True, env=env, cwd=str(ROOT))
+        if p.returncode != 0:
+            print(p.stderr, file=sys.stderr)
+            return 1
+        row = {"neighbours": k, "processing_width": width, "frame": "x".join(map(str, SIZE)), "clip_frames": n}
+        row.update(json.loads(p.stdout.strip().splitlines()[-1]))
+        rows.append(row)
+        print(f"K={k} width={width} frames={n}: {row['steady_fps']:.2f} fps steady, "
+              f"{row['whole_job_fps']:.2f} whole job, peak {row['peak_rss_mib']:.0f} MiB", flush=True)
+    doc = {"benchmark": "multiview_job", "cores": os.cpu_count(), "rows": rows}
+    OUT.write_text(json.dumps(doc, indent=1))
+    print("\n| K | processing width | clip frames | steady fps | whole-job fps | peak RSS MiB |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['neighbours']} | {r['processing_width']} | {r['clip_frames']} | {r['steady_fps']:.2f} | "
+              f"{r['whole_job_fps']:.2f} | {r['peak_rss_mib']:.0f} |")
+    print(f"\nwrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        print(json.dumps(child(json.loads(sys.argv[2]))))
+        sys.exit(0)
+    sys.exit(main())
