@@ -151,3 +151,34 @@ def plane_normals(a: np.ndarray, b: np.ndarray, q: np.ndarray,
     length = np.linalg.norm(n_gl, axis=-1, keepdims=True)
     out = np.where(length > 1e-12, n_gl / np.maximum(length, 1e-12), np.array([0.0, 0.0, 1.0]))
     return out.astype(np.float32)
+
+
+def fit_multiscale_planes(depth: np.ndarray, weights: np.ndarray, intrinsics: Tuple[float, float, float, float],
+                          wins: Tuple[int, ...], tolerance: float = 1.6) -> PlaneFit:
+    """Local planes with a per-pixel window *size* as well as position: the largest of
+    ``wins`` (ascending) whose best shifted window fits about as well as the smallest's
+    (relative residual <= ``tolerance`` x the smallest's, plus a floor of 0.2 %).
+
+    A plane fitted over ``n x n`` noisy samples has a slope error falling like
+    ``n^-2``, so normals of large flat surfaces (walls seen with little parallax, where
+    plane-sweep depth is noisy) want large windows, while creases and small faces
+    want small ones: the residual tells them apart (a window over a crease fits worse
+    than one that avoids it; over a plane, noise alone sets the residual at any size).
+    This is the adaptive-window idea of Kanade & Okutomi 1994 ("A stereo matching
+    algorithm with an adaptive window", TPAMI), applied to the plane fit, with the
+    shiftable windows of :func:`fit_local_planes` at each size.
+    """
+    fits = [fit_local_planes(depth, weights, intrinsics, w) for w in wins]
+    base = fits[0]
+    out = PlaneFit(base.inv_depth.copy(), base.normal.copy(), base.residual.copy(), base.support.copy(),
+                   (base.grad[0].copy(), base.grad[1].copy()))
+    limit = base.residual * tolerance + 2e-3
+    for f in fits[1:]:
+        sel = (f.residual <= limit) & (f.support >= 0.5 * base.support)
+        out.inv_depth[sel] = f.inv_depth[sel]
+        out.normal[sel] = f.normal[sel]
+        out.residual[sel] = f.residual[sel]
+        out.support[sel] = f.support[sel]
+        out.grad[0][sel] = f.grad[0][sel]
+        out.grad[1][sel] = f.grad[1][sel]
+    return out

@@ -209,21 +209,28 @@ def _cost_volume(ref_g, nb_gs, ref: Camera, nbs, inv_depths, win, best_k) -> np.
     return vol
 
 
-def _winner(vol: np.ndarray, exclude: int = 2):
-    """WTA index, parabola offset in [-0.5, 0.5], best cost and best cost outside
-    ``winner +- exclude`` (for uniqueness)."""
+def _subplane(vol: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Parabola vertex through the costs of ``vol`` at planes ``idx - 1, idx, idx + 1``:
+    an offset in [-0.5, 0.5] planes (0 at the ends of the sweep or without a minimum)."""
     d = vol.shape[0]
-    idx = np.argmin(vol, axis=0)
     c0 = np.take_along_axis(vol, idx[None], 0)[0]
     cm = np.take_along_axis(vol, np.clip(idx - 1, 0, d - 1)[None], 0)[0]
     cp = np.take_along_axis(vol, np.clip(idx + 1, 0, d - 1)[None], 0)[0]
     denom = cm - 2 * c0 + cp
     off = np.where(denom > 1e-6, 0.5 * (cm - cp) / np.maximum(denom, 1e-6), 0.0)
-    off = np.where((idx == 0) | (idx == d - 1), 0.0, np.clip(off, -0.5, 0.5))
-    planes = np.arange(d)[:, None, None]
+    return np.where((idx == 0) | (idx == d - 1), 0.0, np.clip(off, -0.5, 0.5)).astype(np.float32)
+
+
+def _winner(vol: np.ndarray, exclude: int = 2):
+    """WTA index, parabola offset in [-0.5, 0.5], best cost and best cost outside
+    ``winner +- exclude`` (for uniqueness)."""
+    idx = np.argmin(vol, axis=0)
+    c0 = np.take_along_axis(vol, idx[None], 0)[0]
+    off = _subplane(vol, idx)
+    planes = np.arange(vol.shape[0])[:, None, None]
     away = np.abs(planes - idx[None]) > exclude
     second = np.where(away, vol, np.inf).min(axis=0)
-    return idx, off.astype(np.float32), c0, np.minimum(second, 2.0)
+    return idx, off, c0, np.minimum(second, 2.0)
 
 
 def sweep_confidence(ncc: np.ndarray, margin: np.ndarray, ncc_lo: float = 0.3,
@@ -302,6 +309,7 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
         idx, off, a0, second = _winner(agg)
         c0 = np.take_along_axis(vol, idx[None], 0)[0]
         second = second - a0 + c0  # uniqueness margin measured on the aggregated costs
+        off = _subplane(vol, idx)  # sub-plane position from the data term: P1 biases it to whole planes
         del agg
     else:
         idx, off, c0, second = _winner(vol)

@@ -47,7 +47,7 @@ from ..decomposer import SKY_CONFIDENCE, Decomposer
 from ..imaging import resize
 from .cameras import Camera
 from .fusion import fuse_depth
-from .planefit import fit_local_planes
+from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
 from .undistort import redistort_image, undistort_image
@@ -261,16 +261,18 @@ class MultiViewShot:
 
     def _normals(self, depth_u: np.ndarray, conf_u: np.ndarray, cam_u: Camera) -> np.ndarray:
         """Normals of the fused depth from robust local planes at the processing width
-        (:func:`backend.multiview.planefit.fit_local_planes`, shiftable windows weighted
-        by the confidence, window :func:`~backend.multiview.planesweep.plane_window`):
+        (:func:`backend.multiview.planefit.fit_multiscale_planes`: shiftable windows
+        weighted by the confidence, of side :func:`~backend.multiview.planesweep.plane_window`
+        or twice that where the larger window fits as well, i.e. on flat surfaces):
         plane sweep quantises depth into terraces, whose finite differences are noise,
-        while a plane fitted over a window that does not cross a depth edge gives the
-        surface's orientation. Resampled to full size and re-normalised."""
+        while a plane fitted over a window that does not cross a depth edge or crease
+        gives the surface's orientation. Resampled to full size and re-normalised."""
         w = min(self.options.processing_width, cam_u.width)
         h = max(1, int(round(cam_u.height * w / cam_u.width)))
         small = resize(depth_u, (w, h), "area")
         wts = np.maximum(resize(conf_u, (w, h), "area"), 0.05)  # filled pixels: still a surface
-        n = fit_local_planes(small, wts, cam_u.scaled(w, h).intrinsics, plane_window(w)).normal
+        win = plane_window(w)
+        n = fit_multiscale_planes(small, wts, cam_u.scaled(w, h).intrinsics, (win, 2 * win + 1)).normal
         if (w, h) == (cam_u.width, cam_u.height):
             return n
         return geometry.unit_or_facing(resize(n, (cam_u.width, cam_u.height), "linear"))
