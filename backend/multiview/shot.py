@@ -11,11 +11,14 @@ For each frame ``t`` of a shot whose frames have calibrated cameras
    cameras around it, not on where a run or a farm chunk started.
 2. **Neighbours**: up to ``neighbours`` frames nearest in time (within ``window`` frames
    on each side) whose cameras move a point at the scene's typical depth by at least
-   ``min_parallax_px`` pixels against infinity. None (a tripod pan, a locked-off shot,
+   ``target_parallax_px`` pixels against infinity (a slow move gets frames further
+   apart), topped up with the frames of most parallax above ``min_parallax_px``.
+   None (a tripod pan, a locked-off shot,
    rotation only): the frame keeps the single-image result, with a ``warning``.
 3. **Plane sweep** (:func:`backend.multiview.planesweep.multiview_depth`) on the
    undistorted frames at ``processing_width``, over inverse depth between the camera
-   file's depth range (else a range from the baseline: nearest depth where the widest
+   file's depth range widened by ``range_margin`` (else a range from the baseline:
+   nearest depth where the widest
    neighbour moves a point by a quarter of the frame, far 500 times that), NCC cost,
    best-k, SGM, confidence, local-plane refinement, piecewise-planar upsampling to
    full size.
@@ -65,16 +68,25 @@ class MultiViewOptions:
     Attributes:
         neighbours: K, the frames each frame is matched against (>= 1).
         window: frames searched on each side of the reference for neighbours (>= 1).
-        processing_width: width in pixels of the plane sweep (frames area-downscaled).
-        min_parallax_px: least parallax, at the processing width, of a usable neighbour.
+        processing_width: width in pixels of the plane sweep (frames area-downscaled;
+            never above the footage's width).
+        target_parallax_px: parallax (processing pixels, a point at the scene's typical
+            depth against infinity) a neighbour should give: the nearest frames in time
+            that reach it are chosen (a slow camera move needs frames further apart).
+        min_parallax_px: least parallax of a usable neighbour (when too few reach the
+            target, those with the most parallax above this are taken).
         confidence_threshold: confidence from which a pixel counts as measured.
+        range_margin: the camera file's depth range (from tracked points, which are
+            sparse) is widened by this factor on both sides for the search.
     """
 
     neighbours: int = 4
-    window: int = 6
+    window: int = 15
     processing_width: int = 480
+    target_parallax_px: float = 6.0
     min_parallax_px: float = 1.0
     confidence_threshold: float = 0.5
+    range_margin: float = 1.5
 
     def __post_init__(self):
         if self.neighbours < 1 or self.window < 1:
@@ -154,25 +166,29 @@ class MultiViewShot:
         self._prev: Optional[Tuple[int, np.ndarray, Camera, np.ndarray]] = None
 
     # ------------------------------------------------------------------ streaming
-    def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool]
-               ) -> Iterator[Tuple[int, Any]]:
-        """Feed ``(number, source_frame)`` in order; yields ``(number, source_frame)`` of the
-        wanted frames once every frame within ``window`` after it has been seen (or the
-        footage ended), so :meth:`compute` can then run for it. Frames outside ``wanted``
-        are decoded only as neighbours. Memory: ``2 * window + 1`` small grey views and
-        at most ``window + 1`` full frames."""
+    def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool]) -> Iterator[int]:
+        """Feed ``(number, source_frame)`` in order (a *leading* decoder); yields the
+        numbers of the wanted frames once every frame within ``window`` after them has
+        been seen (or the footage ended), so :meth:`compute` can then run for them with
+        the full frame from a second, lagging decoder. Only small grey views are kept:
+        ``2 * window + 1`` of them, so memory does not grow with the window's full
+        frames or the clip's length."""
         w = self.options.window
-        pending: Deque[Tuple[int, Any]] = deque()
+        pending: Deque[int] = deque()
         for number, sf in frames:
             self.views[number] = self._view(number, sf)
             if wanted(number):
-                pending.append((number, sf))
-            while pending and pending[0][0] + w <= number:
+                pending.append(number)
+            while pending and pending[0] + w <= number:
                 yield pending.popleft()
-                self._evict(pending[0][0] if pending else number)
+                self._evict(pending[0] if pending else number)
         while pending:
             yield pending.popleft()
-            self._evict(pending[0][0] if pending else math.inf)
+            self._evict(pending[0] if pending else math.inf)
+
+    def width(self, cam: Camera) -> int:
+        """The processing width for frames of ``cam``'s size (never upsampled)."""
+        return min(self.options.processing_width, cam.width)
 
     def _evict(self, next_number: float) -> None:
         for n in [n for n in self.views if n < next_number - self.options.window]:
@@ -184,24 +200,24 @@ class MultiViewShot:
             return _View(number, None, None)
         grey = to_grey(linear_to_srgb(sf.rgb))
         grey, cam_u = undistort_image(grey, cam)
-        w = self.options.processing_width
+        w = self.width(cam)
         h = max(1, int(round(cam.height * w / cam.width)))
         return _View(number, cam_u.scaled(w, h), resize(grey, (w, h), "area"))
 
     # ------------------------------------------------------------------ per frame
     def neighbours(self, number: int, depth: float) -> List[_View]:
-        """Up to K views nearest in time with enough parallax (a point at ``depth``
-        against infinity, in processing pixels), from the current window."""
+        """Up to K views from the window: the nearest in time whose parallax (a point at
+        ``depth`` against infinity, in processing pixels) reaches the target, then, if
+        too few do, those with the most parallax above the minimum."""
+        opts = self.options
         ref = self.views[number].camera
         cands = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
                        key=lambda v: (abs(v.number - number), v.number))
-        out = []
-        for v in cands:
-            if parallax_px(ref, v.camera, depth, math.inf) >= self.options.min_parallax_px:
-                out.append(v)
-            if len(out) == self.options.neighbours:
-                break
-        return out
+        par = {v.number: parallax_px(ref, v.camera, depth, math.inf) for v in cands}
+        out = [v for v in cands if par[v.number] >= opts.target_parallax_px][:opts.neighbours]
+        rest = sorted((v for v in cands if v not in out and par[v.number] >= opts.min_parallax_px),
+                      key=lambda v: -par[v.number])
+        return out + rest[:opts.neighbours - len(out)]
 
     def compute(self, number: int, sf, meta: Optional[Dict[str, Any]] = None) -> contract.GBufferFrame:
         """G-buffers of frame ``number`` (its view and its neighbours' must be in the
@@ -217,8 +233,11 @@ class MultiViewShot:
         if not nbs:
             return self._fallback(prior, number, "no neighbour frame with parallax (rotation only or "
                                   "a locked-off camera?)", sf.path)
-        near, far = self.depth_range or default_depth_range(ref, [v.camera for v in nbs],
-                                                            self.options.processing_width)
+        if self.depth_range is not None:
+            m = self.options.range_margin
+            near, far = self.depth_range[0] / m, self.depth_range[1] * m
+        else:
+            near, far = default_depth_range(ref, [v.camera for v in nbs], ref.width)
         if detect_rotation_only(ref, [v.camera for v in nbs], math.sqrt(near * far),
                                 self.options.min_parallax_px).rotation_only:
             return self._fallback(prior, number, "rotation-only camera move (no parallax)", sf.path)
@@ -235,7 +254,7 @@ class MultiViewShot:
             others = [v.camera for v in self.views.values() if v.camera is not None and v.camera is not ref]
             if not others:
                 return 1.0
-            near, far = default_depth_range(ref, others, self.options.processing_width)
+            near, far = default_depth_range(ref, others, ref.width)
         return math.sqrt(near * far)
 
     def _measure(self, prior: contract.GBufferFrame, sf, cam: Camera, nbs: List[_View], near: float,
@@ -243,7 +262,7 @@ class MultiViewShot:
         opts = self.options
         rgb_u, cam_u = undistort_image(linear_to_srgb(sf.rgb), cam)
         res = multiview_depth(rgb_u, cam_u, [v.grey for v in nbs], [v.camera for v in nbs], near, far,
-                              processing_width=opts.processing_width)
+                              processing_width=self.width(cam))
         prior_depth, _ = undistort_image(prior.depth, cam)
         try:
             fused = fuse_depth(res.depth, res.confidence, prior_depth, prior_space="depth",
@@ -267,7 +286,7 @@ class MultiViewShot:
         plane sweep quantises depth into terraces, whose finite differences are noise,
         while a plane fitted over a window that does not cross a depth edge or crease
         gives the surface's orientation. Resampled to full size and re-normalised."""
-        w = min(self.options.processing_width, cam_u.width)
+        w = self.width(cam_u)
         h = max(1, int(round(cam_u.height * w / cam_u.width)))
         small = resize(depth_u, (w, h), "area")
         wts = np.maximum(resize(conf_u, (w, h), "area"), 0.05)  # filled pixels: still a surface
@@ -280,7 +299,7 @@ class MultiViewShot:
     def _temporal(self, prior, res, depth_u: np.ndarray, cam_u: Camera) -> None:
         """Reproject the previous frame's depth into this one (both computed in this run)."""
         number = int(prior.meta.get("frame_number", -1))
-        w = self.options.processing_width
+        w = self.width(cam_u)
         h = max(1, int(round(cam_u.height * w / cam_u.width)))
         small, cam_s = resize(depth_u, (w, h), "nearest"), cam_u.scaled(w, h)
         confident = resize(res.confidence, (w, h), "nearest") >= self.options.confidence_threshold
