@@ -32,7 +32,7 @@ def make_shot(folder: Path, n: int) -> Path:
     import cv2
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     from multiview_util import dolly_cameras, render
 
     from backend.multiview.camera_files import save_cameras_json
