@@ -36,6 +36,8 @@ Depth is planar depth along the reference camera's axis in the cameras' units.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -156,26 +158,40 @@ def detect_rotation_only(ref: Camera, neighbours: Sequence[Camera], depth: float
     return ParallaxReport(base, base / depth, par, par < min_parallax_px)
 
 
-def _box(a: np.ndarray, win: int) -> np.ndarray:
+def _box(a: np.ndarray, win: int, dst: Optional[np.ndarray] = None) -> np.ndarray:
     import cv2
 
-    return cv2.boxFilter(a, -1, (win, win), borderType=cv2.BORDER_REFLECT)
+    return cv2.boxFilter(a, -1, (win, win), dst=dst, borderType=cv2.BORDER_REFLECT)
 
 
 class _NCC:
-    """Zero-mean NCC of warped neighbour images against the reference, via box filters."""
+    """Zero-mean NCC of warped neighbour images against the reference, via box filters.
+    Holds its own scratch buffers: one instance per thread."""
 
     def __init__(self, ref: np.ndarray, win: int):
         self.ref, self.win = ref, win
         self.mu = _box(ref, win)
         self.var = _box(ref * ref, win) - self.mu * self.mu + np.float32(NCC_EPS)
+        self._buf = [np.empty_like(ref) for _ in range(4)]
 
-    def cost(self, warped: np.ndarray) -> np.ndarray:
-        """``1 - NCC`` in [0, 2], float32 ``h x w``."""
-        mu_w = _box(warped, self.win)
-        var_w = _box(warped * warped, self.win) - mu_w * mu_w + np.float32(NCC_EPS)
-        cov = _box(self.ref * warped, self.win) - self.mu * mu_w
-        return 1.0 - cov / np.sqrt(self.var * var_w)
+    def cost(self, warped: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """``1 - NCC`` in [0, 2], float32 ``h x w`` (into ``out`` when given)."""
+        prod, mu_w, var_w, tmp = self._buf
+        eps = np.float32(NCC_EPS)
+        _box(warped, self.win, mu_w)
+        np.multiply(warped, warped, out=prod)
+        _box(prod, self.win, var_w)
+        np.multiply(mu_w, mu_w, out=tmp)
+        np.subtract(var_w, tmp, out=var_w)
+        np.add(var_w, eps, out=var_w)
+        np.multiply(self.ref, warped, out=prod)
+        cov = _box(prod, self.win, out)
+        np.multiply(self.mu, mu_w, out=tmp)
+        np.subtract(cov, tmp, out=cov)
+        np.multiply(self.var, var_w, out=tmp)
+        np.sqrt(tmp, out=tmp)
+        np.divide(cov, tmp, out=cov)
+        return np.subtract(np.float32(1.0), cov, out=cov)
 
 
 def _num_planes(ref: Camera, nbs: Sequence[Camera], near, far, step_px, lo, hi) -> int:
@@ -183,29 +199,67 @@ def _num_planes(ref: Camera, nbs: Sequence[Camera], near, far, step_px, lo, hi) 
     return int(np.clip(math.ceil(span / step_px) + 1, lo, hi))
 
 
-def _cost_volume(ref_g, nb_gs, ref: Camera, nbs, inv_depths, win, best_k) -> np.ndarray:
-    """``D x h x w`` float32 aggregated cost: per plane, the mean of the ``best_k``
-    smallest of the neighbours' ``1 - NCC`` (kept sorted by an insertion network of
-    element-wise min / max, cheaper than a sort for small K)."""
+def _workers(jobs: int) -> int:
+    """Threads for ``jobs`` independent OpenCV / numpy jobs on whole images (both release
+    the GIL): at most the CPU count and OpenCV's thread count, at least 1."""
+    import cv2
+
+    return max(1, min(jobs, os.cpu_count() or 1, cv2.getNumThreads() or 1))
+
+
+def _cost_planes(vol, planes, ref_g, nb_gs, terms, inv_depths, win, best_k) -> None:
+    """Fill ``vol[i]`` for ``i`` in ``planes`` (see :func:`_cost_volume`)."""
     import cv2
 
     ncc = _NCC(ref_g, win)
     h, w = ref_g.shape
-    terms = [plane_homography_terms(ref, n) for n in nbs]
-    vol = np.empty((len(inv_depths), h, w), np.float32)
+    warped = np.empty((h, w), np.float32)
+    pool = [np.empty((h, w), np.float32) for _ in range(best_k + 2)]
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-    for i, inv_d in enumerate(inv_depths):
+    for i in planes:
         best: List[np.ndarray] = []
+        free = list(pool)
         for g, (A, B) in zip(nb_gs, terms):
-            c = ncc.cost(cv2.warpPerspective(g, A + B * inv_d, (w, h), flags=flags,
-                                             borderMode=cv2.BORDER_CONSTANT, borderValue=0))
-            for j in range(len(best)):
-                lo = np.minimum(best[j], c)
+            cv2.warpPerspective(g, A + B * inv_depths[i], (w, h), dst=warped, flags=flags,
+                                borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+            c = ncc.cost(warped, free.pop())
+            for j in range(len(best)):  # best[j] <- min, c <- max (buffers swap, no copies)
+                lo = free.pop()
+                np.minimum(best[j], c, out=lo)
                 np.maximum(best[j], c, out=c)
+                free.append(best[j])
                 best[j] = lo
             if len(best) < best_k:
                 best.append(c)
-        vol[i] = best[0] if best_k == 1 else sum(best) * np.float32(1.0 / best_k)
+            else:
+                free.append(c)
+        if best_k == 1:
+            vol[i] = best[0]
+        else:  # the mean, summed left to right as sum() does
+            np.add(best[0], best[1], out=vol[i])
+            for b in best[2:]:
+                vol[i] += b
+            vol[i] *= np.float32(1.0 / best_k)
+
+
+def _cost_volume(ref_g, nb_gs, ref: Camera, nbs, inv_depths, win, best_k) -> np.ndarray:
+    """``D x h x w`` float32 aggregated cost: per plane, the mean of the ``best_k``
+    smallest of the neighbours' ``1 - NCC`` (kept sorted by an insertion network of
+    element-wise min / max, cheaper than a sort for small K). Planes are independent:
+    they are split into contiguous ranges, one per thread (:func:`_workers`), so the
+    volume does not depend on the thread count."""
+    h, w = ref_g.shape
+    terms = [plane_homography_terms(ref, n) for n in nbs]
+    vol = np.empty((len(inv_depths), h, w), np.float32)
+    args = (ref_g, nb_gs, terms, inv_depths, win, best_k)
+    n = _workers(2)
+    parts = np.array_split(np.arange(len(inv_depths)), n)
+    if n == 1:
+        _cost_planes(vol, parts[0], *args)
+        return vol
+    with ThreadPoolExecutor(n) as ex:
+        for f in [ex.submit(_cost_planes, vol, p, *args) for p in parts]:
+            f.result()
     return vol
 
 
@@ -223,14 +277,26 @@ def _subplane(vol: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 def _winner(vol: np.ndarray, exclude: int = 2):
     """WTA index, parabola offset in [-0.5, 0.5], best cost and best cost outside
-    ``winner +- exclude`` (for uniqueness)."""
-    idx = np.argmin(vol, axis=0)
-    c0 = np.take_along_axis(vol, idx[None], 0)[0]
+    ``winner +- exclude`` (for uniqueness). Plane by plane (running minimum, first
+    minimum wins as in ``argmin``): no volume-sized temporaries."""
+    d = vol.shape[0]
+    c0 = vol[0].copy()
+    idx = np.zeros(vol.shape[1:], np.intp)
+    mask = np.empty(vol.shape[1:], bool)
+    for i in range(1, d):
+        np.less(vol[i], c0, out=mask)
+        np.copyto(idx, i, where=mask)
+        np.minimum(c0, vol[i], out=c0)
     off = _subplane(vol, idx)
-    planes = np.arange(vol.shape[0])[:, None, None]
-    away = np.abs(planes - idx[None]) > exclude
-    second = np.where(away, vol, np.inf).min(axis=0)
-    return idx, off, c0, np.minimum(second, 2.0)
+    # away from the winner: |i - idx| > exclude, i.e. (idx - i + exclude) mod 2^16 > 2 exclude
+    small = idx.astype(np.uint16)
+    shifted = np.empty_like(small)
+    second = np.full(vol.shape[1:], np.inf, np.float32)
+    for i in range(d):
+        np.subtract(small, np.uint16((i - exclude) % 65536), out=shifted)
+        np.greater(shifted, np.uint16(2 * exclude), out=mask)
+        np.minimum(second, vol[i], out=second, where=mask)
+    return idx, off, c0, np.minimum(second, np.float32(2.0))
 
 
 def sweep_confidence(ncc: np.ndarray, margin: np.ndarray, ncc_lo: float = 0.3,
