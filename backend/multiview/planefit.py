@@ -64,9 +64,9 @@ def _window_planes(q: np.ndarray, w: np.ndarray, win: int, ridge: float):
     centre), the relative mean squared residual and the mean weight."""
     h, wd = q.shape
     ys, xs = np.mgrid[0:h, 0:wd].astype(np.float64)
+    wx, wy, wq = w * xs, w * ys, w * q
     m = {k: _box(v, win) for k, v in dict(
-        w=w, x=w * xs, y=w * ys, xx=w * xs * xs, xy=w * xs * ys, yy=w * ys * ys,
-        q=w * q, xq=w * xs * q, yq=w * ys * q, qq=w * q * q).items()}
+        w=w, x=wx, y=wy, xx=wx * xs, xy=wx * ys, yy=wy * ys, q=wq, xq=wx * q, yq=wy * q, qq=wq * q).items()}
     sw = m["w"] + 1e-12
     mx, my, mq = m["x"] / sw, m["y"] / sw, m["q"] / sw
     # centred second moments (about the window's weighted mean)
@@ -82,6 +82,26 @@ def _window_planes(q: np.ndarray, w: np.ndarray, win: int, ridge: float):
     resid = np.maximum(cqq - a * cxq - b * cyq, 0.0) / np.maximum(mq * mq, 1e-30)
     c = mq + a * (xs - mx) + b * (ys - my)  # the plane's value at the window centre
     return np.stack([a, b, c], -1), resid, m["w"]
+
+
+def _pick_shifts(theta, score, support, r):
+    """Per pixel, the plane of the best-scoring window among those shifted by ``-r, 0,
+    +r`` in x and y that contain it (windows centred outside the frame: never), moved
+    to the pixel. Returns ``(plane h x w x 3, score, support)``, float32."""
+    h, wd = score.shape
+    pad = lambda a, v: np.pad(a, [(r, r), (r, r)] + [(0, 0)] * (a.ndim - 2), constant_values=v)
+    th_p, score_p, sp_p = pad(theta, 0.0), pad(score, np.inf), pad(support, 0.0)
+    shifts = [(dy, dx) for dy in (-r, 0, r) for dx in (-r, 0, r)]
+    cand = np.stack([score_p[r + dy:r + dy + h, r + dx:r + dx + wd] for dy, dx in shifts], -1)
+    k = np.argmin(cand, axis=-1)  # first minimum, as argmin over the stacked windows
+    dys = np.array([dy for dy, _ in shifts], np.intp)
+    dxs = np.array([dx for _, dx in shifts], np.intp)
+    rows = np.arange(r, r + h, dtype=np.intp)[:, None] + dys[k]
+    flat = rows * (wd + 2 * r) + (np.arange(r, r + wd, dtype=np.intp)[None, :] + dxs[k])
+    plane = th_p.reshape(-1, 3)[flat]
+    # the plane's value at this pixel (float32, as the window's a, b)
+    plane[..., 2] -= plane[..., 0] * dxs.astype(np.float32)[k] + plane[..., 1] * dys.astype(np.float32)[k]
+    return plane, score_p.ravel()[flat], sp_p.ravel()[flat]
 
 
 def fit_local_planes(depth: np.ndarray, weights: np.ndarray, intrinsics: Tuple[float, float, float, float],
@@ -102,28 +122,8 @@ def fit_local_planes(depth: np.ndarray, weights: np.ndarray, intrinsics: Tuple[f
     q = 1.0 / np.maximum(np.asarray(depth, np.float64), 1e-12)
     w = np.clip(np.asarray(weights, np.float64), 0.0, None)
     theta, resid, support = _window_planes(q, w, win, ridge=1e-6)
-    h, wd = q.shape
-    r = win // 2
-    theta = theta.astype(np.float32)
-    pad = lambda a, v=0.0: np.pad(a, [(r, r), (r, r)] + [(0, 0)] * (a.ndim - 2), constant_values=v)
-    th_p = pad(theta)
-    # windows centred outside the frame are never chosen (inf score)
-    score_p = pad((resid + np.where(support >= min_support, 0.0, 1e6 * (1.0 - support))).astype(np.float32),
-                  np.inf)
-    sp_p = pad(support.astype(np.float32))
-    shifts = [(dy, dx) for dy in (-r, 0, r) for dx in (-r, 0, r)]
-    win_at = lambda a, dy, dx: a[r + dy:r + dy + h, r + dx:r + dx + wd]
-    k = np.argmin(np.stack([win_at(score_p, dy, dx) for dy, dx in shifts]), axis=0)
-    best = np.zeros((h, wd), np.float32)
-    plane = np.zeros((h, wd, 3), np.float32)
-    sup = np.zeros((h, wd), np.float32)
-    for i, (dy, dx) in enumerate(shifts):
-        sel = k == i
-        th = win_at(th_p, dy, dx)[sel]
-        th[:, 2] -= th[:, 0] * dx + th[:, 1] * dy  # the plane's value at this pixel
-        plane[sel] = th
-        best[sel] = win_at(score_p, dy, dx)[sel]
-        sup[sel] = win_at(sp_p, dy, dx)[sel]
+    score = (resid + np.where(support >= min_support, 0.0, 1e6 * (1.0 - support))).astype(np.float32)
+    plane, best, sup = _pick_shifts(theta.astype(np.float32), score, support.astype(np.float32), win // 2)
     qfit = np.where(plane[..., 2] > 0, plane[..., 2], q.astype(np.float32))
     normal = plane_normals(plane[..., 0], plane[..., 1], qfit, intrinsics)
     resid_rms = np.sqrt(np.minimum(best, 1e6))  # the centred window always exists: best is finite
@@ -138,19 +138,29 @@ def plane_normals(a: np.ndarray, b: np.ndarray, q: np.ndarray,
 
     With ``1/z = (n_x (x - cx) / fx + n_y (y - cy) / fy + n_z) / e`` (OpenCV axes), the
     normal is proportional to ``(a fx, b fy, q - a (x - cx) - b (y - cy))``, oriented
-    against the viewing ray.
+    against the viewing ray. Computed channel by channel in float64.
     """
     fx, fy, cx, cy = intrinsics
     h, w = q.shape
     xs = np.arange(w, dtype=np.float64)[None, :] + 0.5 - cx
     ys = np.arange(h, dtype=np.float64)[:, None] + 0.5 - cy
-    n_cv = np.stack(np.broadcast_arrays(a * fx, b * fy, q - a * xs - b * ys), -1)
-    n_gl = n_cv * np.array([1.0, -1.0, -1.0])  # OpenCV -> OpenGL axes
-    ray = np.stack(np.broadcast_arrays(xs / fx, -ys / fy, -1.0), -1)
-    n_gl = np.where((n_gl * ray).sum(-1, keepdims=True) > 0, -n_gl, n_gl)  # facing the camera
-    length = np.linalg.norm(n_gl, axis=-1, keepdims=True)
-    out = np.where(length > 1e-12, n_gl / np.maximum(length, 1e-12), np.array([0.0, 0.0, 1.0]))
-    return out.astype(np.float32)
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b), q.shape)
+    # OpenCV -> OpenGL axes: (x, -y, -z)
+    n = [np.broadcast_to(a * fx, shape).astype(np.float64), -np.broadcast_to(b * fy, shape).astype(np.float64),
+         -(q - a * xs - b * ys)]
+    ray = (xs / fx, -ys / fy)
+    facing_away = (n[0] * ray[0] + n[1] * ray[1]) + n[2] * -1.0 > 0
+    length = np.zeros(shape, np.float64)
+    for c in range(3):
+        np.negative(n[c], out=n[c], where=facing_away)
+        length += n[c] * n[c]
+    np.sqrt(length, out=length)
+    ok = length > 1e-12
+    np.maximum(length, 1e-12, out=length)
+    out = np.empty(shape + (3,), np.float32)
+    for c, fill in enumerate((0.0, 0.0, 1.0)):
+        out[..., c] = np.where(ok, n[c] / length, fill)
+    return out
 
 
 def fit_multiscale_planes(depth: np.ndarray, weights: np.ndarray, intrinsics: Tuple[float, float, float, float],
