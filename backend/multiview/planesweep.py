@@ -20,9 +20,7 @@ Method
 * **Confidence** in [0, 1]: the product of a match-quality term (the best NCC), a
   uniqueness term (the margin between the best cost and the best cost away from the
   winner: peak-ratio-like, Hu & Mordohai 2012, "A quantitative evaluation of confidence
-  measures for stereo vision", TPAMI), the reference image's support
-  (:func:`image_support`: texture above the image noise, not clipped flat: a blown-out
-  window matches anything) and, when neighbours' depth maps are given, the
+  measures for stereo vision", TPAMI) and, when neighbours' depth maps are given, the
   geometric consistency of :func:`backend.multiview.reproject.geometric_consistency`
   (Schönberger et al. 2016).
 * **Slant-aware refinement**: robust local planes in inverse depth
@@ -310,47 +308,6 @@ def sweep_confidence(ncc: np.ndarray, margin: np.ndarray, ncc_lo: float = 0.3,
     return (q * u).astype(np.float32)
 
 
-#: grey level (sRGB-encoded, [0, 1]) from which a pixel counts as clipped
-SATURATED = 0.97
-
-
-def noise_sigma(grey: np.ndarray, window: int = 7) -> float:
-    """Standard deviation of the image noise: Immerkær's estimator (1996, "Fast noise
-    variance estimation", CVIU: the mean absolute response of a Laplacian-difference
-    mask that cancels image structure to second order) taken over the flattest tenth
-    of the frame's ``window``-sized windows (unclipped), so that fine texture, which
-    the mask also answers, does not count as noise."""
-    import cv2
-
-    k = np.array([[1, -2, 1], [-2, 4, -2], [1, -2, 1]], np.float32)
-    r = _box(np.abs(cv2.filter2D(grey, -1, k, borderType=cv2.BORDER_REFLECT)), window)
-    ok = (grey < SATURATED) & (grey > 1.0 - SATURATED)
-    if ok.sum() < 16:
-        return 0.0
-    return float(math.sqrt(math.pi / 2.0) / 6.0 * np.percentile(r[ok], 10))
-
-
-def image_support(grey: np.ndarray, window: int) -> np.ndarray:
-    """How well the reference image can support a match, in [0, 1], per pixel: a
-    texture term on the matching window's standard deviation ``s`` against the image
-    noise ``sigma_n`` (:func:`noise_sigma`), 0 at ``s <= sigma_n`` rising to 1 at
-    ``3 sigma_n`` (windows whose only texture is noise match noise), times the share
-    of pixels in the window that are not clipped *flat* (a blown-out window or a
-    crushed shadow holds only what the compression left, and matches anything)."""
-    import cv2
-
-    mu = _box(grey, window)
-    var = np.maximum(_box(grey * grey, window) - mu * mu, 0.0)
-    sn = max(noise_sigma(grey, window), 1e-3)
-    texture = np.clip((np.sqrt(var) / sn - 1.0) / 2.0, 0.0, 1.0)
-    gx = cv2.Sobel(grey, -1, 1, 0, ksize=3) / 8.0
-    gy = cv2.Sobel(grey, -1, 0, 1, ksize=3) / 8.0
-    flat = np.abs(gx) + np.abs(gy) < 2.0 * sn
-    clipped = (((grey >= SATURATED) | (grey <= 1.0 - SATURATED)) & flat).astype(np.float32)
-    unclipped = np.clip(1.0 - 2.0 * _box(clipped, window), 0.0, 1.0)
-    return (unclipped * texture).astype(np.float32)
-
-
 def _prepare(ref_img, ref_cam: Camera, nb_imgs, nb_cams, width: Optional[int]):
     """Grey images and cameras at the processing width (area-downsampled)."""
     imgs = [ref_img, *nb_imgs]
@@ -427,7 +384,7 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
     inv_d = (inv[idx] + off * step).astype(np.float32)
     depth = np.clip(1.0 / inv_d, near, far).astype(np.float32)
     ncc = (1.0 - c0).astype(np.float32)
-    conf = sweep_confidence(ncc, second - c0) * image_support(greys[0], window)
+    conf = sweep_confidence(ncc, second - c0)
     return SweepResult(depth, conf, ncc, cams[0], n)
 
 

@@ -24,9 +24,8 @@ For each frame ``t`` of a shot whose frames have calibrated cameras
    full size.
 4. **Fusion** (:func:`backend.multiview.fusion.fuse_depth`): low-confidence pixels filled
    from the prior, aligned to the measurement (robust scale and shift, then a smooth
-   correction), then smoothed edge-aware (guided by the frame) in inverse depth,
-   weighted by the confidence. Normals from the fused depth with the true intrinsics
-   (its derivatives over a small Gaussian). The ``Confidence`` pass is the
+   correction). Normals from the fused depth with the true intrinsics, by robust
+   local plane fits (:func:`backend.multiview.planefit.fit_local_planes`). The ``Confidence`` pass is the
    multi-view confidence (high = measured, low = filled), with sky at 0 as the
    contract says.
 5. With lens distortion, steps 3-4 run on the undistorted grid and depth, normals and
@@ -50,8 +49,8 @@ from ..colour import linear_to_srgb
 from ..decomposer import SKY_CONFIDENCE, Decomposer
 from ..imaging import resize
 from .cameras import Camera
-from .fusion import _smoothstep, fuse_depth
-from .planefit import fit_multiscale_planes
+from .fusion import fuse_depth
+from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
 from .undistort import redistort_image, undistort_image
@@ -267,8 +266,7 @@ class MultiViewShot:
         prior_depth, _ = undistort_image(prior.depth, cam)
         try:
             fused = fuse_depth(res.depth, res.confidence, prior_depth, prior_space="depth",
-                               threshold=opts.confidence_threshold, guide=rgb_u,
-                               smooth_width=self.width(cam))
+                               threshold=opts.confidence_threshold)
         except ValueError as e:
             return self._fallback(prior, int(prior.meta.get("frame_number", 0)) or None,
                                   f"too little measured depth ({e})", sf.path)
@@ -281,28 +279,19 @@ class MultiViewShot:
         return self._assemble(prior, cam, depth, normal, conf)
 
     def _normals(self, depth_u: np.ndarray, conf_u: np.ndarray, cam_u: Camera) -> np.ndarray:
-        """Normals of the fused depth at the processing width: the fused depth is already
-        smoothed edge-aware and weighted by the confidence
-        (:func:`backend.multiview.fusion.fuse_depth` with a guide), so its surface's
-        derivatives (:func:`backend.geometry.normals_from_depth`, the true intrinsics)
-        are no longer the sweep's terraces; they are averaged over a Gaussian of
-        ``plane_window / 8`` processing pixels (the scale of a local surface patch,
-        about 1/140 of the width) so they read as surfaces, not pixel noise. Shiftable
-        plane-fit windows (:mod:`backend.multiview.planefit`) showed as a patchwork of
-        blocks on real footage. Resampled to full size and re-normalised."""
-        import cv2
-
+        """Normals of the fused depth from robust local planes at the processing width
+        (:func:`backend.multiview.planefit.fit_multiscale_planes`: shiftable windows
+        weighted by the confidence, of side :func:`~backend.multiview.planesweep.plane_window`
+        or twice that where the larger window fits as well, i.e. on flat surfaces):
+        plane sweep quantises depth into terraces, whose finite differences are noise,
+        while a plane fitted over a window that does not cross a depth edge or crease
+        gives the surface's orientation. Resampled to full size and re-normalised."""
         w = self.width(cam_u)
         h = max(1, int(round(cam_u.height * w / cam_u.width)))
         small = resize(depth_u, (w, h), "area")
-        cam_s = cam_u.scaled(w, h)
-        conf = resize(conf_u, (w, h), "area")
+        wts = np.maximum(resize(conf_u, (w, h), "area"), 0.05)  # filled pixels: still a surface
         win = plane_window(w)
-        fit = fit_multiscale_planes(small, np.maximum(conf, 0.05), cam_s.intrinsics, (win, 2 * win + 1)).normal
-        fd = geometry.normals_from_depth(small, cam_s.intrinsics)
-        fd = cv2.GaussianBlur(fd, (0, 0), win / 8.0, borderType=cv2.BORDER_REFLECT)
-        a = _smoothstep(conf, 0.5, 0.9)[..., None]
-        n = geometry.unit_or_facing(a * fit + (1.0 - a) * fd)
+        n = fit_multiscale_planes(small, wts, cam_u.scaled(w, h).intrinsics, (win, 2 * win + 1)).normal
         if (w, h) == (cam_u.width, cam_u.height):
             return n
         return geometry.unit_or_facing(resize(n, (cam_u.width, cam_u.height), "linear"))
