@@ -165,27 +165,35 @@ def _box(a: np.ndarray, win: int, dst: Optional[np.ndarray] = None) -> np.ndarra
 
 
 class _NCC:
-    """Zero-mean NCC of warped neighbour images against the reference, via box filters.
-    Holds its own scratch buffers: one instance per thread."""
+    """Zero-mean NCC of warped neighbour images against the reference, via box filters,
+    for a stack of ``K`` warped images at once (``K x h x w``: the element-wise steps
+    run once per plane, not once per neighbour). Holds scratch buffers: one instance
+    per thread."""
 
-    def __init__(self, ref: np.ndarray, win: int):
+    def __init__(self, ref: np.ndarray, win: int, k: int):
         self.ref, self.win = ref, win
         self.mu = _box(ref, win)
         self.var = _box(ref * ref, win) - self.mu * self.mu + np.float32(NCC_EPS)
-        self._buf = [np.empty_like(ref) for _ in range(4)]
+        self._buf = [np.empty((k,) + ref.shape, np.float32) for _ in range(4)]
 
-    def cost(self, warped: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
-        """``1 - NCC`` in [0, 2], float32 ``h x w`` (into ``out`` when given)."""
+    def _boxes(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        for s, d in zip(src, dst):
+            _box(s, self.win, d)
+        return dst
+
+    def cost(self, warped: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``1 - NCC`` in [0, 2] of each of the ``K x h x w`` float32 ``warped`` images,
+        into ``out`` (same shape)."""
         prod, mu_w, var_w, tmp = self._buf
         eps = np.float32(NCC_EPS)
-        _box(warped, self.win, mu_w)
+        self._boxes(warped, mu_w)
         np.multiply(warped, warped, out=prod)
-        _box(prod, self.win, var_w)
+        self._boxes(prod, var_w)
         np.multiply(mu_w, mu_w, out=tmp)
         np.subtract(var_w, tmp, out=var_w)
         np.add(var_w, eps, out=var_w)
         np.multiply(self.ref, warped, out=prod)
-        cov = _box(prod, self.win, out)
+        cov = self._boxes(prod, out)
         np.multiply(self.mu, mu_w, out=tmp)
         np.subtract(cov, tmp, out=cov)
         np.multiply(self.var, var_w, out=tmp)
@@ -211,19 +219,21 @@ def _cost_planes(vol, planes, ref_g, nb_gs, terms, inv_depths, win, best_k) -> N
     """Fill ``vol[i]`` for ``i`` in ``planes`` (see :func:`_cost_volume`)."""
     import cv2
 
-    ncc = _NCC(ref_g, win)
     h, w = ref_g.shape
-    warped = np.empty((h, w), np.float32)
-    pool = [np.empty((h, w), np.float32) for _ in range(best_k + 2)]
+    ncc = _NCC(ref_g, win, len(nb_gs))
+    warped = np.empty((len(nb_gs), h, w), np.float32)
+    cost = np.empty_like(warped)
+    spare = [np.empty((h, w), np.float32)]
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     for i in planes:
-        best: List[np.ndarray] = []
-        free = list(pool)
-        for g, (A, B) in zip(nb_gs, terms):
-            cv2.warpPerspective(g, A + B * inv_depths[i], (w, h), dst=warped, flags=flags,
+        for g, (A, B), dst in zip(nb_gs, terms, warped):
+            cv2.warpPerspective(g, A + B * inv_depths[i], (w, h), dst=dst, flags=flags,
                                 borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-            c = ncc.cost(warped, free.pop())
-            for j in range(len(best)):  # best[j] <- min, c <- max (buffers swap, no copies)
+        ncc.cost(warped, cost)
+        best: List[np.ndarray] = []
+        free = list(spare)
+        for c in cost:  # insertion network: best[j] <- min, c <- max (consumed buffers reused)
+            for j in range(len(best)):
                 lo = free.pop()
                 np.minimum(best[j], c, out=lo)
                 np.maximum(best[j], c, out=c)
