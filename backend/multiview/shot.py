@@ -113,6 +113,9 @@ class MultiViewReport:
         measured_fraction: share of the frame with confidence >= the threshold.
         fallback: why the single-image result was kept (``None``: measured).
         scale, shift: the prior's alignment to the measurement.
+        prior_rank_corr, prior_trust: how well the prior orders depth like the
+            measurement, and the weight its shape got in the fill (see
+            :func:`backend.multiview.fusion.fuse_depth`).
         temporal_disagreement: median relative depth disagreement with the previous frame
             after reprojection with the cameras, on confident pixels (``None`` when the
             previous frame was not computed in this run).
@@ -123,6 +126,8 @@ class MultiViewReport:
     fallback: Optional[str] = None
     scale: Optional[float] = None
     shift: Optional[float] = None
+    prior_rank_corr: Optional[float] = None
+    prior_trust: Optional[float] = None
     temporal_disagreement: Optional[float] = None
 
     def manifest_fields(self) -> Dict[str, Any]:
@@ -271,6 +276,8 @@ class MultiViewShot:
             return self._fallback(prior, int(prior.meta.get("frame_number", 0)) or None,
                                   f"too little measured depth ({e})", sf.path)
         self.report.scale, self.report.shift = float(fused.scale), float(fused.shift)
+        self.report.prior_rank_corr = round(fused.prior_rank_corr, 4)
+        self.report.prior_trust = round(fused.prior_trust, 4)
         self._temporal(prior, res, fused.depth, cam_u)
         normal = self._normals(fused.depth, fused.confidence, cam_u)
         depth = redistort_image(fused.depth, cam)
@@ -282,7 +289,8 @@ class MultiViewShot:
         """Normals of the fused depth from robust local planes at the processing width
         (:func:`backend.multiview.planefit.fit_multiscale_planes`: shiftable windows
         weighted by the confidence, of side :func:`~backend.multiview.planesweep.plane_window`
-        or twice that where the larger window fits as well, i.e. on flat surfaces):
+        or twice that where the larger window fits as well, i.e. on flat surfaces; on
+        noisy depth also four times that, with a looser tolerance):
         plane sweep quantises depth into terraces, whose finite differences are noise,
         while a plane fitted over a window that does not cross a depth edge or crease
         gives the surface's orientation. Resampled to full size and re-normalised."""
@@ -291,7 +299,8 @@ class MultiViewShot:
         small = resize(depth_u, (w, h), "area")
         wts = np.maximum(resize(conf_u, (w, h), "area"), 0.05)  # filled pixels: still a surface
         win = plane_window(w)
-        n = fit_multiscale_planes(small, wts, cam_u.scaled(w, h).intrinsics, (win, 2 * win + 1)).normal
+        n = fit_multiscale_planes(small, wts, cam_u.scaled(w, h).intrinsics, (win, 2 * win + 1),
+                                  noisy_wins=(4 * win + 1,)).normal
         if (w, h) == (cam_u.width, cam_u.height):
             return n
         return geometry.unit_or_facing(resize(n, (cam_u.width, cam_u.height), "linear"))
