@@ -31,8 +31,10 @@ from typing import Dict, List, Tuple
 
 from ..errors import InputError
 
-#: order in which looks are applied (light rig, then surfaces, then media)
-LOOK_ORDER = ("golden_hour", "overcast", "night", "rain", "snow", "underwater", "fog")
+#: order in which looks are applied (light rig, then surfaces, then media; night last:
+#: it scales the light level of whatever the other looks built, so the darker light
+#: wins -- "heavy rain at night" is darker than both "heavy rain" and the source)
+LOOK_ORDER = ("golden_hour", "overcast", "rain", "snow", "underwater", "fog", "night")
 
 #: surface forms -> canonical look name (multi-word forms are matched first)
 SYNONYMS: Dict[str, str] = {
