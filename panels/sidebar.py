@@ -66,6 +66,25 @@ def draw_decompose(layout, context) -> None:
     box = layout.box()
     box.label(text="Preview", icon="HIDE_OFF")
     box.prop(s, "preview_pass", text="Pass")
+    draw_provenance(box, context)
+
+
+def draw_provenance(layout, context) -> None:
+    """Where each pass of the loaded G-buffers came from (measured / estimated / derived /
+    default), so a default metallic is never taken for a measured one."""
+    from ..addon import provenance
+
+    s = settings(context)
+    rows = provenance.lines(provenance.folder_provenance(bpy.path.abspath(s.gbuffer_dir)) if s.gbuffer_dir
+                            else None)
+    if not rows:
+        return
+    col = layout.column(align=True)
+    col.label(text="Pass sources:")
+    for text, icon, _kind in rows:
+        col.label(text=text, icon=icon)
+    if any(kind == "default" for _t, _i, kind in rows):
+        col.label(text="Defaults are constants, not measurements", icon="BLANK1")
 
 
 def draw_camera(layout, context) -> None:

@@ -551,3 +551,26 @@ def test_sidebar_says_what_resolution_the_estimator_really_uses(addon):
     assert resolution_note("embedded", 96) == "Computes at 96 px; G-buffers at full size"
     assert resolution_note("marigold", 0) == "Computes at full size; G-buffers at full size"
     assert resolution_note("nope", 768) == "Estimator unavailable"
+
+
+def test_sidebar_shows_which_passes_are_defaults(addon, scene, footage, tmp_path):
+    """Decompose (the real embedded estimator, one real frame) records per-pass provenance;
+    the Preview box lists it: the network's near-constant metallic and roughness read as
+    defaults (ERROR icon), depth/normal/albedo as estimated (issue 17)."""
+    from backend import decompose
+
+    res = decompose(footage("boat"), tmp_path / "gb", frames="1-1")
+    s = scene.gbuffer_editor
+    s.gbuffer_dir = str(res.out_dir)
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    labels = {c[1].get("text"): c[1].get("icon") for c in _draw_all(addon, ctx) if c[0] == "label"}
+    assert "Pass sources:" in labels
+    assert labels["Metallic: default"] == "ERROR"
+    assert labels["Roughness: default"] == "ERROR"
+    assert labels["Depth: estimated"] == "INFO"
+    assert labels["Albedo: estimated"] == "INFO"
+    assert "Defaults are constants, not measurements" in labels
+    # an older folder without provenance: nothing is claimed
+    s.gbuffer_dir = str(tmp_path)
+    labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
+    assert "Pass sources:" not in labels
