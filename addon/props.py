@@ -59,7 +59,8 @@ def _renderer_items(self, context):
     return _items("renderer", renderer_names())
 
 
-PASS_ITEMS = [(name, name, f"Show the {name} pass in the Viewer") for name in PASSES]
+PASS_ITEMS = [(name, name, f"Show the {name} pass in the Viewer") for name in PASSES] + [
+    (compositor.RESULT_PASS, "Result", "Show the last Restyle result in the Viewer (the backdrop)")]
 
 
 def _preview_pass_update(self, context):

@@ -217,6 +217,7 @@ def restyle_job(
                 compositor.load_result(ctl.scene, result_dir)
             except FileNotFoundError as e:
                 raise JobFailed(f"restyle wrote no frames: {e}; log: {log}") from e
+            s.preview_pass = compositor.RESULT_PASS  # the Preview list says what the backdrop shows
 
     steps.append(CallStep("Loading result", _load))
     return JobController(scene, "Restyle", steps)

@@ -118,8 +118,30 @@ def draw_restyle(layout, context) -> None:
     row.enabled = not s.is_running
     row.operator("gbuffer.restyle", icon="SHADERFX")
     if s.result_dir:
-        layout.label(text=os.path.basename(os.path.dirname(s.result_dir.rstrip("/\\"))) or s.result_dir,
-                     icon="CHECKMARK")
+        draw_result(layout, context)
+
+
+def draw_result(layout, context) -> None:
+    """The last result (shown in the backdrop and Image Editors after Restyle), buttons to
+    show it again, play its preview movie and open its folder, and the run history."""
+    from ..operators import results
+
+    s = settings(context)
+    box = layout.box()
+    run_dir = os.path.dirname(s.result_dir.rstrip("/\\"))
+    box.label(text=f"Result: {os.path.basename(run_dir) or s.result_dir}", icon="CHECKMARK")
+    row = box.row(align=True)
+    row.operator("gbuffer.show_result", text="Show", icon="HIDE_OFF").directory = s.result_dir
+    row.operator("gbuffer.play_preview", text="Play", icon="PLAY").directory = s.result_dir
+    row.operator("gbuffer.open_path", text="Folder", icon="FILE_FOLDER").path = run_dir
+    runs = results.run_history(results.history_root(context))
+    if len(runs) > 1:
+        col = box.column(align=True)
+        col.label(text="Earlier runs:")
+        for run in runs:
+            r = col.row(align=True)
+            r.label(text=run.line())
+            r.operator("gbuffer.show_result", text="", icon="IMPORT").directory = str(run.result)
 
 
 def draw_scene_export(layout, context) -> None:
@@ -156,7 +178,9 @@ def draw_status(layout, context) -> None:
     else:
         layout.label(text=s.status or "Ready", icon="INFO")
     if s.log_path:
-        layout.prop(s, "log_path", text="Log")
+        row = layout.row(align=True)
+        row.prop(s, "log_path", text="Log")
+        row.operator("gbuffer.open_path", text="", icon="TEXT").path = s.log_path
 
 
 class _Sidebar:

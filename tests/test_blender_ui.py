@@ -88,7 +88,8 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
             elif call[0] == "progress":
                 assert call[1]["factor"] == pytest.approx(0.4)
     assert ops == {"gbuffer.import_footage", "gbuffer.decompose", "gbuffer.load_gbuffers",
-                   "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve"}
+                   "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve",
+                   "gbuffer.show_result", "gbuffer.play_preview", "gbuffer.open_path"}
     assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
             "stabilize", "use_camera_solve", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume"} <= props
 
@@ -574,3 +575,63 @@ def test_sidebar_shows_which_passes_are_defaults(addon, scene, footage, tmp_path
     s.gbuffer_dir = str(tmp_path)
     labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
     assert "Pass sources:" not in labels
+
+
+def test_result_is_shown_in_backdrop_and_image_editors_with_history(addon, scene, tmp_path):
+    """After a Restyle the result is where the artist looks (issue 17): the Viewer (the
+    compositor backdrop) shows the Restyle result node, the Preview list reads "Result",
+    the Image Editor of the Rendering workspace shows the sequence playing along with the
+    scene, and the Restyle panel lists earlier runs (prompt, renderer, frames) to re-load.
+    Two real backend restyle runs on small G-buffers."""
+    from backend import restyle
+    from gbuffer_editor.addon import compat, compositor
+    from gbuffer_editor.operators import results
+    from gbuffer_util import make_gbuffers
+
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=24, w=32)
+    root = tmp_path / "out"
+    for i, prompt in enumerate(("dense fog", "night"), 1):
+        restyle(gb, root / f"restyle_{i:03d}" / "result", prompt, flicker=False)
+    s = scene.gbuffer_editor
+    s.output_dir = str(root) + "/"
+    compositor.setup_gbuffer(scene, gb)
+    tree = compositor.find_tree(scene)
+    last = root / "restyle_002" / "result"
+    node = compositor.load_result(scene, last)
+    s.result_dir, s.preview_pass = str(last), compositor.RESULT_PASS
+    viewer = compositor.find_node(tree, compositor.ROLE_VIEWER)
+    assert viewer.inputs["Image"].links[0].from_node == node          # backdrop shows it
+    assert compat.output_socket(tree).links[0].from_node == node       # and the final output
+    assert node.image.name.startswith("restyle_002 result") and node.frame_duration == 3
+    rendering = bpy.data.workspaces["Rendering"].screens[0]
+    space = next(a.spaces.active for a in rendering.areas if a.type == "IMAGE_EDITOR")
+    assert space.image == node.image and space.image_user.frame_duration == 3
+    uv = bpy.data.workspaces["UV Editing"].screens[0]
+    assert all(a.spaces.active.image != node.image for a in uv.areas if a.type == "IMAGE_EDITOR")
+    # the Preview list switches between passes and the result
+    s.preview_pass = "Normal"
+    assert viewer.inputs["Image"].links[0].from_node != node
+    s.preview_pass = compositor.RESULT_PASS
+    assert viewer.inputs["Image"].links[0].from_node == node
+
+    runs = results.run_history(root)
+    assert [(r.number, r.prompt, r.renderer, r.frames, r.complete) for r in runs] == [
+        (2, "night", "embedded", 3, True), (1, "dense fog", "embedded", 3, True)]
+    assert runs[0].preview.is_file()  # preview.mp4 that Play opens
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    calls = _draw_all(addon, ctx)
+    labels = [c[1].get("text") for c in calls if c[0] == "label"]
+    assert "Result: restyle_002" in labels and "Earlier runs:" in labels
+    assert "001: dense fog - embedded, 3 frames" in labels
+    loads = [c[3] for c in calls if c[0] == "operator_prop" and c[1] == "gbuffer.show_result"]
+    assert str(root / "restyle_001" / "result") in loads
+    # re-load the earlier run through the operator (what the history's button does)
+    with bpy.context.temp_override(scene=scene):
+        assert bpy.ops.gbuffer.show_result(directory=str(root / "restyle_001" / "result")) == {"FINISHED"}
+        assert compositor.find_node(tree, compositor.ROLE_RESULT).image.name.startswith("restyle_001 result")
+        assert s.result_dir == str(root / "restyle_001" / "result")
+        # no preview movie -> a clear error, nothing opened
+        with pytest.raises(RuntimeError, match="No preview movie"):
+            bpy.ops.gbuffer.play_preview(directory=str(tmp_path))
+        with pytest.raises(RuntimeError, match="Not found"):
+            bpy.ops.gbuffer.open_path(path=str(tmp_path / "missing.log"))
