@@ -70,6 +70,57 @@ def _preview_pass_update(self, context):
         compositor.show_pass(tree, self.preview_pass)
 
 
+# -- the look picker: one strength slider per look, written into the prompt --------------
+from ..backend.renderers.prompt import LOOK_ORDER  # noqa: E402  (bpy-free, light)
+
+_SYNCING = False
+
+
+def _look_update(self, context):
+    """A slider moved: write the prompt from all sliders (nearest phrases)."""
+    global _SYNCING
+    if _SYNCING:
+        return
+    from ..backend.renderers.prompt import compose_prompt
+
+    strengths = {n: getattr(self, f"look_{n}") for n in LOOK_ORDER}
+    self.prompt = compose_prompt(strengths)  # its update snaps the sliders to the words
+
+
+def sync_looks_from_prompt(settings) -> None:
+    """Set the sliders to the looks the prompt names (0 for the others); leaves them
+    alone when the prompt is not understood by the embedded renderer."""
+    global _SYNCING
+    from ..backend.renderers.prompt import PromptError, parse_prompt
+
+    try:
+        looks = {lk.name: lk.strength for lk in parse_prompt(settings.prompt)}
+    except PromptError:
+        return
+    _SYNCING = True
+    try:
+        for n in LOOK_ORDER:
+            value = float(looks.get(n, 0.0))
+            if abs(getattr(settings, f"look_{n}") - value) > 1e-6:
+                setattr(settings, f"look_{n}", value)
+    finally:
+        _SYNCING = False
+
+
+def _prompt_update(self, context):
+    sync_looks_from_prompt(self)
+
+
+def _look_slider(name: str):
+    word = name.replace("_", " ")
+    return FloatProperty(
+        name=word.title(), default=0.0, min=0.0, max=3.0, soft_max=2.5, step=10, precision=2,
+        update=_look_update,
+        description=f"Strength of the {word} look (0: off, 1: as designed); writes the prompt with the "
+                    f"nearest words (e.g. light {word} 0.5, {word} 1.0) and snaps to them",
+    )
+
+
 class GBufferEditorSettings(bpy.types.PropertyGroup):
     """Everything the G-Buffer sidebar edits, stored in the .blend with the scene."""
 
@@ -132,9 +183,19 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
         description="Output folder of the last Decompose run (Resume continues it)",
     )
     # -- restyle -------------------------------------------------------------
-    prompt: StringProperty(name="Prompt", default="", description='Look to render, e.g. "dense fog", "underwater"')
+    prompt: StringProperty(name="Prompt", default="", update=_prompt_update,
+                           description='Look to render, e.g. "dense fog", "heavy rain at night", "murky underwater". '
+                                       "The embedded renderer understands a list of words: see Looks below")
     renderer: EnumProperty(name="Renderer", items=_renderer_items, description="Restyle renderer")
     result_dir: StringProperty(name="Result", subtype="DIR_PATH", description="Folder of the last Restyle result")
+    look_golden_hour: _look_slider("golden_hour")
+    look_overcast: _look_slider("overcast")
+    look_rain: _look_slider("rain")
+    look_snow: _look_slider("snow")
+    look_underwater: _look_slider("underwater")
+    look_fog: _look_slider("fog")
+    look_night: _look_slider("night")
+    show_looks: BoolProperty(name="Looks", default=True, description="Show the look sliders and presets")
     # -- scene export (exact G-buffers of this scene, operators/export_scene.py) --
     scene_export_dir: StringProperty(
         name="Folder",

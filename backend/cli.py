@@ -212,7 +212,10 @@ def _run(args) -> int:
         return 2
     except (ValueError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        _error_line(str(msg).splitlines()[0], getattr(e, "frame", None), getattr(e, "file", None))
+        lines = str(msg).splitlines() or [""]
+        _error_line(lines[0], getattr(e, "frame", None), getattr(e, "file", None))
+        if len(lines) > 1:  # details (e.g. a prompt's whole vocabulary) after the one line
+            sys.stderr.write("\n".join(lines[1:]) + "\n")
         return 2
     except OSError as e:
         _error_line(f"{e.filename or ''}: {e.strerror or e}".strip(": "), file=e.filename)

@@ -267,4 +267,28 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
         )
 
 
-classes = (GBUFFER_OT_restyle,)
+def _preset_items(self, context):
+    from ..backend.renderers.prompt import PRESETS
+
+    return _PRESET_ITEMS or _PRESET_ITEMS.extend(
+        (p, p[:1].upper() + p[1:], f'Set the prompt to "{p}"') for p in PRESETS) or _PRESET_ITEMS
+
+
+_PRESET_ITEMS: list = []  # referenced from Python while Blender shows them
+
+
+class GBUFFER_OT_look_preset(bpy.types.Operator):
+    """Set the Restyle prompt to a ready-made look"""
+
+    bl_idname = "gbuffer.look_preset"
+    bl_label = "Look Preset"
+    bl_options = {"REGISTER", "UNDO"}
+
+    preset: bpy.props.EnumProperty(name="Preset", items=_preset_items, description="Ready-made prompt")
+
+    def execute(self, context):
+        context.scene.gbuffer_editor.prompt = self.preset
+        return {"FINISHED"}
+
+
+classes = (GBUFFER_OT_restyle, GBUFFER_OT_look_preset)

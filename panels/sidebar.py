@@ -106,13 +106,68 @@ def draw_camera(layout, context) -> None:
     layout.prop(s, "use_camera_solve")
 
 
+_PROMPT_CACHE: dict = {}
+
+
+def prompt_message(prompt: str, renderer: str):
+    """``None`` when ``renderer`` understands ``prompt``, else one short line naming the
+    unknown words and the nearest known ones (checked as the artist types; cached)."""
+    key = (prompt, renderer)
+    if key not in _PROMPT_CACHE:
+        from ..backend.renderers import read_prompt
+        from ..backend.renderers.prompt import PromptError
+
+        msg = None
+        try:
+            read_prompt(prompt, renderer or "embedded")
+        except PromptError as e:
+            words = ", ".join(map(repr, e.unknown))
+            msg = f"Unknown word{'s' if len(e.unknown) > 1 else ''} {words}"
+            hints = [(w, h) for w, h in e.suggestions.items() if h]
+            if len(e.unknown) == 1 and hints:
+                msg += f": did you mean {hints[0][1]!r}?"
+            elif hints:
+                msg += ": did you mean " + ", ".join(f"{h!r} for {w!r}" for w, h in hints) + "?"
+        except (KeyError, ImportError):
+            msg = None
+        if len(_PROMPT_CACHE) > 256:
+            _PROMPT_CACHE.clear()
+        _PROMPT_CACHE[key] = msg
+    return _PROMPT_CACHE[key]
+
+
+def free_text_renderer(name: str) -> bool:
+    try:
+        from ..backend.renderers.base import renderer_class
+
+        return bool(renderer_class(name or "embedded").free_text_prompt)
+    except (KeyError, ImportError):
+        return False
+
+
 def draw_restyle(layout, context) -> None:
+    from ..backend.renderers.prompt import LOOK_ORDER
+
     s = settings(context)
     layout.prop(s, "prompt", text="", icon="TEXT")
+    msg = prompt_message(s.prompt, s.renderer)
+    if msg:
+        layout.label(text=msg, icon="ERROR")
     col = layout.column()
     col.use_property_split = True
     col.use_property_decorate = False
     col.prop(s, "renderer")
+    if not free_text_renderer(s.renderer):
+        box = layout.box()
+        row = box.row()
+        row.prop(s, "show_looks", text="Looks", icon="DOWNARROW_HLT" if s.show_looks else "RIGHTARROW",
+                 emboss=False)
+        row.operator_menu_enum("gbuffer.look_preset", "preset", text="Presets", icon="PRESET")
+        if s.show_looks:
+            sub = box.column(align=True)
+            for name in LOOK_ORDER:
+                sub.prop(s, f"look_{name}", slider=True)
+            box.label(text="Sliders write the prompt; words in the tooltip", icon="INFO")
     row = layout.row()
     row.scale_y = 1.4
     row.enabled = not s.is_running

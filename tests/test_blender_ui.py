@@ -85,13 +85,20 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
                 rna = getattr(getattr(bpy.ops, mod), name).get_rna_type()
                 assert call[2] in rna.properties, f"{call[1]} has no property {call[2]}"
                 props.add(f"{call[1]}.{call[2]}")
+            elif call[0] == "operator_menu_enum":
+                mod, name = call[1].split(".")
+                rna = getattr(getattr(bpy.ops, mod), name).get_rna_type()
+                assert call[2] in rna.properties, f"{call[1]} has no property {call[2]}"
+                ops.add(call[1])
             elif call[0] == "progress":
                 assert call[1]["factor"] == pytest.approx(0.4)
     assert ops == {"gbuffer.import_footage", "gbuffer.decompose", "gbuffer.load_gbuffers",
                    "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve",
-                   "gbuffer.show_result", "gbuffer.play_preview", "gbuffer.open_path"}
+                   "gbuffer.show_result", "gbuffer.play_preview", "gbuffer.open_path", "gbuffer.look_preset"}
     assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
-            "stabilize", "use_camera_solve", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume"} <= props
+            "stabilize", "use_camera_solve", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume",
+            "show_looks", "look_fog", "look_night", "look_rain", "look_snow", "look_underwater", "look_overcast",
+            "look_golden_hour"} <= props
 
 
 def test_compositor_panel_poll(addon):
@@ -530,10 +537,19 @@ def test_restyle_unknown_prompt_stops_before_anything_is_written(addon, tmp_path
         bpy.ops.gbuffer.restyle()
     report = str(ei.value)
     assert "does not understand 'purple', 'dragons' in prompt 'purple dragons'." in report
-    assert len(report) < 250 and "full message in the Status panel" in report
-    assert s.status.startswith("the embedded renderer does not understand") and s.status.endswith(
-        "--renderer controlnet.")
+    assert len(report) < 250 and "Looks: golden hour, overcast, rain, snow, underwater, fog, night" in report
+    # issue 17: the Status line is short enough to read whole; the full vocabulary is in
+    # a log the Status panel links to (Open Log), outside the output folder
+    assert s.status.startswith("the embedded renderer does not understand") and len(s.status) < 200
+    log = s.log_path
+    assert log and log in report
+    text = open(log, encoding="utf-8").read()
+    assert "'purple', 'dragons'" in text and "--renderer controlnet" in text and "mist" in text
     assert not runs.exists() or list(runs.iterdir()) == []
+    # a near miss names the known word
+    s.prompt = "dense foog"
+    with pytest.raises(RuntimeError, match="Did you mean 'fog' for 'foog'"):
+        bpy.ops.gbuffer.restyle()
 
 
 def test_brief_report_keeps_the_log_path():
@@ -635,3 +651,37 @@ def test_result_is_shown_in_backdrop_and_image_editors_with_history(addon, scene
             bpy.ops.gbuffer.play_preview(directory=str(tmp_path))
         with pytest.raises(RuntimeError, match="Not found"):
             bpy.ops.gbuffer.open_path(path=str(tmp_path / "missing.log"))
+
+
+def test_look_sliders_presets_and_prompt_check(addon, scene):
+    """The vocabulary where the prompt is typed (issue 17): one slider per look writes the
+    prompt and snaps to its words, typing a prompt moves the sliders, a preset sets it,
+    and an unknown word shows one short line naming the nearest known word."""
+    from backend.renderers.prompt import LOOK_ORDER, PRESETS
+    from gbuffer_editor.panels.sidebar import prompt_message
+
+    s = scene.gbuffer_editor
+    assert all(hasattr(s, f"look_{n}") for n in LOOK_ORDER)
+    s.renderer = "embedded"
+    s.look_fog = 1.55
+    assert s.prompt == "dense fog" and s.look_fog == pytest.approx(1.6)  # snapped to "dense"
+    s.look_night = 1.0
+    assert s.prompt == "dense fog at night"
+    s.prompt = "light rain"  # typing moves the sliders
+    assert (s.look_rain, s.look_fog, s.look_night) == (pytest.approx(0.5), 0.0, 0.0)
+    with bpy.context.temp_override(scene=scene):
+        assert bpy.ops.gbuffer.look_preset(preset=PRESETS[3]) == {"FINISHED"}
+    assert s.prompt == PRESETS[3] and s.look_rain == pytest.approx(1.6) and s.look_night == 1.0
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    calls = _draw_all(addon, ctx)
+    assert ("operator_menu_enum", "gbuffer.look_preset", "preset") in [c[:3] for c in calls]
+    slider_props = [c[2] for c in calls if c[0] == "prop" and c[2].startswith("look_")]
+    assert slider_props[:len(LOOK_ORDER)] == [f"look_{n}" for n in LOOK_ORDER]
+    # as you type: a short line under the field
+    s.prompt = "heavy rian"
+    assert prompt_message(s.prompt, "embedded") == "Unknown word 'rian': did you mean 'rain'?"
+    assert prompt_message("purple rian", "embedded") == "Unknown words 'purple', 'rian': did you mean 'rain' for 'rian'?"
+    labels = {c[1].get("text"): c[1].get("icon") for c in _draw_all(addon, ctx) if c[0] == "label"}
+    assert labels["Unknown word 'rian': did you mean 'rain'?"] == "ERROR"
+    assert s.look_rain == pytest.approx(1.6)  # an unparsable prompt leaves the sliders alone
+    assert prompt_message("dense fog", "embedded") is None
