@@ -685,3 +685,25 @@ def test_look_sliders_presets_and_prompt_check(addon, scene):
     assert labels["Unknown word 'rian': did you mean 'rain'?"] == "ERROR"
     assert s.look_rain == pytest.approx(1.6)  # an unparsable prompt leaves the sliders alone
     assert prompt_message("dense fog", "embedded") is None
+
+
+@pytest.mark.parametrize("args", [["decompose", "--help"], ["restyle", "-h"], ["export-scene", "--help"],
+                                  ["solve", "--help"], ["--help"]])
+def test_headless_help_exits_0_for_every_subcommand(addon, args, capsys):
+    """``blender -b --command gbuffer_editor SUB --help`` (issue 17: it exited 2 with
+    "--out required"); decompose/restyle list the Blender-side options, estimators,
+    renderers and prompt words."""
+    from gbuffer_editor.addon import cli_command
+
+    try:
+        rc = cli_command.run(args)
+    except SystemExit as e:  # argparse-based subcommands
+        rc = e.code or 0
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("usage: blender -b"), out[:200]
+    if args[0] == "decompose":
+        assert "Blender-side options:" in out and "--setup" in out and "marigold:" in out
+    if args[0] == "restyle":
+        assert "--no-edits" in out and "controlnet:" in out and "fog: foggy" in out
+    if args[0] == "--help":
+        assert "export-scene --out DIR" in out and "COMMAND --help" in out
