@@ -21,6 +21,7 @@ from . import compositor
 # Dynamic enum items must stay referenced from Python while Blender uses them: one list
 # per distinct set of names, never freed.
 _ITEMS_CACHE: dict = {}
+_ROWS_CACHE: dict = {}  # kind -> (monotonic time, {name: catalog row})
 
 
 def estimator_names() -> list:
@@ -41,13 +42,42 @@ def _default_first(names: list, preferred: str) -> list:
     return sorted(names, key=lambda n: (n != preferred, n))
 
 
+def item_label(d: dict) -> tuple:
+    """``(label, description)`` of a dropdown entry from a :mod:`..backend.catalog` row:
+    the label says if it wants a GPU and if it is not ready; the tooltip what it needs."""
+    label = d["name"].replace("_", " ").title()
+    tags = (["GPU"] if d.get("gpu") else []) + ([] if d["ready"] else ["not ready"])
+    if tags:
+        label += f" ({', '.join(tags)})"
+    desc = f"{d['summary']} Needs: {d['needs']}. State: {d['state']}"
+    if not d["ready"]:
+        desc += ". Get what is missing in Preferences > Add-ons > G-Buffer Editor (Models, Diffusion packages)"
+    return label, desc
+
+
 def _items(kind: str, names: list) -> list:
-    key = (kind, tuple(names))
+    from ..backend import catalog
+    from .preferences import catalog_options
+
+    import time
+
+    stamp, rows = _ROWS_CACHE.get(kind, (0.0, None))
+    if rows is None or time.monotonic() - stamp > 2.0:  # dropdowns redraw often: file checks at most every 2 s
+        try:
+            rows = {d["name"]: d for d in (catalog.describe_estimators if kind == "estimator" else
+                                            catalog.describe_renderers)(**catalog_options())}
+        except Exception:  # noqa: BLE001 - a dropdown must always draw
+            rows = {}
+        _ROWS_CACHE[kind] = (time.monotonic(), rows)
+    entries = []
+    for n in _default_first(names, "embedded"):
+        d = rows.get(n)
+        label, desc = item_label(d) if d else (n.replace("_", " ").title(),
+                                                f"{kind.title()} '{n}' from the backend registry")
+        entries.append((n, label, desc))
+    key = (kind, tuple(entries))
     if key not in _ITEMS_CACHE:
-        _ITEMS_CACHE[key] = [
-            (n, n.replace("_", " ").title(), f"{kind.title()} '{n}' from the backend registry")
-            for n in _default_first(names, "embedded")
-        ]
+        _ITEMS_CACHE[key] = entries
     return _ITEMS_CACHE[key]
 
 

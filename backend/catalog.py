@@ -66,18 +66,21 @@ def model_present(repo_id: str, cache_dir: Optional[os.PathLike] = None) -> bool
         return False
 
 
-def _package_present(name: str) -> bool:
+def _package_present(name: str, extra_sites=()) -> bool:
+    for site in extra_sites or ():
+        if site and (Path(site) / name).is_dir():
+            return True
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
 
 
-def _describe(name: str, spec: Optional[dict], cache_dir) -> dict:
+def _describe(name: str, spec: Optional[dict], cache_dir, extra_sites=(), check_packages: bool = True) -> dict:
     if spec is None:  # registered by a plug-in: nothing known about it
         return {"name": name, "summary": "registered plug-in", "needs": "unknown", "state": "registered",
                 "ready": True, "missing_packages": [], "missing_models": [], "gpu": False}
-    pk = [p for p in spec["packages"] if not _package_present(p)]
+    pk = [p for p in spec["packages"] if check_packages and not _package_present(p, extra_sites)]
     md = [m for m in spec["models"] if not model_present(m, cache_dir)]
     needs = []
     if spec["gpu"]:
@@ -96,26 +99,28 @@ def _describe(name: str, spec: Optional[dict], cache_dir) -> dict:
             "gpu": bool(spec["gpu"])}
 
 
-def describe_estimators(cache_dir: Optional[os.PathLike] = None) -> List[dict]:
-    """One dict per registered estimator (see the module docstring), default first."""
+def describe_estimators(cache_dir: Optional[os.PathLike] = None, **kw) -> List[dict]:
+    """One dict per registered estimator (see the module docstring), default first.
+    ``extra_sites``: further folders holding packages; ``check_packages=False`` when the
+    job runs in another Python (its packages cannot be seen from here)."""
     from .estimators.base import available_estimators
 
     names = sorted(available_estimators(), key=lambda n: (n != "embedded", n))
-    return [_describe(n, _ESTIMATORS.get(n), cache_dir) for n in names]
+    return [_describe(n, _ESTIMATORS.get(n), cache_dir, **kw) for n in names]
 
 
-def describe_renderers(cache_dir: Optional[os.PathLike] = None) -> List[dict]:
-    """One dict per registered renderer (see the module docstring), default first."""
+def describe_renderers(cache_dir: Optional[os.PathLike] = None, **kw) -> List[dict]:
+    """One dict per registered renderer (see :func:`describe_estimators`), default first."""
     from .renderers import available_renderers
 
     names = sorted(available_renderers(), key=lambda n: (n != "embedded", n))
-    return [_describe(n, _RENDERERS.get(n), cache_dir) for n in names]
+    return [_describe(n, _RENDERERS.get(n), cache_dir, **kw) for n in names]
 
 
-def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None) -> Optional[str]:
-    """Why ``kind`` (``"estimator"`` / ``"renderer"``) ``name`` cannot run here, in one
-    line naming what is missing and where to get it; ``None`` when it can (or when
-    nothing is known about it).
+def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None, **kw) -> Optional[str]:
+    """Why ``kind`` (``"estimator"`` / ``"renderer"``) ``name`` cannot run here: a first
+    line saying how many packages / models are missing and where to get them, then a
+    line per kind naming them; ``None`` when it can (or when nothing is known about it).
 
     Raises:
         ValueError: ``kind`` is neither.
@@ -123,12 +128,15 @@ def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None) -> 
     table = {"estimator": _ESTIMATORS, "renderer": _RENDERERS}.get(kind)
     if table is None:
         raise ValueError(f"kind must be 'estimator' or 'renderer', got {kind!r}")
-    d = _describe(name, table.get(name), cache_dir)
+    d = _describe(name, table.get(name), cache_dir, **kw)
     if d["ready"]:
         return None
-    parts = []
-    if d["missing_packages"]:
-        parts.append(f"packages {', '.join(d['missing_packages'])} (install them in {PACKAGES_WHERE})")
-    if d["missing_models"]:
-        parts.append(f"models {', '.join(d['missing_models'])} (download them in {MODELS_WHERE})")
-    return f"{kind} '{name}' cannot run: missing " + "; ".join(parts)
+    parts, names = [], []
+    pk, md = d["missing_packages"], d["missing_models"]
+    if pk:
+        parts.append(f"{len(pk)} package{'s' if len(pk) > 1 else ''} missing: install in {PACKAGES_WHERE}")
+        names.append("packages: " + ", ".join(pk))
+    if md:
+        parts.append(f"{len(md)} model{'s' if len(md) > 1 else ''} missing: download in {MODELS_WHERE}")
+        names.append("models: " + ", ".join(md))
+    return f"{kind} '{name}' cannot run: " + "; ".join(parts) + "\n" + "\n".join(names)

@@ -28,9 +28,11 @@ _classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *resu
 def register():
     for cls in _classes:
         bpy.utils.register_class(cls)
+    bpy.types.TOPBAR_MT_file_import.append(import_footage.menu_import)
 
 
 def unregister():
+    bpy.types.TOPBAR_MT_file_import.remove(import_footage.menu_import)
     for scene_name, job in list(jobs._ACTIVE.items()):
         job.cancel()
     for cls in reversed(_classes):

@@ -104,6 +104,9 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         start = footage_start(scene)
         frames = (max(1, first - start + 1), max(1, last - start + 1))  # 1-based source numbers
         prefs = backend_args.preferences()
+        missing = backend_args.not_ready("estimator", s.estimator, prefs)
+        if missing:  # refused before any folder exists or anything runs
+            raise JobFailed(missing)
         if self.resume and s.last_decompose_dir and os.path.isdir(s.last_decompose_dir):
             out_dir = Path(s.last_decompose_dir)
         else:

@@ -336,7 +336,8 @@ class ModalJobMixin:
             return self.build_job(context).start()
         except (JobFailed, LookupError, OSError, ValueError) as e:
             full = str(e)
-            short = getattr(e, "short", None) or brief(full)
+            first = full.strip().splitlines()[0] if full.strip() else ""
+            short = getattr(e, "short", None) or (first if len(first) <= 160 else brief(full))
             log = refusal_log(self.bl_label, full)
             if context.scene is not None:
                 s = context.scene.gbuffer_editor

@@ -260,6 +260,9 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
     def build_job(self, context) -> JobController:
         scene = context.scene
         s = scene.gbuffer_editor
+        missing = backend_args.not_ready("renderer", s.renderer)
+        if missing:  # before the edit bake, before the restyle_NNN folder exists
+            raise JobFailed(missing)
         check_prompt(s.prompt, s.renderer)  # before the restyle_NNN folder exists
         run_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "restyle")
         return restyle_job(

@@ -25,6 +25,20 @@ def draw_footage(layout, context) -> None:
     if s.source_path:
         layout.label(text=os.path.basename(bpy.path.abspath(s.source_path)), icon="SEQUENCE")
     layout.prop(s, "output_dir")
+    draw_output_folder_note(layout, context)
+
+
+def draw_output_folder_note(layout, context) -> None:
+    """Where results really go, when that is not what the Output Folder field shows: a
+    relative ``//`` folder of an unsaved file resolves to a temporary folder."""
+    from ..operators import backend_args
+
+    s = settings(context)
+    if (s.output_dir or "//").startswith("//") and not bpy.data.filepath:
+        col = layout.column(align=True)
+        col.label(text="Unsaved file: results go to", icon="ERROR")
+        col.label(text=str(backend_args.output_root(s)), icon="BLANK1")
+        col.label(text="Save the .blend or pick a folder to keep them", icon="BLANK1")
 
 
 def resolution_note(estimator: str, requested: int) -> str:

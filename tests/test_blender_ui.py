@@ -707,3 +707,62 @@ def test_headless_help_exits_0_for_every_subcommand(addon, args, capsys):
         assert "--no-edits" in out and "controlnet:" in out and "fog: foggy" in out
     if args[0] == "--help":
         assert "export-scene --out DIR" in out and "COMMAND --help" in out
+
+
+def test_dropdowns_say_what_they_need_and_missing_models_are_refused_first(addon, scene, footage, tmp_path):
+    """Estimators/renderers are labelled with what they need and their state; with the
+    models missing, Decompose (marigold) and Restyle (controlnet) are refused before any
+    folder is made or anything runs, pointing at Preferences > Models (issue 17: they
+    failed after 5 s / 31 s, ControlNet after re-rendering the edits)."""
+    from gbuffer_editor.addon import props as props_mod
+    from gbuffer_editor.operators import decompose
+
+    props_mod._ROWS_CACHE.clear()
+    est = {i[0]: i for i in props_mod._estimator_items(None, None)}
+    assert est["embedded"][1] == "Embedded" and "State: ready" in est["embedded"][2]
+    assert est["marigold"][1] == "Marigold (GPU, not ready)"
+    assert "Needs: a GPU" in est["marigold"][2] and "Models" in est["marigold"][2]
+    ren = {i[0]: i for i in props_mod._renderer_items(None, None)}
+    assert ren["controlnet"][1] == "Controlnet (GPU, not ready)"
+
+    sc = bpy.context.scene
+    s = sc.gbuffer_editor
+    runs = tmp_path / "runs"
+    s.output_dir = str(runs) + "/"
+    s.source_path = str(footage("boat"))
+    s.estimator = "marigold"
+    with pytest.raises(RuntimeError, match="Preferences > Add-ons > G-Buffer Editor > Models"):
+        bpy.ops.gbuffer.decompose()
+    assert s.status.startswith("estimator 'marigold' cannot run:") and "Models" in s.status
+    assert "prs-eth/marigold-depth-v1-1" in open(s.log_path, encoding="utf-8").read()
+    assert not runs.exists() or list(runs.iterdir()) == []
+    s.estimator = "embedded"
+    gb = write_sequence(tmp_path / "gb", flat_frames(24, 32, 2))
+    decompose.wire_gbuffers(sc, gb)
+    s.renderer, s.prompt = "controlnet", "a watercolour painting"
+    with pytest.raises(RuntimeError, match="renderer 'controlnet' cannot run: .*models? missing: download in Pref"):
+        bpy.ops.gbuffer.restyle()
+    assert not runs.exists() or list(runs.iterdir()) == []  # no restyle_NNN, no edit bake
+    s.renderer = "embedded"
+
+
+def test_file_import_menu_and_unsaved_output_folder(addon, scene):
+    """File > Import lists the footage importer; with an unsaved .blend and a relative
+    output folder the panel shows the real (temporary) folder results go to."""
+    from gbuffer_editor.operators import backend_args, import_footage
+
+    menu = bpy.types.TOPBAR_MT_file_import
+    assert import_footage.menu_import in menu._dyn_ui_initialize()
+    layout = util.RecordingLayout()
+    import_footage.menu_import(SimpleNamespace(layout=layout), bpy.context)
+    assert layout.calls[0][:2] == ("operator", "gbuffer.import_footage")
+    assert not bpy.data.filepath
+    s = scene.gbuffer_editor
+    s.output_dir = "//gbuffer_editor/"
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
+    real = str(backend_args.output_root(s))
+    assert "Unsaved file: results go to" in labels and real in labels and not real.startswith("//")
+    s.output_dir = "/tmp/some/where/"
+    labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
+    assert "Unsaved file: results go to" not in labels

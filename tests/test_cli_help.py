@@ -94,8 +94,11 @@ def test_missing_model_is_named_with_where_to_get_it(tmp_path):
     """An empty models folder: marigold and controlnet are not ready, and the reason
     names the models and Preferences > Models."""
     msg = readiness("estimator", "marigold", cache_dir=tmp_path)
-    assert msg.startswith("estimator 'marigold' cannot run: missing")
-    assert "prs-eth/marigold-depth-v1-1" in msg and "Preferences > Add-ons > G-Buffer Editor > Models" in msg
+    first, names = msg.splitlines()
+    assert first.startswith("estimator 'marigold' cannot run: ")
+    assert first.endswith("3 models missing: download in Preferences > Add-ons > G-Buffer Editor > Models")
+    assert "Preferences > Add-ons > G-Buffer Editor > Models" in first and len(first) < 160
+    assert "prs-eth/marigold-depth-v1-1" in names
     # a snapshot with a config counts as present
     snap = tmp_path / "models--prs-eth--marigold-depth-v1-1" / "snapshots" / "abc"
     snap.mkdir(parents=True)
