@@ -221,8 +221,9 @@ def _run_job(sub: str, opts, passthrough: List[str]) -> int:
             edited = None
             if has_setup and not opts.no_edits:
                 decompose.wire_gbuffers(scene, gbuffer_dir)
-                edited = (Path(os.path.abspath(opts.edited_dir)) if opts.edited_dir
-                          else out.parent / f"{out.name}_{restyle.EDITED_DIR}")
+                if not compositor.edits_untouched(tree):  # else: nothing to bake
+                    edited = (Path(os.path.abspath(opts.edited_dir)) if opts.edited_dir
+                              else out.parent / f"{out.name}_{restyle.EDITED_DIR}")
             ctl = restyle.restyle_job(
                 scene, out, prompt=prompt, extra_args=extra, edited_dir=edited,
                 gbuffer_dir=gbuffer_dir, load=has_setup, prefs=prefs,

@@ -223,6 +223,21 @@ def restyle_job(
     return JobController(scene, "Restyle", steps)
 
 
+def scene_frames_arg(scene, tree) -> List[str]:
+    """``["--frames", "A-B"]``: the G-buffer file numbers the scene's frame range shows
+    (what the edit bake would have rendered).
+
+    Raises:
+        JobFailed: no G-buffer frame lies in the scene's frame range.
+    """
+    start, count = compositor.gbuffer_range(tree)
+    offset = compositor.find_node(tree, compositor.ROLE_GBUFFER).frame_offset
+    lo, hi = max(start, scene.frame_start), min(start + count - 1, scene.frame_end)
+    if hi < lo:
+        raise JobFailed("no G-buffer frame lies in the scene's frame range")
+    return backend_args.frames_arg(lo - start + 1 + offset, hi - start + 1 + offset)
+
+
 def _take_renderer(args: Optional[List[str]]) -> Optional[str]:
     """The value of ``--renderer`` in backend CLI arguments, if any."""
     args = list(args or [])
@@ -265,6 +280,11 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
             raise JobFailed(missing)
         check_prompt(s.prompt, s.renderer)  # before the restyle_NNN folder exists
         run_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "restyle")
+        tree = compositor.find_tree(scene)
+        if compositor.edits_untouched(tree):
+            # nothing edited: the source G-buffers are the edited ones; no per-frame bake
+            return restyle_job(scene, run_dir / RESULT_DIR, prompt=s.prompt, renderer=s.renderer,
+                               gbuffer_dir=compositor.gbuffer_folder(tree), extra_args=scene_frames_arg(scene, tree))
         return restyle_job(
             scene, run_dir / RESULT_DIR, prompt=s.prompt, renderer=s.renderer, edited_dir=run_dir / EDITED_DIR
         )

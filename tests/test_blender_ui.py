@@ -766,3 +766,38 @@ def test_file_import_menu_and_unsaved_output_folder(addon, scene):
     s.output_dir = "/tmp/some/where/"
     labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
     assert "Unsaved file: results go to" not in labels
+
+
+def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
+    """Untouched "Material edits": Restyle hands the source G-buffers (the scene's frame
+    range) straight to the worker, no per-frame compositor bake, no edited_gbuffer
+    folder; one edit inside the frame brings the bake back (issue 17: the add-on was ~5x
+    slower than the CLI because of it)."""
+    from gbuffer_editor.addon import compat, compositor
+    from gbuffer_editor.operators import decompose, restyle
+
+    sc = bpy.context.scene
+    gb = write_sequence(tmp_path / "gb", flat_frames(24, 32, 4))
+    decompose.wire_gbuffers(sc, gb)
+    tree = compositor.find_tree(sc)
+    sc.frame_start, sc.frame_end = 2, 3
+    s = sc.gbuffer_editor
+    s.output_dir = str(tmp_path / "runs") + "/"
+    s.renderer, s.prompt = "embedded", "fog"
+    assert compositor.edits_untouched(tree)
+    assert restyle.scene_frames_arg(sc, tree) == ["--frames", "2-3"]
+    assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    run = tmp_path / "runs" / "restyle_001"
+    assert not (run / restyle.EDITED_DIR).exists()
+    assert sorted(p.name for p in (run / "result").glob("restyle_*.exr")) == ["restyle_0002.exr", "restyle_0003.exr"]
+    # an edit: a Value node into Roughness "out" -> the bake runs again
+    value = compat.new_value_node(tree, 0.0, "Roughness 0")
+    tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Roughness").inputs[0])
+    assert not compositor.edits_untouched(tree)
+    assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    assert (tmp_path / "runs" / "restyle_002" / restyle.EDITED_DIR / "gbuffer_0002.exr").exists()
+    tree.nodes.remove(value)
+    r_in, r_out = compositor.find_node(tree, "in", "Roughness"), compositor.find_node(tree, "out", "Roughness")
+    tree.links.new(r_in.outputs[0], r_out.inputs[0])
+    assert compositor.edits_untouched(tree)
+    sc.frame_start, sc.frame_end = 1, 250
