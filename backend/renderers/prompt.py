@@ -107,7 +107,8 @@ class PromptError(InputError):
         hints = [f"{s!r} for {w!r}" for w, s in self.suggestions.items() if s]
         hint = f" Did you mean {', '.join(hints)}?" if hints else ""
         return (f"the embedded renderer does not understand {', '.join(map(repr, self.unknown))} "
-                f"in prompt {self.prompt!r}.{hint} Looks: {', '.join(LOOK_WORDS)}.")
+                f"in prompt {self.prompt!r}.{hint} Looks: {', '.join(LOOK_WORDS)}; free text: "
+                f"--renderer controlnet.")
 
 
 @dataclass(frozen=True)
