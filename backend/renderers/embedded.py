@@ -682,37 +682,51 @@ def _falling(h: int, w: int, frame_index: int, time_s: float, layers, *, slant: 
     heights) adds a slow sideways drift (snow).
     """
     t = time_s if time_s else frame_index / 24.0
+    if sway and slant:
+        raise ValueError("_falling: sway needs slant 0 (the sparse pass needs rows of constant drift)")
     inv_h = F32(1.0 / h)
-    y = (np.arange(h, dtype=F32)[:, None] + F32(0.5)) * inv_h
-    x = (np.arange(w, dtype=F32)[None, :] + F32(0.5)) * inv_h
     norm = 1.0 / math.sqrt(1.0 + slant * slant)
-    # rotate so that v runs along the fall direction and u across it (distances kept)
-    u = (x - y * F32(slant)) * F32(norm)
-    v = (y + x * F32(slant)) * F32(norm)
+    yc = (np.arange(h, dtype=F32) + F32(0.5)) * inv_h          # row centres, frame-height units
     out = np.zeros((h, w), dtype=F32)
     px = F32(h)  # frame-height units -> pixels
     for li, L in enumerate(layers):
-        uu = u
-        if sway:
-            uu = u + F32(sway * (1.0 - 0.3 * li)) * np.sin(v * F32(9.0) + F32(t * 1.3 + li))
-        col = np.floor(uu * F32(1.0 / L.cell))
-        # hashes are looked up in small tables over the columns and slots present (one
-        # gather per pixel instead of a dozen integer operations)
-        ci = col.astype(np.int32)
-        c0 = int(ci.min())
-        ci -= c0
-        cols = np.arange(c0, c0 + int(ci.max()) + 1)
-        centre = (cols + F32(0.5) + (_hash01(cols, seed=37 + li) - F32(0.5)) * F32(0.6)) * F32(L.cell)
-        across = _box_cover((uu - centre.astype(F32)[ci]) * px, max(L.width * h, 1e-3))
-        # the rest only where a column's particles can cover the pixel (a few % of it)
-        idx = np.flatnonzero(across)
-        if idx.size == 0:
+        # rotated coordinates: v along the fall, u across it (distances kept); on a row, u
+        # is linear in x: u = (x_c - y_c slant) norm + drift(row)
+        drift = (F32(sway * (1.0 - 0.3 * li)) * np.sin(yc * F32(9.0) + F32(t * 1.3 + li)) if sway
+                 else np.zeros(h, F32))
+        corners = [(xx - yy * slant) * norm + dd for xx in (0.0, w / h) for yy, dd in
+                   ((float(yc[0]), float(drift.min())), (float(yc[-1]), float(drift.max())),
+                    (float(yc[0]), float(drift.max())), (float(yc[-1]), float(drift.min())))]
+        c0 = int(math.floor(min(corners) / L.cell)) - 1
+        cols = np.arange(c0, int(math.floor(max(corners) / L.cell)) + 2)
+        centre = ((cols + F32(0.5) + (_hash01(cols, seed=37 + li) - F32(0.5)) * F32(0.6))
+                  * F32(L.cell)).astype(F32)
+        # only the pixels a column's particles can cover: a few around each column's line
+        # on each row (sparse; the rest of the frame is never touched)
+        width_px = max(L.width * h, 1e-3)
+        # pixel i (centre at index i) meets the band when |i - x_line| < half, in x pixels
+        half = (0.5 * width_px + 0.5) / norm
+        x_line = ((centre[None, :] - drift[:, None]) / F32(norm) + yc[:, None] * F32(slant)) * px - F32(0.5)
+        xs = (np.ceil(x_line - F32(half)).astype(np.int32)[..., None]
+              + np.arange(int(math.floor(2 * half)) + 2, dtype=np.int32))
+        ys = np.broadcast_to(np.arange(h, dtype=np.int32)[:, None, None], xs.shape)
+        ks = np.broadcast_to(np.arange(cols.size, dtype=np.int32)[None, :, None], xs.shape)
+        ok = (xs >= 0) & (xs < w)
+        xs, ys, ks = xs[ok], ys[ok], ks[ok]
+        uu = ((xs.astype(F32) + F32(0.5)) * inv_h - yc[ys] * F32(slant)) * F32(norm) + drift[ys]
+        own = np.floor(uu * F32(1.0 / L.cell)).astype(np.int32) - c0 == ks  # the pixel's own column
+        across = _box_cover((uu - centre[ks]) * px, width_px)
+        keep = own & (across > 0)
+        if not keep.any():
             continue
-        c_idx = ci.ravel()[idx]
+        xs, ys, ks, across = xs[keep], ys[keep], ks[keep], across[keep]
+        idx = ys.astype(np.int64) * w + xs
+        ci = ks
+        v = (yc[ys] + (xs.astype(F32) + F32(0.5)) * inv_h * F32(slant)) * F32(norm)
+        c_idx = ci
         col_h = _hash01(cols, seed=11 + li)[c_idx]
         speed = F32(L.speed) * (F32(0.8) + F32(0.4) * col_h)
-        vv = np.broadcast_to(v, (h, w)).ravel()[idx] * F32(1.0 / L.period) \
-            - speed * F32(t / L.period) + col_h * F32(13.0)
+        vv = v * F32(1.0 / L.period) - speed * F32(t / L.period) + col_h * F32(13.0)
         slot = np.floor(vv)
         s = vv - slot  # position inside the slot, 0..1 (0 = head)
         si = slot.astype(np.int32)
@@ -729,8 +743,7 @@ def _falling(h: int, w: int, frame_index: int, time_s: float, layers, *, slant: 
             # bright head fading toward the tail; both ends anti-aliased over a pixel
             ramp = F32(1.0) - np.clip(along_px * F32(1.0 / len_px), 0.0, 1.0)
             along = np.clip(along_px + F32(0.5), 0.0, 1.0) * ramp
-        flat = out.reshape(-1)
-        flat[idx] += across.ravel()[idx] * along * present * F32(L.opacity)
+        out.reshape(-1)[idx] += across * along * present * F32(L.opacity)  # idx unique per layer
     np.minimum(out, F32(1.0), out=out)
     return out
 
