@@ -28,13 +28,17 @@ def draw_footage(layout, context) -> None:
     draw_output_folder_note(layout, context)
 
 
+def blend_saved() -> bool:
+    return bool(bpy.data.filepath)
+
+
 def draw_output_folder_note(layout, context) -> None:
     """Where results really go, when that is not what the Output Folder field shows: a
     relative ``//`` folder of an unsaved file resolves to a temporary folder."""
     from ..operators import backend_args
 
     s = settings(context)
-    if (s.output_dir or "//").startswith("//") and not bpy.data.filepath:
+    if (s.output_dir or "//").startswith("//") and not blend_saved():
         col = layout.column(align=True)
         col.label(text="Unsaved file: results go to", icon="ERROR")
         col.label(text=str(backend_args.output_root(s)), icon="BLANK1")

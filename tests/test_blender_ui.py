@@ -743,20 +743,22 @@ def test_dropdowns_say_what_they_need_and_missing_models_are_refused_first(addon
     with pytest.raises(RuntimeError, match="renderer 'controlnet' cannot run: .*models? missing: download in Pref"):
         bpy.ops.gbuffer.restyle()
     assert not runs.exists() or list(runs.iterdir()) == []  # no restyle_NNN, no edit bake
-    s.renderer = "embedded"
+    s.renderer, s.prompt = "embedded", ""
 
 
-def test_file_import_menu_and_unsaved_output_folder(addon, scene):
+def test_file_import_menu_and_unsaved_output_folder(addon, scene, monkeypatch):
     """File > Import lists the footage importer; with an unsaved .blend and a relative
     output folder the panel shows the real (temporary) folder results go to."""
     from gbuffer_editor.operators import backend_args, import_footage
+    from gbuffer_editor.panels import sidebar
+
+    monkeypatch.setattr(sidebar, "blend_saved", lambda: False)  # an earlier test may have saved
 
     menu = bpy.types.TOPBAR_MT_file_import
     assert import_footage.menu_import in menu._dyn_ui_initialize()
     layout = util.RecordingLayout()
     import_footage.menu_import(SimpleNamespace(layout=layout), bpy.context)
     assert layout.calls[0][:2] == ("operator", "gbuffer.import_footage")
-    assert not bpy.data.filepath
     s = scene.gbuffer_editor
     s.output_dir = "//gbuffer_editor/"
     ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
@@ -776,7 +778,7 @@ def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
     from gbuffer_editor.addon import compat, compositor
     from gbuffer_editor.operators import decompose, restyle
 
-    sc = bpy.context.scene
+    sc = bpy.data.scenes.new("untouched_edits")  # its own compositor tree
     gb = write_sequence(tmp_path / "gb", flat_frames(24, 32, 4))
     decompose.wire_gbuffers(sc, gb)
     tree = compositor.find_tree(sc)
@@ -786,7 +788,8 @@ def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
     s.renderer, s.prompt = "embedded", "fog"
     assert compositor.edits_untouched(tree)
     assert restyle.scene_frames_arg(sc, tree) == ["--frames", "2-3"]
-    assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    with bpy.context.temp_override(scene=sc):
+        assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
     run = tmp_path / "runs" / "restyle_001"
     assert not (run / restyle.EDITED_DIR).exists()
     assert sorted(p.name for p in (run / "result").glob("restyle_*.exr")) == ["restyle_0002.exr", "restyle_0003.exr"]
@@ -794,10 +797,11 @@ def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
     value = compat.new_value_node(tree, 0.0, "Roughness 0")
     tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Roughness").inputs[0])
     assert not compositor.edits_untouched(tree)
-    assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    with bpy.context.temp_override(scene=sc):
+        assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
     assert (tmp_path / "runs" / "restyle_002" / restyle.EDITED_DIR / "gbuffer_0002.exr").exists()
     tree.nodes.remove(value)
     r_in, r_out = compositor.find_node(tree, "in", "Roughness"), compositor.find_node(tree, "out", "Roughness")
     tree.links.new(r_in.outputs[0], r_out.inputs[0])
     assert compositor.edits_untouched(tree)
-    sc.frame_start, sc.frame_end = 1, 250
+    bpy.data.scenes.remove(sc)
