@@ -504,6 +504,17 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
         n_l[:, 0], n_l[:, -1] = n_l[:, 1], n_l[:, -2]
         n_l[:, :, 0], n_l[:, :, -1] = n_l[:, :, 1], n_l[:, :, -2]
     col, wgt = sh.screen_space_reflection(d_l, n_l, rad_l, intr_l, g_l > 0)
+    if min(hl, wl) > 8:
+        # soften where rays start / stop finding a hit: a hard found / not-found boundary
+        # drew the grid's and the depth's steps as stepped contours in a mirror
+        import cv2
+
+        traced = (g_l > 0).astype(F32)
+        k = (3, 3)
+        acc = cv2.blur(traced, k)
+        wsum = cv2.blur(wgt, k)
+        col = np.stack([cv2.blur(c * wgt, k) for c in col]) / np.maximum(wsum, F32(1e-6))
+        wgt = np.where(acc > 0, wsum / np.maximum(acc, F32(1e-6)), F32(0.0)) * (traced > 0)
     # rough-ish surfaces see a blurred reflection
     blur = sh.lowpass(col, scale=1, radius=2) if min(hl, wl) > 8 else col
     r_l = small(rough)
