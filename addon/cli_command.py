@@ -45,21 +45,53 @@ from ..operators import backend_args, camera_solve, decompose, export_scene, job
 from . import compositor, worker
 
 COMMAND_ID = "gbuffer_editor"
-USAGE = __doc__.split("\n\n", 1)[1]
+USAGE = f"""usage: blender -b [FILE.blend] --command {COMMAND_ID} COMMAND [options]
+
+G-Buffer Editor, headless. Commands:
+  decompose INPUT --out DIR      footage (movie, image sequence) -> G-buffer EXR frames;
+                                 --setup wires them into the .blend's compositor
+  restyle GBUFFER_DIR --prompt TEXT --out DIR
+                                 re-render G-buffers with a look ("dense fog",
+                                 "heavy rain at night"); applies the .blend's material edits
+  export-scene --out DIR         exact G-buffers of the open .blend's scene (Cycles)
+  solve CLIP                     camera track & solve -> cameras JSON, scene camera
+
+'blender -b --command {COMMAND_ID} COMMAND --help' lists a command's options (and, for
+decompose and restyle, the estimators, renderers and prompt words).
+Output: JSON lines on stdout (start, progress, warning, then done / error / cancelled);
+messages on stderr. Exit status: 0 done, 1 failed, 2 bad arguments, 130 cancelled.
+"""
 
 _handle = None
 
 
 def _blender_options(subcommand: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"blender -b --command {COMMAND_ID} {subcommand}", add_help=False)
-    p.add_argument("--out", required=True)
-    p.add_argument("--save", default=None)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--save", default=None, metavar="FILE.blend", help="save the .blend afterwards")
     if subcommand == "decompose":
-        p.add_argument("--setup", action="store_true")
+        p.add_argument("--setup", action="store_true",
+                       help="wire the frames into the compositor (G-buffer node, Material edits, Viewer)")
     else:
-        p.add_argument("--no-edits", action="store_true")
-        p.add_argument("--edited-dir", default=None)
+        p.add_argument("--no-edits", action="store_true",
+                       help="restyle GBUFFER_DIR as it is (do not apply the .blend's material edits)")
+        p.add_argument("--edited-dir", default=None, metavar="DIR",
+                       help="where the edited G-buffers go (default: <OUT>_edited_gbuffer)")
     return p
+
+
+def subcommand_help(sub: str) -> str:
+    """``--help`` of ``decompose`` / ``restyle``: the Blender-side options, then the
+    backend's options, estimators, renderers and prompt words."""
+    from ..backend.cli import subcommand_help as backend_help
+
+    prog = f"blender -b [FILE.blend] --command {COMMAND_ID} {sub}"
+    blender = _blender_options(sub)
+    lines = ["Blender-side options:"]
+    for a in blender._actions:
+        flag = ", ".join(a.option_strings) + (f" {a.metavar}" if a.metavar else "")
+        lines.append(f"  {flag:<24} {a.help}")
+    return backend_help(sub, prog=prog) + "\n" + "\n".join(lines) + "\n"
 
 
 #: worker events passed on as they come; the command's own outcome (``done``, ``error``,
@@ -149,6 +181,9 @@ def run(argv: List[str]) -> int:
         print(f"unknown subcommand {sub!r}; use decompose, restyle, export-scene or solve\n\n{USAGE}",
               file=sys.stderr)
         return 2
+    if any(a in ("-h", "--help") for a in rest):
+        print(subcommand_help(sub))
+        return 0
     try:
         opts, passthrough = _blender_options(sub).parse_known_args(rest)
     except SystemExit as e:  # argparse reports the problem itself
@@ -186,8 +221,9 @@ def _run_job(sub: str, opts, passthrough: List[str]) -> int:
             edited = None
             if has_setup and not opts.no_edits:
                 decompose.wire_gbuffers(scene, gbuffer_dir)
-                edited = (Path(os.path.abspath(opts.edited_dir)) if opts.edited_dir
-                          else out.parent / f"{out.name}_{restyle.EDITED_DIR}")
+                if not compositor.edits_untouched(tree):  # else: nothing to bake
+                    edited = (Path(os.path.abspath(opts.edited_dir)) if opts.edited_dir
+                              else out.parent / f"{out.name}_{restyle.EDITED_DIR}")
             ctl = restyle.restyle_job(
                 scene, out, prompt=prompt, extra_args=extra, edited_dir=edited,
                 gbuffer_dir=gbuffer_dir, load=has_setup, prefs=prefs,

@@ -195,6 +195,27 @@ def setup_gbuffer(scene, gbuffer_dir: os.PathLike, preview_pass: str = "Combined
     return image_node
 
 
+def edits_untouched(tree) -> bool:
+    """Whether the "Material edits" frame is as Decompose wired it: every pass goes from
+    the G-buffer node straight through its ``in`` reroute to its ``out`` reroute. Then the
+    edited G-buffers equal the source files and Restyle can skip re-rendering them."""
+    image = find_node(tree, ROLE_GBUFFER)
+    if image is None:
+        return False
+    for name in PASS_TYPES:
+        r_in, r_out = find_node(tree, "in", name), find_node(tree, "out", name)
+        if r_in is None or r_out is None or r_out.mute or r_in.mute:
+            return False
+        links_out = r_out.inputs[0].links
+        if len(links_out) != 1 or links_out[0].from_node != r_in:
+            return False
+        src = image.outputs.get(name)
+        links_in = r_in.inputs[0].links
+        if src is not None and (len(links_in) != 1 or links_in[0].from_socket != src):
+            return False
+    return True
+
+
 def pass_socket(tree, pass_name: str):
     """The socket carrying ``pass_name`` after the material edits (end of the edits frame)."""
     r_out = find_node(tree, "out", pass_name)
@@ -204,10 +225,20 @@ def pass_socket(tree, pass_name: str):
     return node.outputs[pass_name] if node is not None else None
 
 
+#: the Preview pass entry that shows the last Restyle result instead of a G-buffer pass
+RESULT_PASS = "Result"
+
+
 def show_pass(tree, pass_name: str) -> None:
-    """Connect the Viewer to ``pass_name`` (after edits); Depth goes through a Normalize node."""
+    """Connect the Viewer (the backdrop) to ``pass_name`` (after edits; Depth goes through
+    a Normalize node), or to the Restyle result for :data:`RESULT_PASS`."""
     viewer = _node(tree, ROLE_VIEWER, "CompositorNodeViewer")
     viewer.location = (700, -100)
+    if pass_name == RESULT_PASS:
+        node = find_node(tree, ROLE_RESULT)
+        if node is not None:
+            _link(tree, node.outputs["Image"], viewer.inputs["Image"])
+        return
     sock = pass_socket(tree, pass_name)
     if sock is None:
         return
@@ -267,8 +298,13 @@ def find_sequence(folder: os.PathLike) -> tuple:
     return key[0], dict(sorted(groups[key].items()))
 
 
-def load_result(scene, folder: os.PathLike) -> bpy.types.Node:
-    """Show a Restyle result sequence: an Image node feeding the final output.
+def load_result(scene, folder: os.PathLike, *, show: bool = True) -> bpy.types.Node:
+    """Load a Restyle result sequence: an Image node feeding the final output.
+
+    With ``show`` (the default) the artist sees it at once: the Viewer (the compositor's
+    backdrop) switches to it and the sequence opens in the Image Editors that show
+    images (:func:`show_in_image_editors`). The image is named after the run folder
+    (``restyle_003 result``), so earlier runs stay in the image browser.
 
     Returns:
         The Image node.
@@ -280,13 +316,58 @@ def load_result(scene, folder: os.PathLike) -> bpy.types.Node:
     _, frames = find_sequence(folder)
     if not frames:
         raise FileNotFoundError(f"no numbered image frames in {folder}")
-    img, first = _sequence_image(frames, f"{Path(folder).name} result")
+    folder = Path(folder)
+    run = folder.parent.name if folder.name == "result" else folder.name
+    img, first = _sequence_image(frames, f"{run} result")
     node = _node(tree, ROLE_RESULT, "CompositorNodeImage")
     node.name = node.label = "Restyle result"
     node.location = (350, 450)
     _configure_sequence_node(node, img, first, len(frames), scene.frame_start)
     _link(tree, node.outputs["Image"], compat.output_socket(tree))
+    if show:
+        show_pass(tree, RESULT_PASS)
+        show_in_image_editors(img, node)
     return node
+
+
+#: workspaces whose Image Editor shows results (Blender's "Rendering" is where render
+#: results are looked at); Image Editors in the open windows are used too
+RESULT_WORKSPACES = ("Rendering", "Compositing")
+
+
+def show_in_image_editors(img, node=None) -> list:
+    """Show ``img`` (an image sequence) in every Image Editor in *View* mode of the open
+    windows and of the :data:`RESULT_WORKSPACES`, playing along with the scene's frames
+    like ``node`` (start, duration, offset). UV and paint editors are left alone.
+
+    Returns:
+        The ``SpaceImageEditor`` objects changed (empty when none is open, e.g. headless).
+    """
+    screens = []
+    wm = bpy.context.window_manager
+    for win in getattr(wm, "windows", []):
+        if win.screen is not None:
+            screens.append(win.screen)
+    for name in RESULT_WORKSPACES:
+        ws = bpy.data.workspaces.get(name)
+        if ws is not None:
+            screens.extend(ws.screens)
+    changed = []
+    for screen in dict.fromkeys(screens):
+        for area in screen.areas:
+            if area.type != "IMAGE_EDITOR":
+                continue
+            space = area.spaces.active
+            if getattr(space, "mode", "VIEW") != "VIEW" or space in changed:
+                continue
+            space.image = img
+            if node is not None:
+                iu = space.image_user
+                iu.frame_start, iu.frame_duration = node.frame_start, node.frame_duration
+                iu.frame_offset, iu.use_auto_refresh = node.frame_offset, True
+            area.tag_redraw()
+            changed.append(space)
+    return changed
 
 
 def setup_zcombine(scene) -> bpy.types.Node:

@@ -57,6 +57,22 @@ def cache_dir(prefs=None) -> Optional[str]:
         return None
 
 
+def catalog_options(prefs=None) -> dict:
+    """Keyword arguments for :mod:`..backend.catalog` matching what the worker will see:
+    the models folder, the on-demand diffusion packages folder, and no package check when
+    an external backend Python runs the jobs (its packages cannot be seen from here)."""
+    prefs = prefs if prefs is not None else get_preferences()
+    try:
+        site = diffusion_site_dir()
+    except Exception:  # noqa: BLE001 - not installed as an extension
+        site = None
+    external = bool(getattr(prefs, "backend_python", "") or "")
+    cache = None
+    if prefs is not None and hasattr(prefs, "bl_rna"):
+        cache = cache_dir(prefs)
+    return {"cache_dir": cache, "extra_sites": [site] if site else [], "check_packages": not external}
+
+
 def downloads_allowed(prefs=None) -> Tuple[bool, str]:
     """``(allowed, reason)``: Blender's online access must be on and offline mode off."""
     if not bpy.app.online_access:

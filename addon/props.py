@@ -21,6 +21,7 @@ from . import compositor
 # Dynamic enum items must stay referenced from Python while Blender uses them: one list
 # per distinct set of names, never freed.
 _ITEMS_CACHE: dict = {}
+_ROWS_CACHE: dict = {}  # kind -> (monotonic time, {name: catalog row})
 
 
 def estimator_names() -> list:
@@ -41,13 +42,42 @@ def _default_first(names: list, preferred: str) -> list:
     return sorted(names, key=lambda n: (n != preferred, n))
 
 
+def item_label(d: dict) -> tuple:
+    """``(label, description)`` of a dropdown entry from a :mod:`..backend.catalog` row:
+    the label says if it wants a GPU and if it is not ready; the tooltip what it needs."""
+    label = d["name"].replace("_", " ").title()
+    tags = (["GPU"] if d.get("gpu") else []) + ([] if d["ready"] else ["not ready"])
+    if tags:
+        label += f" ({', '.join(tags)})"
+    desc = f"{d['summary']} Needs: {d['needs']}. State: {d['state']}"
+    if not d["ready"]:
+        desc += ". Get what is missing in Preferences > Add-ons > G-Buffer Editor (Models, Diffusion packages)"
+    return label, desc
+
+
 def _items(kind: str, names: list) -> list:
-    key = (kind, tuple(names))
+    from ..backend import catalog
+    from .preferences import catalog_options
+
+    import time
+
+    stamp, rows = _ROWS_CACHE.get(kind, (0.0, None))
+    if rows is None or time.monotonic() - stamp > 2.0:  # dropdowns redraw often: file checks at most every 2 s
+        try:
+            rows = {d["name"]: d for d in (catalog.describe_estimators if kind == "estimator" else
+                                            catalog.describe_renderers)(**catalog_options())}
+        except Exception:  # noqa: BLE001 - a dropdown must always draw
+            rows = {}
+        _ROWS_CACHE[kind] = (time.monotonic(), rows)
+    entries = []
+    for n in _default_first(names, "embedded"):
+        d = rows.get(n)
+        label, desc = item_label(d) if d else (n.replace("_", " ").title(),
+                                                f"{kind.title()} '{n}' from the backend registry")
+        entries.append((n, label, desc))
+    key = (kind, tuple(entries))
     if key not in _ITEMS_CACHE:
-        _ITEMS_CACHE[key] = [
-            (n, n.replace("_", " ").title(), f"{kind.title()} '{n}' from the backend registry")
-            for n in _default_first(names, "embedded")
-        ]
+        _ITEMS_CACHE[key] = entries
     return _ITEMS_CACHE[key]
 
 
@@ -59,7 +89,8 @@ def _renderer_items(self, context):
     return _items("renderer", renderer_names())
 
 
-PASS_ITEMS = [(name, name, f"Show the {name} pass in the Viewer") for name in PASSES]
+PASS_ITEMS = [(name, name, f"Show the {name} pass in the Viewer") for name in PASSES] + [
+    (compositor.RESULT_PASS, "Result", "Show the last Restyle result in the Viewer (the backdrop)")]
 
 
 def _preview_pass_update(self, context):
@@ -67,6 +98,57 @@ def _preview_pass_update(self, context):
     tree = compositor.find_tree(scene)
     if tree is not None and compositor.find_node(tree, compositor.ROLE_GBUFFER) is not None:
         compositor.show_pass(tree, self.preview_pass)
+
+
+# -- the look picker: one strength slider per look, written into the prompt --------------
+from ..backend.renderers.prompt import LOOK_ORDER  # noqa: E402  (bpy-free, light)
+
+_SYNCING = False
+
+
+def _look_update(self, context):
+    """A slider moved: write the prompt from all sliders (nearest phrases)."""
+    global _SYNCING
+    if _SYNCING:
+        return
+    from ..backend.renderers.prompt import compose_prompt
+
+    strengths = {n: getattr(self, f"look_{n}") for n in LOOK_ORDER}
+    self.prompt = compose_prompt(strengths)  # its update snaps the sliders to the words
+
+
+def sync_looks_from_prompt(settings) -> None:
+    """Set the sliders to the looks the prompt names (0 for the others); leaves them
+    alone when the prompt is not understood by the embedded renderer."""
+    global _SYNCING
+    from ..backend.renderers.prompt import PromptError, parse_prompt
+
+    try:
+        looks = {lk.name: lk.strength for lk in parse_prompt(settings.prompt)}
+    except PromptError:
+        return
+    _SYNCING = True
+    try:
+        for n in LOOK_ORDER:
+            value = float(looks.get(n, 0.0))
+            if abs(getattr(settings, f"look_{n}") - value) > 1e-6:
+                setattr(settings, f"look_{n}", value)
+    finally:
+        _SYNCING = False
+
+
+def _prompt_update(self, context):
+    sync_looks_from_prompt(self)
+
+
+def _look_slider(name: str):
+    word = name.replace("_", " ")
+    return FloatProperty(
+        name=word.title(), default=0.0, min=0.0, max=3.0, soft_max=2.5, step=10, precision=2,
+        update=_look_update,
+        description=f"Strength of the {word} look (0: off, 1: as designed); writes the prompt with the "
+                    f"nearest words (e.g. light {word} 0.5, {word} 1.0) and snaps to them",
+    )
 
 
 class GBufferEditorSettings(bpy.types.PropertyGroup):
@@ -131,9 +213,19 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
         description="Output folder of the last Decompose run (Resume continues it)",
     )
     # -- restyle -------------------------------------------------------------
-    prompt: StringProperty(name="Prompt", default="", description='Look to render, e.g. "dense fog", "underwater"')
+    prompt: StringProperty(name="Prompt", default="", update=_prompt_update,
+                           description='Look to render, e.g. "dense fog", "heavy rain at night", "murky underwater". '
+                                       "The embedded renderer understands a list of words: see Looks below")
     renderer: EnumProperty(name="Renderer", items=_renderer_items, description="Restyle renderer")
     result_dir: StringProperty(name="Result", subtype="DIR_PATH", description="Folder of the last Restyle result")
+    look_golden_hour: _look_slider("golden_hour")
+    look_overcast: _look_slider("overcast")
+    look_rain: _look_slider("rain")
+    look_snow: _look_slider("snow")
+    look_underwater: _look_slider("underwater")
+    look_fog: _look_slider("fog")
+    look_night: _look_slider("night")
+    show_looks: BoolProperty(name="Looks", default=True, description="Show the look sliders and presets")
     # -- scene export (exact G-buffers of this scene, operators/export_scene.py) --
     scene_export_dir: StringProperty(
         name="Folder",

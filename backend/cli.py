@@ -31,11 +31,62 @@ from . import events
 SUBCOMMANDS = [".jobs.decompose_cli", ".jobs.restyle_cli"]
 
 
+def _wrap(text: str, indent: str = "  ") -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=88, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False)
+
+
+def estimators_help() -> str:
+    """``--help`` lines: each registered estimator with what it needs and its state."""
+    from .catalog import describe_estimators
+
+    return "\n".join(_wrap(f"{d['name']}: {d['summary']} Needs: {d['needs']}. State: {d['state']}.")
+                     for d in describe_estimators())
+
+
+def renderers_help() -> str:
+    """``--help`` lines: each registered renderer with what it needs and its state."""
+    from .catalog import describe_renderers
+
+    return "\n".join(_wrap(f"{d['name']}: {d['summary']} Needs: {d['needs']}. State: {d['state']}.")
+                     for d in describe_renderers())
+
+
+def prompt_words_help() -> str:
+    """``--help`` lines: the embedded renderer's looks, their synonyms, intensity words, presets."""
+    from .renderers.prompt import INTENSIFIERS, INTENSITY, LOOK_ORDER, PRESETS, SYNONYMS
+
+    lines = []
+    for look in LOOK_ORDER:
+        syn = sorted(w for w, t in SYNONYMS.items() if t == look and w != look.replace("_", " ") and w != look)
+        lines.append(_wrap(f"{look.replace('_', ' ')}: {', '.join(syn)}"))
+    lines.append(_wrap("intensity (before a look): " + ", ".join(
+        f"{w} {v:g}" for w, v in sorted(INTENSITY.items(), key=lambda kv: kv[1]))))
+    lines.append(_wrap("amplifiers (before an intensity word): " + ", ".join(sorted(INTENSIFIERS))))
+    lines.append(_wrap("presets: " + "; ".join(PRESETS)))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The full argparse parser with every available subcommand."""
-    parser = argparse.ArgumentParser(prog="python -m backend", description="G-Buffer Editor backend")
+    """The full argparse parser with every available subcommand; ``--help`` lists the
+    estimators and renderers (with what they need and their state) and the prompt words."""
+    parser = argparse.ArgumentParser(
+        prog="python -m backend", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="G-Buffer Editor backend: footage -> G-buffers (decompose), G-buffers + prompt -> "
+                    "frames (restyle).\nRuns from any folder as 'python path/to/backend COMMAND ...'.",
+        epilog="'python -m backend COMMAND --help' shows a command's options.\n\n"
+               "progress: a progress bar on a terminal; JSON lines (one event per line on stdout) "
+               "otherwise or with --json.")
+    parser.add_argument("--json", action="store_true",
+                        help="JSON lines on stdout even on a terminal (default: a progress bar there)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    epilogs = {"decompose": lambda: "estimators:\n" + estimators_help(),
+               "restyle": lambda: ("renderers:\n" + renderers_help() + "\n\nprompt words of the embedded "
+                                   "renderer (any order; 'at', 'with', 'the' ... are ignored):\n"
+                                   + prompt_words_help())}
     for name in SUBCOMMANDS:
         try:
             mod = importlib.import_module(name, __package__)
@@ -44,8 +95,29 @@ def build_parser() -> argparse.ArgumentParser:
             if e.name and e.name.endswith(name.rsplit(".", 1)[-1]):
                 continue
             raise
-        mod.add_parser(sub)
+        p = mod.add_parser(sub)
+        if p is not None and p.prog.rsplit(" ", 1)[-1] in epilogs:
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+            if p.description:
+                import textwrap
+
+                p.description = textwrap.fill(p.description, width=88)
+            p.epilog = epilogs[p.prog.rsplit(" ", 1)[-1]]()
     return parser
+
+
+def subcommand_help(name: str, prog: Optional[str] = None) -> str:
+    """The ``--help`` text of backend subcommand ``name`` (``prog`` replaces its usage name).
+
+    Raises:
+        KeyError: unknown subcommand.
+    """
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    p = action.choices[name]
+    if prog:
+        p.prog = prog
+    return p.format_help()
 
 
 def _error_line(message: str, frame=None, file=None) -> None:
@@ -91,8 +163,8 @@ class TerminalProgress:
             self.bar = None
 
 
-def _reporter_for(stream):
-    return TerminalProgress() if events.is_tty(stream) else events.JsonLines(stream)
+def _reporter_for(stream, force_json: bool = False):
+    return TerminalProgress() if events.is_tty(stream) and not force_json else events.JsonLines(stream)
 
 
 class _LowerLevelFormatter(logging.Formatter):
@@ -124,7 +196,7 @@ def _stderr_warnings():
 
 
 @contextlib.contextmanager
-def json_stdout():
+def json_stdout(force_json: bool = False):
     """Keep the real stdout for JSON events; send everything else printed to stderr.
 
     Duplicates file descriptor 1 and installs a reporter on it
@@ -147,7 +219,7 @@ def json_stdout():
         old_stdout = sys.stdout
         sys.stdout = sys.stderr
         try:
-            with events.reporting(_reporter_for(old_stdout)), _stderr_warnings():
+            with events.reporting(_reporter_for(old_stdout, force_json)), _stderr_warnings():
                 yield old_stdout
         finally:
             sys.stdout = old_stdout
@@ -159,7 +231,7 @@ def json_stdout():
         sys.stderr.flush()
         os.dup2(2, 1)
         sys.stdout = sys.stderr
-        with events.reporting(_reporter_for(ev)), _stderr_warnings():
+        with events.reporting(_reporter_for(ev, force_json)), _stderr_warnings():
             yield ev
     finally:
         _flush_c_stdio()
@@ -183,7 +255,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    with json_stdout(), SignalCancel() as cancel:
+    with json_stdout(force_json=args.json), SignalCancel() as cancel:
         args.cancel = cancel
         return _run(args)
 
@@ -212,7 +284,10 @@ def _run(args) -> int:
         return 2
     except (ValueError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        _error_line(str(msg).splitlines()[0], getattr(e, "frame", None), getattr(e, "file", None))
+        lines = str(msg).splitlines() or [""]
+        _error_line(lines[0], getattr(e, "frame", None), getattr(e, "file", None))
+        if len(lines) > 1:  # details (e.g. a prompt's whole vocabulary) after the one line
+            sys.stderr.write("\n".join(lines[1:]) + "\n")
         return 2
     except OSError as e:
         _error_line(f"{e.filename or ''}: {e.strerror or e}".strip(": "), file=e.filename)

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from . import contract, geometry, temporal
-from .estimators.base import Estimator, EstimatorOutput, get_estimator
+from .estimators.base import PROVENANCE_PASSES, Estimator, EstimatorOutput, get_estimator
 from .footage import fit_long_side
 from .imaging import resize
 
@@ -77,6 +77,40 @@ def albedo_detail_transfer(albedo_up: np.ndarray, src_full: np.ndarray, src_smal
     ratio *= albedo_up
     np.clip(ratio, 0.0, 1.0, out=ratio)
     return ratio
+
+
+def pass_provenance(out: EstimatorOutput, estimator_name: str, filled: List[str], *,
+                    albedo_detail: bool = False, stabilized: bool = False) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """Per-pass provenance of a decomposed frame: ``(provenance, pass_models)``.
+
+    What the estimator declared (:attr:`EstimatorOutput.provenance`) is kept; a pass it
+    returned without a declaration is ``estimated`` by it; a pass it left out is what
+    :class:`Decomposer` filled in: normals ``derived`` from depth, albedo ``derived``
+    from the source colour, metallic/roughness ``default`` constants
+    (:data:`FALLBACK_METALLIC`, :data:`FALLBACK_ROUGHNESS`), no confidence ``default``
+    (every pixel a surface). Post-processing is appended to the method
+    (``+ source detail`` for the albedo detail transfer, ``+ flow stabilisation``).
+    """
+    prov: Dict[str, str] = {}
+    models: Dict[str, str] = {}
+    fill = {"normal": ("derived", "normals from depth (plane fit of the depth pass)"),
+            "albedo": ("derived", "source colour (the estimator gives no albedo)"),
+            "metallic": ("default", f"constant {FALLBACK_METALLIC}"),
+            "roughness": ("default", f"constant {FALLBACK_ROUGHNESS}"),
+            "confidence": ("default", "none: every pixel a surface")}
+    for k in PROVENANCE_PASSES:
+        if k in filled or (getattr(out, k) is None and k in fill):
+            prov[k], models[k] = fill[k]
+        else:
+            prov[k] = out.provenance.get(k, "estimated")
+            models[k] = out.pass_models.get(k, estimator_name)
+    if albedo_detail and prov["albedo"] == "estimated":
+        models["albedo"] += " + source detail"
+    if stabilized:
+        for k in ("depth", "normal", "albedo", "metallic", "roughness"):
+            if prov[k] != "default":
+                models[k] += " + flow stabilisation"
+    return prov, models
 
 
 def check_estimator_output(out: EstimatorOutput, h: int, w: int, name: str) -> None:
@@ -328,11 +362,16 @@ class Decomposer:
         # half: clamp to [0, 65504] so HDR input stays finite
         rgb_c = np.clip(rgb, 0, 65504.0) * (alpha_f[..., None] if alpha is not None else 1.0)
         combined = np.concatenate([rgb_c, alpha_f[..., None]], axis=-1).astype(np.float32)
+        provenance, pass_models = pass_provenance(
+            out, self.estimator_name, self.report.filled,
+            albedo_detail=self.albedo_detail and plan.downscaled,
+            stabilized=self.report.flicker is not None)
         header = contract.make_meta(
             estimator=self.estimator_name, models=out.models, depth_kind=out.depth_kind,
             depth_near=near, depth_far=far, intrinsics=plan.intrinsics,
             extra={"intrinsics_assumed": plan.intrinsics_assumed, "hfov_deg": self.hfov_deg,
-                   "filled": list(self.report.filled), "processing_size": [plan.proc_width, plan.proc_height]})
+                   "filled": list(self.report.filled), "processing_size": [plan.proc_width, plan.proc_height],
+                   "provenance": provenance, "pass_models": pass_models})
         for k in ("flicker", "normal_depth_angle_deg"):
             if getattr(self.report, k) is not None:
                 header[k] = getattr(self.report, k)

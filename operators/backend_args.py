@@ -34,6 +34,14 @@ def preferences():
     return prefs if prefs is not None else _DefaultPrefs()
 
 
+def not_ready(kind: str, name: str, prefs=None) -> Optional[str]:
+    """Why the ``kind`` (estimator / renderer) ``name`` cannot run, pointing at the
+    preferences (Models, Diffusion packages); ``None`` when it can."""
+    from ..backend.catalog import readiness
+
+    return readiness(kind, name or "embedded", **prefs_mod.catalog_options(prefs or preferences()))
+
+
 def worker_python(prefs=None) -> tuple:
     """``(python executable, is_external)``: the preferences' backend Python when set, else
     Blender's own (``sys.executable``)."""

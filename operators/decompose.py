@@ -34,7 +34,9 @@ def wire_gbuffers(scene, gbuffer_dir: os.PathLike):
     """Point the compositor's G-buffer setup at ``gbuffer_dir`` (Image node starts at the
     scene frame of the first decomposed source frame) and remember the folder."""
     s = scene.gbuffer_editor
-    node = compositor.setup_gbuffer(scene, gbuffer_dir, s.preview_pass)
+    # a new G-buffer folder shows its passes, not an earlier Restyle result
+    shown = "Combined" if s.preview_pass == compositor.RESULT_PASS else s.preview_pass
+    node = compositor.setup_gbuffer(scene, gbuffer_dir, shown)
     node.frame_start = footage_start(scene) + first_frame_index(gbuffer_dir)
     s.gbuffer_dir = str(gbuffer_dir)
     return node
@@ -102,6 +104,9 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         start = footage_start(scene)
         frames = (max(1, first - start + 1), max(1, last - start + 1))  # 1-based source numbers
         prefs = backend_args.preferences()
+        missing = backend_args.not_ready("estimator", s.estimator, prefs)
+        if missing:  # refused before any folder exists or anything runs
+            raise JobFailed(missing)
         if self.resume and s.last_decompose_dir and os.path.isdir(s.last_decompose_dir):
             out_dir = Path(s.last_decompose_dir)
         else:

@@ -196,7 +196,8 @@ def load_into_compositor(scene, out_dir: os.PathLike):
     node, "Material edits" frame, G-buffer output, Viewer); the Image node starts at the
     scene frame of the first file. Returns the Image node."""
     s = scene.gbuffer_editor
-    node = compositor.setup_gbuffer(scene, out_dir, s.preview_pass)
+    node = compositor.setup_gbuffer(scene, out_dir, "Combined" if s.preview_pass == compositor.RESULT_PASS
+                                    else s.preview_pass)
     node.frame_start = next(iter(contract.list_frames(out_dir)))  # files are numbered by scene frame
     s.gbuffer_dir = str(out_dir)
     return node

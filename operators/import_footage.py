@@ -105,4 +105,9 @@ class GBUFFER_OT_import_footage(bpy.types.Operator, ImportHelper):
         return {"FINISHED"}
 
 
+def menu_import(self, context):
+    """File > Import > Footage (G-Buffer Editor)."""
+    self.layout.operator(GBUFFER_OT_import_footage.bl_idname, text="Footage (G-Buffer Editor)", icon="FILE_MOVIE")
+
+
 classes = (GBUFFER_OT_import_footage,)

@@ -62,6 +62,25 @@ def brief(message: str, limit: int = 160) -> str:
     return f"{line} (full message in the Status panel){log}"
 
 
+def refusal_log(label: str, message: str) -> Optional["os.PathLike"]:
+    """Write the full text of a refusal (a job that could not start: bad prompt, missing
+    model, no G-buffers) to ``<temp>/gbuffer_editor/logs/<label>_refused.log`` (outside
+    the output folder, which stays untouched) and return its path; ``None`` if it
+    cannot be written."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    folder = Path(tempfile.gettempdir()) / "gbuffer_editor" / "logs"
+    path = folder / f"{label.lower().replace(' ', '_')}_refused.log"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label} refused\n{message}\n", encoding="utf-8")
+    except OSError:
+        return None
+    return path
+
+
 class JobFailed(RuntimeError):
     """A step failed; the message is meant for the user (reason, frame, file, log)."""
 
@@ -316,9 +335,18 @@ class ModalJobMixin:
         try:
             return self.build_job(context).start()
         except (JobFailed, LookupError, OSError, ValueError) as e:
+            full = str(e)
+            first = full.strip().splitlines()[0] if full.strip() else ""
+            short = getattr(e, "short", None) or (first if len(first) <= 160 else brief(full))
+            log = refusal_log(self.bl_label, full)
             if context.scene is not None:
-                context.scene.gbuffer_editor.status = str(e)  # the full text
-            self.report({"ERROR"}, brief(str(e)))
+                s = context.scene.gbuffer_editor
+                s.status = short  # one line the Status panel shows whole; Log holds the rest
+                if log is not None:
+                    s.log_path = str(log)
+            if log is not None and short != full:
+                short = f"{short.rstrip('.')}; log: {log}"
+            self.report({"ERROR"}, short)
             return None
 
     def execute(self, context):

@@ -217,9 +217,25 @@ def restyle_job(
                 compositor.load_result(ctl.scene, result_dir)
             except FileNotFoundError as e:
                 raise JobFailed(f"restyle wrote no frames: {e}; log: {log}") from e
+            s.preview_pass = compositor.RESULT_PASS  # the Preview list says what the backdrop shows
 
     steps.append(CallStep("Loading result", _load))
     return JobController(scene, "Restyle", steps)
+
+
+def scene_frames_arg(scene, tree) -> List[str]:
+    """``["--frames", "A-B"]``: the G-buffer file numbers the scene's frame range shows
+    (what the edit bake would have rendered).
+
+    Raises:
+        JobFailed: no G-buffer frame lies in the scene's frame range.
+    """
+    start, count = compositor.gbuffer_range(tree)
+    offset = compositor.find_node(tree, compositor.ROLE_GBUFFER).frame_offset
+    lo, hi = max(start, scene.frame_start), min(start + count - 1, scene.frame_end)
+    if hi < lo:
+        raise JobFailed("no G-buffer frame lies in the scene's frame range")
+    return backend_args.frames_arg(lo - start + 1 + offset, hi - start + 1 + offset)
 
 
 def _take_renderer(args: Optional[List[str]]) -> Optional[str]:
@@ -259,11 +275,43 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
     def build_job(self, context) -> JobController:
         scene = context.scene
         s = scene.gbuffer_editor
+        missing = backend_args.not_ready("renderer", s.renderer)
+        if missing:  # before the edit bake, before the restyle_NNN folder exists
+            raise JobFailed(missing)
         check_prompt(s.prompt, s.renderer)  # before the restyle_NNN folder exists
         run_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "restyle")
+        tree = compositor.find_tree(scene)
+        if compositor.edits_untouched(tree):
+            # nothing edited: the source G-buffers are the edited ones; no per-frame bake
+            return restyle_job(scene, run_dir / RESULT_DIR, prompt=s.prompt, renderer=s.renderer,
+                               gbuffer_dir=compositor.gbuffer_folder(tree), extra_args=scene_frames_arg(scene, tree))
         return restyle_job(
             scene, run_dir / RESULT_DIR, prompt=s.prompt, renderer=s.renderer, edited_dir=run_dir / EDITED_DIR
         )
 
 
-classes = (GBUFFER_OT_restyle,)
+def _preset_items(self, context):
+    from ..backend.renderers.prompt import PRESETS
+
+    return _PRESET_ITEMS or _PRESET_ITEMS.extend(
+        (p, p[:1].upper() + p[1:], f'Set the prompt to "{p}"') for p in PRESETS) or _PRESET_ITEMS
+
+
+_PRESET_ITEMS: list = []  # referenced from Python while Blender shows them
+
+
+class GBUFFER_OT_look_preset(bpy.types.Operator):
+    """Set the Restyle prompt to a ready-made look"""
+
+    bl_idname = "gbuffer.look_preset"
+    bl_label = "Look Preset"
+    bl_options = {"REGISTER", "UNDO"}
+
+    preset: bpy.props.EnumProperty(name="Preset", items=_preset_items, description="Ready-made prompt")
+
+    def execute(self, context):
+        context.scene.gbuffer_editor.prompt = self.preset
+        return {"FINISHED"}
+
+
+classes = (GBUFFER_OT_restyle, GBUFFER_OT_look_preset)

@@ -25,6 +25,24 @@ def draw_footage(layout, context) -> None:
     if s.source_path:
         layout.label(text=os.path.basename(bpy.path.abspath(s.source_path)), icon="SEQUENCE")
     layout.prop(s, "output_dir")
+    draw_output_folder_note(layout, context)
+
+
+def blend_saved() -> bool:
+    return bool(bpy.data.filepath)
+
+
+def draw_output_folder_note(layout, context) -> None:
+    """Where results really go, when that is not what the Output Folder field shows: a
+    relative ``//`` folder of an unsaved file resolves to a temporary folder."""
+    from ..operators import backend_args
+
+    s = settings(context)
+    if (s.output_dir or "//").startswith("//") and not blend_saved():
+        col = layout.column(align=True)
+        col.label(text="Unsaved file: results go to", icon="ERROR")
+        col.label(text=str(backend_args.output_root(s)), icon="BLANK1")
+        col.label(text="Save the .blend or pick a folder to keep them", icon="BLANK1")
 
 
 def resolution_note(estimator: str, requested: int) -> str:
@@ -66,6 +84,25 @@ def draw_decompose(layout, context) -> None:
     box = layout.box()
     box.label(text="Preview", icon="HIDE_OFF")
     box.prop(s, "preview_pass", text="Pass")
+    draw_provenance(box, context)
+
+
+def draw_provenance(layout, context) -> None:
+    """Where each pass of the loaded G-buffers came from (measured / estimated / derived /
+    default), so a default metallic is never taken for a measured one."""
+    from ..addon import provenance
+
+    s = settings(context)
+    rows = provenance.lines(provenance.folder_provenance(bpy.path.abspath(s.gbuffer_dir)) if s.gbuffer_dir
+                            else None)
+    if not rows:
+        return
+    col = layout.column(align=True)
+    col.label(text="Pass sources:")
+    for text, icon, _kind in rows:
+        col.label(text=text, icon=icon)
+    if any(kind == "default" for _t, _i, kind in rows):
+        col.label(text="Defaults are constants, not measurements", icon="BLANK1")
 
 
 def draw_camera(layout, context) -> None:
@@ -87,20 +124,97 @@ def draw_camera(layout, context) -> None:
     layout.prop(s, "use_camera_solve")
 
 
+_PROMPT_CACHE: dict = {}
+
+
+def prompt_message(prompt: str, renderer: str):
+    """``None`` when ``renderer`` understands ``prompt``, else one short line naming the
+    unknown words and the nearest known ones (checked as the artist types; cached)."""
+    key = (prompt, renderer)
+    if key not in _PROMPT_CACHE:
+        from ..backend.renderers import read_prompt
+        from ..backend.renderers.prompt import PromptError
+
+        msg = None
+        try:
+            read_prompt(prompt, renderer or "embedded")
+        except PromptError as e:
+            words = ", ".join(map(repr, e.unknown))
+            msg = f"Unknown word{'s' if len(e.unknown) > 1 else ''} {words}"
+            hints = [(w, h) for w, h in e.suggestions.items() if h]
+            if len(e.unknown) == 1 and hints:
+                msg += f": did you mean {hints[0][1]!r}?"
+            elif hints:
+                msg += ": did you mean " + ", ".join(f"{h!r} for {w!r}" for w, h in hints) + "?"
+        except (KeyError, ImportError):
+            msg = None
+        if len(_PROMPT_CACHE) > 256:
+            _PROMPT_CACHE.clear()
+        _PROMPT_CACHE[key] = msg
+    return _PROMPT_CACHE[key]
+
+
+def free_text_renderer(name: str) -> bool:
+    try:
+        from ..backend.renderers.base import renderer_class
+
+        return bool(renderer_class(name or "embedded").free_text_prompt)
+    except (KeyError, ImportError):
+        return False
+
+
 def draw_restyle(layout, context) -> None:
+    from ..backend.renderers.prompt import LOOK_ORDER
+
     s = settings(context)
     layout.prop(s, "prompt", text="", icon="TEXT")
+    msg = prompt_message(s.prompt, s.renderer)
+    if msg:
+        layout.label(text=msg, icon="ERROR")
     col = layout.column()
     col.use_property_split = True
     col.use_property_decorate = False
     col.prop(s, "renderer")
+    if not free_text_renderer(s.renderer):
+        box = layout.box()
+        row = box.row()
+        row.prop(s, "show_looks", text="Looks", icon="DOWNARROW_HLT" if s.show_looks else "RIGHTARROW",
+                 emboss=False)
+        row.operator_menu_enum("gbuffer.look_preset", "preset", text="Presets", icon="PRESET")
+        if s.show_looks:
+            sub = box.column(align=True)
+            for name in LOOK_ORDER:
+                sub.prop(s, f"look_{name}", slider=True)
+            box.label(text="Sliders write the prompt; words in the tooltip", icon="INFO")
     row = layout.row()
     row.scale_y = 1.4
     row.enabled = not s.is_running
     row.operator("gbuffer.restyle", icon="SHADERFX")
     if s.result_dir:
-        layout.label(text=os.path.basename(os.path.dirname(s.result_dir.rstrip("/\\"))) or s.result_dir,
-                     icon="CHECKMARK")
+        draw_result(layout, context)
+
+
+def draw_result(layout, context) -> None:
+    """The last result (shown in the backdrop and Image Editors after Restyle), buttons to
+    show it again, play its preview movie and open its folder, and the run history."""
+    from ..operators import results
+
+    s = settings(context)
+    box = layout.box()
+    run_dir = os.path.dirname(s.result_dir.rstrip("/\\"))
+    box.label(text=f"Result: {os.path.basename(run_dir) or s.result_dir}", icon="CHECKMARK")
+    row = box.row(align=True)
+    row.operator("gbuffer.show_result", text="Show", icon="HIDE_OFF").directory = s.result_dir
+    row.operator("gbuffer.play_preview", text="Play", icon="PLAY").directory = s.result_dir
+    row.operator("gbuffer.open_path", text="Folder", icon="FILE_FOLDER").path = run_dir
+    runs = results.run_history(results.history_root(context))
+    if len(runs) > 1:
+        col = box.column(align=True)
+        col.label(text="Earlier runs:")
+        for run in runs:
+            r = col.row(align=True)
+            r.label(text=run.line())
+            r.operator("gbuffer.show_result", text="", icon="IMPORT").directory = str(run.result)
 
 
 def draw_scene_export(layout, context) -> None:
@@ -137,7 +251,9 @@ def draw_status(layout, context) -> None:
     else:
         layout.label(text=s.status or "Ready", icon="INFO")
     if s.log_path:
-        layout.prop(s, "log_path", text="Log")
+        row = layout.row(align=True)
+        row.prop(s, "log_path", text="Log")
+        row.operator("gbuffer.open_path", text="", icon="TEXT").path = s.log_path
 
 
 class _Sidebar:

@@ -111,6 +111,10 @@ class RecordingLayout:
 
         return _OpProps()
 
+    def operator_menu_enum(self, idname, prop, **kwargs):
+        self._check("operator_menu_enum", kwargs)
+        self.calls.append(("operator_menu_enum", idname, prop, kwargs))
+
     def label(self, **kwargs):
         self._check("label", kwargs)
         self.calls.append(("label", kwargs))

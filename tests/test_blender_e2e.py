@@ -133,6 +133,15 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     assert res_node.image.source == "SEQUENCE" and res_node.frame_duration == 3
     assert compat.output_socket(tree).links[0].from_node == res_node
     assert compositor.gbuffer_output(tree).mute  # switched off again after the edit render
+    # the result is where the artist looks (issue 17): the backdrop (Viewer), the Preview
+    # list ("Result") and the Image Editor of the Rendering workspace
+    viewer = compositor.find_node(tree, compositor.ROLE_VIEWER)
+    assert viewer.inputs["Image"].links[0].from_node == res_node
+    assert s.preview_pass == compositor.RESULT_PASS
+    rendering = bpy.data.workspaces["Rendering"].screens[0]
+    space = next(a.spaces.active for a in rendering.areas if a.type == "IMAGE_EDITOR")
+    assert space.image == res_node.image and space.image.name.startswith("restyle_001 result")
+    assert (run / "result" / "preview.mp4").is_file()
 
     # -- a second run never overwrites the first --------------------------------
     before = {p: p.stat().st_mtime_ns for p in result.glob("restyle_*.exr")}

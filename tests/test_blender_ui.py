@@ -85,12 +85,20 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
                 rna = getattr(getattr(bpy.ops, mod), name).get_rna_type()
                 assert call[2] in rna.properties, f"{call[1]} has no property {call[2]}"
                 props.add(f"{call[1]}.{call[2]}")
+            elif call[0] == "operator_menu_enum":
+                mod, name = call[1].split(".")
+                rna = getattr(getattr(bpy.ops, mod), name).get_rna_type()
+                assert call[2] in rna.properties, f"{call[1]} has no property {call[2]}"
+                ops.add(call[1])
             elif call[0] == "progress":
                 assert call[1]["factor"] == pytest.approx(0.4)
     assert ops == {"gbuffer.import_footage", "gbuffer.decompose", "gbuffer.load_gbuffers",
-                   "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve"}
+                   "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve",
+                   "gbuffer.show_result", "gbuffer.play_preview", "gbuffer.open_path", "gbuffer.look_preset"}
     assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
-            "stabilize", "use_camera_solve", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume"} <= props
+            "stabilize", "use_camera_solve", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume",
+            "show_looks", "look_fog", "look_night", "look_rain", "look_snow", "look_underwater", "look_overcast",
+            "look_golden_hour"} <= props
 
 
 def test_compositor_panel_poll(addon):
@@ -529,10 +537,19 @@ def test_restyle_unknown_prompt_stops_before_anything_is_written(addon, tmp_path
         bpy.ops.gbuffer.restyle()
     report = str(ei.value)
     assert "does not understand 'purple', 'dragons' in prompt 'purple dragons'." in report
-    assert len(report) < 250 and "full message in the Status panel" in report
-    assert s.status.startswith("the embedded renderer does not understand") and s.status.endswith(
-        "--renderer controlnet.")
+    assert len(report) < 250 and "Looks: golden hour, overcast, rain, snow, underwater, fog, night" in report
+    # issue 17: the Status line is short enough to read whole; the full vocabulary is in
+    # a log the Status panel links to (Open Log), outside the output folder
+    assert s.status.startswith("the embedded renderer does not understand") and len(s.status) < 200
+    log = s.log_path
+    assert log and log in report
+    text = open(log, encoding="utf-8").read()
+    assert "'purple', 'dragons'" in text and "--renderer controlnet" in text and "mist" in text
     assert not runs.exists() or list(runs.iterdir()) == []
+    # a near miss names the known word
+    s.prompt = "dense foog"
+    with pytest.raises(RuntimeError, match="Did you mean 'fog' for 'foog'"):
+        bpy.ops.gbuffer.restyle()
 
 
 def test_brief_report_keeps_the_log_path():
@@ -551,3 +568,240 @@ def test_sidebar_says_what_resolution_the_estimator_really_uses(addon):
     assert resolution_note("embedded", 96) == "Computes at 96 px; G-buffers at full size"
     assert resolution_note("marigold", 0) == "Computes at full size; G-buffers at full size"
     assert resolution_note("nope", 768) == "Estimator unavailable"
+
+
+def test_sidebar_shows_which_passes_are_defaults(addon, scene, footage, tmp_path):
+    """Decompose (the real embedded estimator, one real frame) records per-pass provenance;
+    the Preview box lists it: the network's near-constant metallic and roughness read as
+    defaults (ERROR icon), depth/normal/albedo as estimated (issue 17)."""
+    from backend import decompose
+
+    res = decompose(footage("boat"), tmp_path / "gb", frames="1-1")
+    s = scene.gbuffer_editor
+    s.gbuffer_dir = str(res.out_dir)
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    labels = {c[1].get("text"): c[1].get("icon") for c in _draw_all(addon, ctx) if c[0] == "label"}
+    assert "Pass sources:" in labels
+    assert labels["Metallic: default"] == "ERROR"
+    assert labels["Roughness: default"] == "ERROR"
+    assert labels["Depth: estimated"] == "INFO"
+    assert labels["Albedo: estimated"] == "INFO"
+    assert "Defaults are constants, not measurements" in labels
+    # an older folder without provenance: nothing is claimed
+    s.gbuffer_dir = str(tmp_path)
+    labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
+    assert "Pass sources:" not in labels
+
+
+def test_result_is_shown_in_backdrop_and_image_editors_with_history(addon, scene, tmp_path):
+    """After a Restyle the result is where the artist looks (issue 17): the Viewer (the
+    compositor backdrop) shows the Restyle result node, the Preview list reads "Result",
+    the Image Editor of the Rendering workspace shows the sequence playing along with the
+    scene, and the Restyle panel lists earlier runs (prompt, renderer, frames) to re-load.
+    Two real backend restyle runs on small G-buffers."""
+    from backend import restyle
+    from gbuffer_editor.addon import compat, compositor
+    from gbuffer_editor.operators import results
+    from gbuffer_util import make_gbuffers
+
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=24, w=32)
+    root = tmp_path / "out"
+    for i, prompt in enumerate(("dense fog", "night"), 1):
+        restyle(gb, root / f"restyle_{i:03d}" / "result", prompt, flicker=False)
+    s = scene.gbuffer_editor
+    s.output_dir = str(root) + "/"
+    compositor.setup_gbuffer(scene, gb)
+    tree = compositor.find_tree(scene)
+    last = root / "restyle_002" / "result"
+    node = compositor.load_result(scene, last)
+    s.result_dir, s.preview_pass = str(last), compositor.RESULT_PASS
+    viewer = compositor.find_node(tree, compositor.ROLE_VIEWER)
+    assert viewer.inputs["Image"].links[0].from_node == node          # backdrop shows it
+    assert compat.output_socket(tree).links[0].from_node == node       # and the final output
+    assert node.image.name.startswith("restyle_002 result") and node.frame_duration == 3
+    rendering = bpy.data.workspaces["Rendering"].screens[0]
+    space = next(a.spaces.active for a in rendering.areas if a.type == "IMAGE_EDITOR")
+    assert space.image == node.image and space.image_user.frame_duration == 3
+    uv = bpy.data.workspaces["UV Editing"].screens[0]
+    assert all(a.spaces.active.image != node.image for a in uv.areas if a.type == "IMAGE_EDITOR")
+    # the Preview list switches between passes and the result
+    s.preview_pass = "Normal"
+    assert viewer.inputs["Image"].links[0].from_node != node
+    s.preview_pass = compositor.RESULT_PASS
+    assert viewer.inputs["Image"].links[0].from_node == node
+
+    runs = results.run_history(root)
+    assert [(r.number, r.prompt, r.renderer, r.frames, r.complete) for r in runs] == [
+        (2, "night", "embedded", 3, True), (1, "dense fog", "embedded", 3, True)]
+    assert runs[0].preview.is_file()  # preview.mp4 that Play opens
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    calls = _draw_all(addon, ctx)
+    labels = [c[1].get("text") for c in calls if c[0] == "label"]
+    assert "Result: restyle_002" in labels and "Earlier runs:" in labels
+    assert "001: dense fog - embedded, 3 frames" in labels
+    loads = [c[3] for c in calls if c[0] == "operator_prop" and c[1] == "gbuffer.show_result"]
+    assert str(root / "restyle_001" / "result") in loads
+    # re-load the earlier run through the operator (what the history's button does)
+    with bpy.context.temp_override(scene=scene):
+        assert bpy.ops.gbuffer.show_result(directory=str(root / "restyle_001" / "result")) == {"FINISHED"}
+        assert compositor.find_node(tree, compositor.ROLE_RESULT).image.name.startswith("restyle_001 result")
+        assert s.result_dir == str(root / "restyle_001" / "result")
+        # no preview movie -> a clear error, nothing opened
+        with pytest.raises(RuntimeError, match="No preview movie"):
+            bpy.ops.gbuffer.play_preview(directory=str(tmp_path))
+        with pytest.raises(RuntimeError, match="Not found"):
+            bpy.ops.gbuffer.open_path(path=str(tmp_path / "missing.log"))
+
+
+def test_look_sliders_presets_and_prompt_check(addon, scene):
+    """The vocabulary where the prompt is typed (issue 17): one slider per look writes the
+    prompt and snaps to its words, typing a prompt moves the sliders, a preset sets it,
+    and an unknown word shows one short line naming the nearest known word."""
+    from backend.renderers.prompt import LOOK_ORDER, PRESETS
+    from gbuffer_editor.panels.sidebar import prompt_message
+
+    s = scene.gbuffer_editor
+    assert all(hasattr(s, f"look_{n}") for n in LOOK_ORDER)
+    s.renderer = "embedded"
+    s.look_fog = 1.55
+    assert s.prompt == "dense fog" and s.look_fog == pytest.approx(1.6)  # snapped to "dense"
+    s.look_night = 1.0
+    assert s.prompt == "dense fog at night"
+    s.prompt = "light rain"  # typing moves the sliders
+    assert (s.look_rain, s.look_fog, s.look_night) == (pytest.approx(0.5), 0.0, 0.0)
+    with bpy.context.temp_override(scene=scene):
+        assert bpy.ops.gbuffer.look_preset(preset=PRESETS[3]) == {"FINISHED"}
+    assert s.prompt == PRESETS[3] and s.look_rain == pytest.approx(1.6) and s.look_night == 1.0
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    calls = _draw_all(addon, ctx)
+    assert ("operator_menu_enum", "gbuffer.look_preset", "preset") in [c[:3] for c in calls]
+    slider_props = [c[2] for c in calls if c[0] == "prop" and c[2].startswith("look_")]
+    assert slider_props[:len(LOOK_ORDER)] == [f"look_{n}" for n in LOOK_ORDER]
+    # as you type: a short line under the field
+    s.prompt = "heavy rian"
+    assert prompt_message(s.prompt, "embedded") == "Unknown word 'rian': did you mean 'rain'?"
+    assert prompt_message("purple rian", "embedded") == "Unknown words 'purple', 'rian': did you mean 'rain' for 'rian'?"
+    labels = {c[1].get("text"): c[1].get("icon") for c in _draw_all(addon, ctx) if c[0] == "label"}
+    assert labels["Unknown word 'rian': did you mean 'rain'?"] == "ERROR"
+    assert s.look_rain == pytest.approx(1.6)  # an unparsable prompt leaves the sliders alone
+    assert prompt_message("dense fog", "embedded") is None
+
+
+@pytest.mark.parametrize("args", [["decompose", "--help"], ["restyle", "-h"], ["export-scene", "--help"],
+                                  ["solve", "--help"], ["--help"]])
+def test_headless_help_exits_0_for_every_subcommand(addon, args, capsys):
+    """``blender -b --command gbuffer_editor SUB --help`` (issue 17: it exited 2 with
+    "--out required"); decompose/restyle list the Blender-side options, estimators,
+    renderers and prompt words."""
+    from gbuffer_editor.addon import cli_command
+
+    try:
+        rc = cli_command.run(args)
+    except SystemExit as e:  # argparse-based subcommands
+        rc = e.code or 0
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("usage: blender -b"), out[:200]
+    if args[0] == "decompose":
+        assert "Blender-side options:" in out and "--setup" in out and "marigold:" in out
+    if args[0] == "restyle":
+        assert "--no-edits" in out and "controlnet:" in out and "fog: foggy" in out
+    if args[0] == "--help":
+        assert "export-scene --out DIR" in out and "COMMAND --help" in out
+
+
+def test_dropdowns_say_what_they_need_and_missing_models_are_refused_first(addon, scene, footage, tmp_path):
+    """Estimators/renderers are labelled with what they need and their state; with the
+    models missing, Decompose (marigold) and Restyle (controlnet) are refused before any
+    folder is made or anything runs, pointing at Preferences > Models (issue 17: they
+    failed after 5 s / 31 s, ControlNet after re-rendering the edits)."""
+    from gbuffer_editor.addon import props as props_mod
+    from gbuffer_editor.operators import decompose
+
+    props_mod._ROWS_CACHE.clear()
+    est = {i[0]: i for i in props_mod._estimator_items(None, None)}
+    assert est["embedded"][1] == "Embedded" and "State: ready" in est["embedded"][2]
+    assert est["marigold"][1] == "Marigold (GPU, not ready)"
+    assert "Needs: a GPU" in est["marigold"][2] and "Models" in est["marigold"][2]
+    ren = {i[0]: i for i in props_mod._renderer_items(None, None)}
+    assert ren["controlnet"][1] == "Controlnet (GPU, not ready)"
+
+    sc = bpy.context.scene
+    s = sc.gbuffer_editor
+    runs = tmp_path / "runs"
+    s.output_dir = str(runs) + "/"
+    s.source_path = str(footage("boat"))
+    s.estimator = "marigold"
+    with pytest.raises(RuntimeError, match="Preferences > Add-ons > G-Buffer Editor > Models"):
+        bpy.ops.gbuffer.decompose()
+    assert s.status.startswith("estimator 'marigold' cannot run:") and "Models" in s.status
+    assert "prs-eth/marigold-depth-v1-1" in open(s.log_path, encoding="utf-8").read()
+    assert not runs.exists() or list(runs.iterdir()) == []
+    s.estimator = "embedded"
+    gb = write_sequence(tmp_path / "gb", flat_frames(24, 32, 2))
+    decompose.wire_gbuffers(sc, gb)
+    s.renderer, s.prompt = "controlnet", "a watercolour painting"
+    with pytest.raises(RuntimeError, match="renderer 'controlnet' cannot run: .*models? missing: download in Pref"):
+        bpy.ops.gbuffer.restyle()
+    assert not runs.exists() or list(runs.iterdir()) == []  # no restyle_NNN, no edit bake
+    s.renderer, s.prompt = "embedded", ""
+
+
+def test_file_import_menu_and_unsaved_output_folder(addon, scene, monkeypatch):
+    """File > Import lists the footage importer; with an unsaved .blend and a relative
+    output folder the panel shows the real (temporary) folder results go to."""
+    from gbuffer_editor.operators import backend_args, import_footage
+    from gbuffer_editor.panels import sidebar
+
+    monkeypatch.setattr(sidebar, "blend_saved", lambda: False)  # an earlier test may have saved
+
+    menu = bpy.types.TOPBAR_MT_file_import
+    assert import_footage.menu_import in menu._dyn_ui_initialize()
+    layout = util.RecordingLayout()
+    import_footage.menu_import(SimpleNamespace(layout=layout), bpy.context)
+    assert layout.calls[0][:2] == ("operator", "gbuffer.import_footage")
+    s = scene.gbuffer_editor
+    s.output_dir = "//gbuffer_editor/"
+    ctx = SimpleNamespace(scene=scene, window_manager=bpy.context.window_manager)
+    labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
+    real = str(backend_args.output_root(s))
+    assert "Unsaved file: results go to" in labels and real in labels and not real.startswith("//")
+    s.output_dir = "/tmp/some/where/"
+    labels = [c[1].get("text") for c in _draw_all(addon, ctx) if c[0] == "label"]
+    assert "Unsaved file: results go to" not in labels
+
+
+def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
+    """Untouched "Material edits": Restyle hands the source G-buffers (the scene's frame
+    range) straight to the worker, no per-frame compositor bake, no edited_gbuffer
+    folder; one edit inside the frame brings the bake back (issue 17: the add-on was ~5x
+    slower than the CLI because of it)."""
+    from gbuffer_editor.addon import compat, compositor
+    from gbuffer_editor.operators import decompose, restyle
+
+    sc = bpy.data.scenes.new("untouched_edits")  # its own compositor tree
+    gb = write_sequence(tmp_path / "gb", flat_frames(24, 32, 4))
+    decompose.wire_gbuffers(sc, gb)
+    tree = compositor.find_tree(sc)
+    sc.frame_start, sc.frame_end = 2, 3
+    s = sc.gbuffer_editor
+    s.output_dir = str(tmp_path / "runs") + "/"
+    s.renderer, s.prompt = "embedded", "fog"
+    assert compositor.edits_untouched(tree)
+    assert restyle.scene_frames_arg(sc, tree) == ["--frames", "2-3"]
+    with bpy.context.temp_override(scene=sc):
+        assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    run = tmp_path / "runs" / "restyle_001"
+    assert not (run / restyle.EDITED_DIR).exists()
+    assert sorted(p.name for p in (run / "result").glob("restyle_*.exr")) == ["restyle_0002.exr", "restyle_0003.exr"]
+    # an edit: a Value node into Roughness "out" -> the bake runs again
+    value = compat.new_value_node(tree, 0.0, "Roughness 0")
+    tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Roughness").inputs[0])
+    assert not compositor.edits_untouched(tree)
+    with bpy.context.temp_override(scene=sc):
+        assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    assert (tmp_path / "runs" / "restyle_002" / restyle.EDITED_DIR / "gbuffer_0002.exr").exists()
+    tree.nodes.remove(value)
+    r_in, r_out = compositor.find_node(tree, "in", "Roughness"), compositor.find_node(tree, "out", "Roughness")
+    tree.links.new(r_in.outputs[0], r_out.inputs[0])
+    assert compositor.edits_untouched(tree)
+    bpy.data.scenes.remove(sc)

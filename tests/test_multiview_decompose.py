@@ -50,6 +50,7 @@ def test_decompose_with_exact_cameras_measures_depth(tmp_path):
     assert res.written == list(range(1, 8))
     man = json.loads((tmp_path / "gb" / "manifest.json").read_text())
     assert man["multiview"]["frames_measured"] == 7 and man["multiview"]["frames_single_image"] == 0
+    assert man["provenance"]["depth"] == "measured"
     assert man["settings"]["cameras"]["units"] == "metres"
     assert man["temporal_consistency"]["median"] < 0.02
     rows = []
@@ -58,6 +59,9 @@ def test_decompose_with_exact_cameras_measures_depth(tmp_path):
         gt = depths[n - 1]
         conf = fr.confidence > 0.5
         assert fr.meta["depth_kind"] == "metric" and fr.meta["depth_source"] == "multiview"
+        assert fr.meta["provenance"]["depth"] == "measured"  # per-pass provenance (issue 17)
+        assert fr.meta["provenance"]["normal"] == "derived"
+        assert fr.meta["provenance"]["metallic"] == "default"  # the embedded network's constant
         assert fr.meta["intrinsics_assumed"] is False
         np.testing.assert_allclose(fr.meta["camera"]["camera_to_world"], cams[n - 1].c2w_opengl(), atol=1e-6)
         ratio = np.maximum(fr.depth / gt, gt / fr.depth)[conf]

@@ -19,7 +19,7 @@ def strength(prompt, name):
     ("dense fog", [("fog", 1.6)]),
     ("heavy rain", [("rain", 1.6)]),
     ("golden hour", [("golden_hour", 1.0)]),
-    ("murky underwater at night", [("night", 1.0), ("underwater", 1.7)]),
+    ("murky underwater at night", [("underwater", 1.7), ("night", 1.0)]),  # night last
     ("Dense FOG!", [("fog", 1.6)]),
     ("", []),
 ])

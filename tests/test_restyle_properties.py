@@ -98,12 +98,13 @@ def test_albedo_scales_diffuse_proportionally(scene):
     np.testing.assert_allclose((o2 - o1)[surf], (o1 - o0)[surf], rtol=1e-4, atol=1e-5)
     assert (o2 - o1)[surf].mean() > 0.01
     # hue edit: a red-only boost changes the red channel only (diffuse); the source
-    # detail ratio is computed on luminance, so it moves a little (< 0.5 %)
+    # detail ratio is computed on luminance, so it moves a little (< 1 %; 0.54 % at most
+    # since its base became edge-preserving, issue 17)
     a3 = a1.copy()
     a3[..., 0] *= 1.5
     l3 = r.render_layers(with_(scene, albedo=a3), "")
-    np.testing.assert_allclose(l3.diffuse[0][surf], 1.5 * l1.diffuse[0][surf], rtol=5e-3)
-    np.testing.assert_allclose(l3.diffuse[1:, surf], l1.diffuse[1:, surf], rtol=5e-3)
+    np.testing.assert_allclose(l3.diffuse[0][surf], 1.5 * l1.diffuse[0][surf], rtol=1e-2)
+    np.testing.assert_allclose(l3.diffuse[1:, surf], l1.diffuse[1:, surf], rtol=1e-2)
 
 
 def test_albedo_edit_visible_with_default_source_light(scene):

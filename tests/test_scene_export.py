@@ -150,6 +150,9 @@ def test_plane_at_5m_gives_planar_depth_5():
     assert fx == pytest.approx(35.0 / 36.0 * W) and fy == pytest.approx(fx)
     assert (cx, cy) == (W / 2, H / 2)
     assert np.all(np.isfinite(f.combined)) and f.combined[..., :3].max() > 0
+    # exact scene passes are recorded as measured (per-pass provenance, issue 17)
+    assert set(f.meta["provenance"].values()) == {"measured"}
+    assert "Cycles" in f.meta["pass_models"]["depth"]
 
 
 @pytest.mark.blender

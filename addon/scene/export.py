@@ -332,6 +332,11 @@ class GBufferRenderer:
             "samples": int(s.cycles.samples),
             "unit_scale": float(s.unit_settings.scale_length),
         }
+        # exact values of the 3D scene: every pass is measured (rendered, not estimated)
+        extra["provenance"] = {k: "measured" for k in
+                               ("depth", "normal", "albedo", "metallic", "roughness", "confidence")}
+        extra["pass_models"] = {k: f"Blender {bpy.app.version_string} scene (Cycles passes)"
+                                for k in extra["provenance"]}
         if meta_extra:
             extra.update(meta_extra)
         meta = contract.make_meta(

@@ -29,6 +29,14 @@ class EstimatorOutput:
         metallic, roughness: ``H x W`` float32 in [0, 1], or ``None``.
         confidence: ``H x W`` float32 in [0, 1] or ``None``; 0 marks sky/background.
         models: model id -> revision/hash actually used.
+        provenance: pass name (``depth``, ``normal``, ``albedo``, ``metallic``,
+            ``roughness``, ``confidence``) -> ``measured`` (from the footage's geometry:
+            parallax between frames), ``estimated`` (predicted per pixel by a model),
+            ``derived`` (computed from other passes or the source, e.g. normals from
+            depth) or ``default`` (a constant, or a model output that is constant in
+            practice). Passes an estimator leaves out are filled in by
+            :class:`backend.decomposer.Decomposer`.
+        pass_models: pass name -> the model or method that produced it.
     """
 
     depth: np.ndarray
@@ -39,6 +47,14 @@ class EstimatorOutput:
     roughness: Optional[np.ndarray] = None
     confidence: Optional[np.ndarray] = None
     models: Dict[str, str] = field(default_factory=dict)
+    provenance: Dict[str, str] = field(default_factory=dict)  # pass -> "measured" | "estimated" | "derived" | "default"
+    pass_models: Dict[str, str] = field(default_factory=dict)  # pass -> model/method that produced it
+
+
+#: the values of :attr:`EstimatorOutput.provenance`, most trustworthy first
+PROVENANCE_KINDS = ("measured", "estimated", "derived", "default")
+#: the passes provenance is recorded for
+PROVENANCE_PASSES = ("depth", "normal", "albedo", "metallic", "roughness", "confidence")
 
 
 class Estimator:

@@ -185,6 +185,7 @@ class MarigoldEstimator(Estimator):
         self.seed = int(seed)
         self.fp32_reruns = 0
         self.models: Dict[str, str] = {}
+        self.task_models: Dict[str, str] = {}  # task -> model id (per-pass provenance)
         self._ids: Dict[str, Optional[str]] = {"depth": depth, "normals": normals, "intrinsics": intrinsics}
         self._pipes: Dict[str, Any] = {}
         kw = dict(revision=revision, local_files_only=local_files_only, cache_dir=cache_dir)
@@ -221,6 +222,7 @@ class MarigoldEstimator(Estimator):
             if not props.get("target_names"):
                 raise MarigoldError(f"{model}: config has no target_properties.target_names")
         self.models[model] = rev
+        self.task_models[task] = model
         return pipe
 
     def settings(self) -> Dict[str, object]:
@@ -344,6 +346,15 @@ class MarigoldEstimator(Estimator):
         for name, arr in (("depth", depth), ("normal", normal), ("albedo", albedo)):
             if arr is not None and arr.shape[:2] != (h, w):
                 raise MarigoldError(f"marigold {name}: got {arr.shape[:2]}, expected {(h, w)}")
+        provenance, pass_models = {}, {}
+        for name, arr, pipe in (("depth", depth if "depth" in self._pipes else None, "depth"),
+                                ("normal", normal, "normals"), ("albedo", albedo, "intrinsics"),
+                                ("metallic", metallic, "intrinsics"), ("roughness", roughness, "intrinsics")):
+            if arr is not None:
+                provenance[name] = "estimated"
+                pass_models[name] = self.task_models.get(pipe, f"marigold {pipe}")
+        if "depth" not in provenance:
+            provenance["depth"], pass_models["depth"] = "default", "flat plane (no depth model)"
         return EstimatorOutput(depth=depth, depth_kind="relative", normal=normal, albedo=albedo,
                                metallic=metallic, roughness=roughness, confidence=None,
-                               models=dict(self.models))
+                               models=dict(self.models), provenance=provenance, pass_models=pass_models)

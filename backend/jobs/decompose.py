@@ -148,6 +148,9 @@ class _Shot:
             entry = {"source_index": sf.index, "pts_s": sf.pts_s,
                      "depth_near": frame.meta["depth_near"], "depth_far": frame.meta["depth_far"]}
             entry.update(self.manifest_fields())
+            for k in ("provenance", "pass_models"):
+                if k in frame.meta:
+                    entry[k] = frame.meta[k]
             # validation + EXR encoding run on the runner's writer thread while the next
             # frame is decoded and estimated (the runner renames tmp_path atomically)
             return Deferred(lambda: contract.write_frame(tmp_path, frame, atomic=False) and None, entry)
@@ -320,6 +323,33 @@ def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: 
     }
 
 
+def provenance_summary(frames) -> Dict[str, Any]:
+    """Per pass, over the manifest's frame entries: the provenance kind when every frame
+    agrees (``"default"``), else ``{kind: frame count}``; plus ``pass_models`` with the
+    method of the most frames. ``{}`` when no frame records provenance."""
+    from collections import Counter
+
+    kinds: Dict[str, Counter] = {}
+    methods: Dict[str, Counter] = {}
+    for f in frames:
+        for k, v in (f.get("provenance") or {}).items():
+            kinds.setdefault(k, Counter())[v] += 1
+        for k, v in (f.get("pass_models") or {}).items():
+            methods.setdefault(k, Counter())[v] += 1
+    if not kinds:
+        return {}
+    prov = {k: (next(iter(c)) if len(c) == 1 else dict(c)) for k, c in kinds.items()}
+    return {"provenance": prov, "pass_models": {k: c.most_common(1)[0][0] for k, c in methods.items()}}
+
+
+def _provenance_summary(result: JobResult) -> None:
+    man = result.manifest
+    summary = provenance_summary(man.get("frames", []))
+    if summary:
+        man.update(summary)
+        contract.write_manifest(result.out_dir, man)
+
+
 def _flicker_summary(result: JobResult) -> None:
     man = result.manifest
     rows = [f for f in man.get("frames", []) if f.get("flicker")]
@@ -429,6 +459,7 @@ def decompose(
                 job="decompose", manifest=manifest,
                 read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
             )
+            _provenance_summary(result)
             if stabilize and cameras is None:
                 _flicker_summary(result)
             if cameras is not None:

@@ -337,6 +337,16 @@ class MultiViewShot:
                     measured_fraction=self.report.measured_fraction,
                     neighbours=self.report.neighbours,
                     filled=[p for p in prior.meta.get("filled", []) if p != "normal"])
+        # per-pass provenance: depth measured from parallax (fused with the estimate where
+        # parallax is weak), normals and confidence derived from that measurement
+        prov = dict(prior.meta.get("provenance") or {})
+        models = dict(prior.meta.get("pass_models") or {})
+        prov.update(depth="measured", normal="derived", confidence="derived")
+        models.update(depth=f"multi-view plane sweep, fused with {prior.meta.get('estimator')} "
+                            f"(measured fraction {self.report.measured_fraction})",
+                      normal="plane fit of the measured depth",
+                      confidence="multi-view consistency")
+        meta.update(provenance=prov, pass_models=models)
         return contract.GBufferFrame(combined=prior.combined, depth=depth, normal=normal.astype(np.float32),
                                      albedo=prior.albedo, metallic=prior.metallic, roughness=prior.roughness,
                                      confidence=conf, meta=meta)

@@ -56,7 +56,7 @@ from .prompt import Look
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 3
+RENDER_VERSION = 4
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
@@ -362,22 +362,56 @@ def _distances(frame: GBufferFrame, p: LookParams, ray_len: np.ndarray) -> _Dist
     return _Distances(sky, unit, unit * ray_len, fog_scale, water_scale)
 
 
+#: guided-filter ``eps`` on log shading: steps with a log contrast well above
+#: ``sqrt(eps)`` (hard cast shadows, ~x3) go to the base, smaller ones stay detail
+DETAIL_EDGE_EPS = 0.05
+
+
 def _detail_ratio(s_src: np.ndarray, depth: np.ndarray, strength: float) -> np.ndarray:
-    """High-frequency shading detail ``lum(S) / lowpass(lum(S))`` in [0.33, 3] (H x W).
+    """High-frequency shading detail ``lum(S) / base(lum(S))`` in [0.33, 3] (H x W).
+
+    ``base`` is an edge-preserving smoothing of log-luminance: a self-guided filter (He,
+    Sun & Tang, "Guided Image Filtering", ECCV 2010; computed on a grid ``w / 320``
+    coarser and its linear coefficients upsampled, the "fast guided filter" of He & Sun
+    2015). Where the window holds a strong step (a hard cast shadow's edge) the base
+    follows the step, so the ratio stays near 1 on both sides: a plain low-pass put a
+    dark rim inside every cast shadow and a bright one outside it, which read as an
+    outlined sticker once a look dims the sun (rain, snow, overcast). Texture, creases and
+    soft contact shadows (log contrast below ``sqrt(DETAIL_EDGE_EPS)``) stay in the detail.
 
     Faded toward 1 where log-depth departs from its local mean, i.e. at depth
     discontinuities (objects against the background, the horizon against the sky),
     where the ratio would otherwise halo.
     """
+    import cv2
+
     one = F32(1.0)
     h, w = depth.shape
     lum = sh.luminance(s_src)
+    log_lum = np.log(np.maximum(lum, F32(1e-3)))
     logd = np.log(np.maximum(depth, F32(1e-3)))
     scale = max(2, int(round(w / 320)))
-    stack = sh.lowpass(np.stack([lum, logd]), scale=scale, radius=1)
-    x = np.abs(logd - stack[1]) * F32(DETAIL_DEPTH_GATE)
+    if h < 2 * scale or w < 2 * scale:
+        return np.ones((h, w), dtype=F32)
+    hl, wl = h // scale, w // scale
+    small = [resize(np.ascontiguousarray(a[: hl * scale, : wl * scale]), (wl, hl), "area")
+             for a in (log_lum, logd)]
+    k = (5, 5)
+
+    def box(a):
+        return cv2.boxFilter(a, -1, k, borderType=cv2.BORDER_REPLICATE)
+
+    g = small[0]
+    mean = box(g)
+    var = np.maximum(box(g * g) - mean * mean, F32(0.0))
+    coef_a = var / (var + F32(DETAIL_EDGE_EPS))
+    coef_b = mean - coef_a * mean
+    coef = np.stack([box(coef_a), box(coef_b), box(small[1])])
+    coef = sh.upsample(coef, h, w)
+    base = coef[0] * log_lum + coef[1]
+    x = np.abs(logd - coef[2]) * F32(DETAIL_DEPTH_GATE)
     gate = one / (one + x * x)
-    detail = lum / np.maximum(stack[0], F32(1e-3))
+    detail = np.exp(np.clip(log_lum - base, -1.1, 1.1))
     np.minimum(detail, F32(3.0), out=detail)
     np.maximum(detail, F32(0.33), out=detail)
     detail -= one
@@ -412,6 +446,8 @@ def _surface_edits(p: LookParams, albedo, rough, metal, ny):
 SSR_MAX_ROUGHNESS = 0.45
 #: screen-space reflections are traced on a grid whose long side is about this many pixels
 SSR_GRID = 320
+#: Gaussian sigma (fraction of the long side) smoothing the depth the mirror normals come from
+SSR_NORMAL_SMOOTH = 1.0 / 160
 
 
 def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: LookParams,
@@ -457,11 +493,28 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     # mirror directions from the normals of the depth buffer being traced: estimated
     # normals a few degrees off that geometry (typical on footage) send most rays out
     # of the frame instead of onto the surfaces the depth says are there
-    n_l = np.ascontiguousarray(np.moveaxis(normals_from_depth(d_l, intr_l), -1, 0), dtype=F32)
+    # ... from a smoothed copy: depth upsampled from an estimator's grid (192 px for the
+    # embedded one) is piecewise planar, and its normals turned a mirror into blocks
+    sigma = max(1.0, SSR_NORMAL_SMOOTH * max(hl, wl))
+    import cv2
+
+    d_s = cv2.GaussianBlur(d_l, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE)
+    n_l = np.ascontiguousarray(np.moveaxis(normals_from_depth(d_s, intr_l), -1, 0), dtype=F32)
     if min(hl, wl) > 4:  # one-sided differences at the border: take the inner neighbours'
         n_l[:, 0], n_l[:, -1] = n_l[:, 1], n_l[:, -2]
         n_l[:, :, 0], n_l[:, :, -1] = n_l[:, :, 1], n_l[:, :, -2]
     col, wgt = sh.screen_space_reflection(d_l, n_l, rad_l, intr_l, g_l > 0)
+    if min(hl, wl) > 8:
+        # soften where rays start / stop finding a hit: a hard found / not-found boundary
+        # drew the grid's and the depth's steps as stepped contours in a mirror
+        import cv2
+
+        traced = (g_l > 0).astype(F32)
+        k = (3, 3)
+        acc = cv2.blur(traced, k)
+        wsum = cv2.blur(wgt, k)
+        col = np.stack([cv2.blur(c * wgt, k) for c in col]) / np.maximum(wsum, F32(1e-6))
+        wgt = np.where(acc > 0, wsum / np.maximum(acc, F32(1e-6)), F32(0.0)) * (traced > 0)
     # rough-ish surfaces see a blurred reflection
     blur = sh.lowpass(col, scale=1, radius=2) if min(hl, wl) > 8 else col
     r_l = small(rough)
@@ -566,39 +619,152 @@ def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
     return rgb
 
 
-def _falling(h: int, w: int, frame_index: int, time_s: float, *, slant: float, period: float,
-             speed: float, length: float, density: float, sway: float = 0.0) -> np.ndarray:
-    """Falling particles in ``[0, 1]`` (H x W), hash-based, deterministic.
+def _hash01(*keys: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Deterministic hash of integer arrays to float32 in ``[0, 1)`` (uint32
+    multiply-xorshift, wraps modulo 2^32 on every platform)."""
+    with np.errstate(over="ignore"):
+        x = np.full(np.broadcast(*keys).shape, np.uint32(seed * 0x9E3779B1 & 0xFFFFFFFF), dtype=np.uint32)
+        for i, k in enumerate(keys):
+            x ^= (np.asarray(k).astype(np.int64) & 0xFFFFFFFF).astype(np.uint32) * np.uint32(
+                (0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F)[i % 3])
+            x ^= x >> np.uint32(15)
+            x *= np.uint32(0x2C1B3C6D)
+            x ^= x >> np.uint32(12)
+            x *= np.uint32(0x297A2D39)
+            x ^= x >> np.uint32(15)
+    return (x >> np.uint32(8)).astype(F32) * F32(1.0 / (1 << 24))
 
-    Built at quarter resolution: each (slanted) column gets a hashed phase and speed;
-    a particle is the first ``length`` fraction of the column's vertical period
-    (``period`` quarter-res pixels) and only a ``density`` fraction of columns carry
-    any. The pattern moves with ``time_s`` (or the frame index at 24 fps when 0);
-    ``sway`` adds a slow sideways drift (snow).
+
+@dataclass(frozen=True)
+class _ParticleLayer:
+    """One depth layer of falling particles, sized in units of the frame height.
+
+    ``cell``: column spacing; ``width``: particle width; ``length``: particle length
+    along the fall (a streak; equal to ``width`` for a round flake); ``period``: spacing
+    of particles along a column; ``speed``: fall speed (frame heights per second);
+    ``density``: fraction of slots that hold a particle; ``opacity``: its brightness.
+    """
+
+    cell: float
+    width: float
+    length: float
+    period: float
+    speed: float
+    density: float
+    opacity: float
+
+
+#: rain: three layers (near, mid, far); streaks are long, thin, fast (motion blur)
+RAIN_LAYERS = (
+    _ParticleLayer(cell=0.045, width=0.0030, length=0.16, period=0.55, speed=2.6, density=0.45, opacity=0.8),
+    _ParticleLayer(cell=0.022, width=0.0018, length=0.09, period=0.38, speed=1.9, density=0.45, opacity=0.55),
+    _ParticleLayer(cell=0.011, width=0.0011, length=0.05, period=0.24, speed=1.3, density=0.45, opacity=0.35),
+)
+RAIN_SLANT = 0.16  # tan of the angle from vertical
+#: snow: round flakes, slow, swaying
+SNOW_LAYERS = (
+    _ParticleLayer(cell=0.06, width=0.009, length=0.009, period=0.09, speed=0.10, density=0.45, opacity=1.0),
+    _ParticleLayer(cell=0.035, width=0.006, length=0.006, period=0.06, speed=0.07, density=0.45, opacity=0.8),
+    _ParticleLayer(cell=0.02, width=0.0035, length=0.0035, period=0.04, speed=0.05, density=0.45, opacity=0.6),
+)
+
+
+def _box_cover(d_px: np.ndarray, width_px: float) -> np.ndarray:
+    """Fraction of a 1-pixel box around each pixel centre covered by a band of width
+    ``width_px`` whose centre is ``d_px`` pixels away (exact box-filter anti-aliasing:
+    a band thinner than a pixel covers part of it, never aliases to a full pixel)."""
+    half = F32(0.5 * width_px)
+    lo = np.maximum(d_px - F32(0.5), -half)
+    hi = np.minimum(d_px + F32(0.5), half)
+    return np.maximum(hi - lo, F32(0.0))
+
+
+def _falling(h: int, w: int, frame_index: int, time_s: float, layers, *, slant: float,
+             sway: float = 0.0, round_particles: bool = False) -> np.ndarray:
+    """Falling particles, coverage in ``[0, 1]`` (H x W float32), hash-based, deterministic.
+
+    Built at full resolution in coordinates normalised by the frame height, so the same
+    clip at 480x270 and at 1920x1080 shows the same streaks (sizes scale with the
+    resolution). Each layer splits the (slanted) frame into columns ``cell`` wide; along a
+    column, slots ``period`` long each hold at most one particle (hashed presence, phase,
+    sideways jitter and speed). Cross-section coverage is box-filtered (:func:`_box_cover`)
+    and streak ends fade over a pixel, so nothing is aliased into stair steps. The pattern
+    moves with ``time_s`` (or the frame index at 24 fps when 0); ``sway`` (in frame
+    heights) adds a slow sideways drift (snow).
     """
     t = time_s if time_s else frame_index / 24.0
-    hh, ww = max(h // 4, 1), max(w // 4, 1)
-    y = np.arange(hh, dtype=F32)[:, None]
-    x = np.arange(ww, dtype=F32)[None, :]
-    if sway:
-        x = x + F32(sway) * np.sin(y * F32(0.11) + F32(t * 1.7))
-    col = np.floor(x + y * F32(slant))
-    hsh = np.sin(col * F32(12.9898)) * F32(43758.5453)
-    hsh = hsh - np.floor(hsh)
-    v = y * F32(1.0 / period) + F32(t * speed) * (F32(1.0) + hsh) + hsh * F32(7.0)
-    v = v - np.floor(v)
-    part = ((v < F32(length)) & (hsh > F32(1.0 - density))).astype(F32) * (F32(1.0) - v / F32(length))
-    return sh.upsample(part, h, w)
+    if sway and slant:
+        raise ValueError("_falling: sway needs slant 0 (the sparse pass needs rows of constant drift)")
+    inv_h = F32(1.0 / h)
+    norm = 1.0 / math.sqrt(1.0 + slant * slant)
+    yc = (np.arange(h, dtype=F32) + F32(0.5)) * inv_h          # row centres, frame-height units
+    out = np.zeros((h, w), dtype=F32)
+    px = F32(h)  # frame-height units -> pixels
+    for li, L in enumerate(layers):
+        # rotated coordinates: v along the fall, u across it (distances kept); on a row, u
+        # is linear in x: u = (x_c - y_c slant) norm + drift(row)
+        drift = (F32(sway * (1.0 - 0.3 * li)) * np.sin(yc * F32(9.0) + F32(t * 1.3 + li)) if sway
+                 else np.zeros(h, F32))
+        corners = [(xx - yy * slant) * norm + dd for xx in (0.0, w / h) for yy, dd in
+                   ((float(yc[0]), float(drift.min())), (float(yc[-1]), float(drift.max())),
+                    (float(yc[0]), float(drift.max())), (float(yc[-1]), float(drift.min())))]
+        c0 = int(math.floor(min(corners) / L.cell)) - 1
+        cols = np.arange(c0, int(math.floor(max(corners) / L.cell)) + 2)
+        centre = ((cols + F32(0.5) + (_hash01(cols, seed=37 + li) - F32(0.5)) * F32(0.6))
+                  * F32(L.cell)).astype(F32)
+        # only the pixels a column's particles can cover: a few around each column's line
+        # on each row (sparse; the rest of the frame is never touched)
+        width_px = max(L.width * h, 1e-3)
+        # pixel i (centre at index i) meets the band when |i - x_line| < half, in x pixels
+        half = (0.5 * width_px + 0.5) / norm
+        x_line = ((centre[None, :] - drift[:, None]) / F32(norm) + yc[:, None] * F32(slant)) * px - F32(0.5)
+        xs = (np.ceil(x_line - F32(half)).astype(np.int32)[..., None]
+              + np.arange(int(math.floor(2 * half)) + 2, dtype=np.int32))
+        ys = np.broadcast_to(np.arange(h, dtype=np.int32)[:, None, None], xs.shape)
+        ks = np.broadcast_to(np.arange(cols.size, dtype=np.int32)[None, :, None], xs.shape)
+        ok = (xs >= 0) & (xs < w)
+        xs, ys, ks = xs[ok], ys[ok], ks[ok]
+        uu = ((xs.astype(F32) + F32(0.5)) * inv_h - yc[ys] * F32(slant)) * F32(norm) + drift[ys]
+        own = np.floor(uu * F32(1.0 / L.cell)).astype(np.int32) - c0 == ks  # the pixel's own column
+        across = _box_cover((uu - centre[ks]) * px, width_px)
+        keep = own & (across > 0)
+        if not keep.any():
+            continue
+        xs, ys, ks, across = xs[keep], ys[keep], ks[keep], across[keep]
+        idx = ys.astype(np.int64) * w + xs
+        ci = ks
+        v = (yc[ys] + (xs.astype(F32) + F32(0.5)) * inv_h * F32(slant)) * F32(norm)
+        c_idx = ci
+        col_h = _hash01(cols, seed=11 + li)[c_idx]
+        speed = F32(L.speed) * (F32(0.8) + F32(0.4) * col_h)
+        vv = v * F32(1.0 / L.period) - speed * F32(t / L.period) + col_h * F32(13.0)
+        slot = np.floor(vv)
+        s = vv - slot  # position inside the slot, 0..1 (0 = head)
+        si = slot.astype(np.int32)
+        s0 = int(si.min())
+        si -= s0
+        slots = np.arange(s0, s0 + int(si.max()) + 1)
+        present = (_hash01(cols[:, None], slots[None, :], seed=23 + li) < F32(L.density))[c_idx, si]
+        along_px = s * F32(L.period) * px          # pixels behind the head
+        len_px = max(L.length * h, 1.0)
+        if round_particles:
+            r = F32(0.5 * len_px)
+            along = _box_cover(along_px - r, float(2 * r))
+        else:
+            # bright head fading toward the tail; both ends anti-aliased over a pixel
+            ramp = F32(1.0) - np.clip(along_px * F32(1.0 / len_px), 0.0, 1.0)
+            along = np.clip(along_px + F32(0.5), 0.0, 1.0) * ramp
+        out.reshape(-1)[idx] += across * along * present * F32(L.opacity)  # idx unique per layer
+    np.minimum(out, F32(1.0), out=out)
+    return out
 
 
 def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
-    """Fast, slightly slanted rain streaks (see :func:`_falling`)."""
-    return _falling(h, w, frame_index, time_s, slant=0.18, period=70.0, speed=2.5, length=0.4,
-                    density=0.22)
+    """Fast, slightly slanted rain streaks in three depth layers (see :func:`_falling`)."""
+    return _falling(h, w, frame_index, time_s, RAIN_LAYERS, slant=RAIN_SLANT)
 
 
 def _snowflakes(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
-    """Slow, swaying snowflakes (short dots, see :func:`_falling`)."""
-    return _falling(h, w, frame_index, time_s, slant=0.0, period=30.0, speed=0.25, length=0.05,
-                    density=0.3, sway=1.5)
-
+    """Slow, swaying round snowflakes in three depth layers (see :func:`_falling`)."""
+    return _falling(h, w, frame_index, time_s, SNOW_LAYERS, slant=0.0, sway=0.01,
+                    round_particles=True)

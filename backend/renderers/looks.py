@@ -171,7 +171,7 @@ def _rain(p: LookParams, s: float) -> LookParams:
         p,
         wetness=min(1.0, 0.6 * s + 0.2),
         rain_streaks=min(1.5, s),
-        fog_tau=p.fog_tau + 0.6 * s,
+        fog_tau=p.fog_tau + 0.3 * s,
         fog_color=_mix(p.fog_color, (0.7, 0.73, 0.78), 0.5),
     )
 

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import InputError
 
-#: order in which looks are applied (light rig, then surfaces, then media)
-LOOK_ORDER = ("golden_hour", "overcast", "night", "rain", "snow", "underwater", "fog")
+#: order in which looks are applied (light rig, then surfaces, then media; night last:
+#: it scales the light level of whatever the other looks built, so the darker light
+#: wins -- "heavy rain at night" is darker than both "heavy rain" and the source)
+LOOK_ORDER = ("golden_hour", "overcast", "rain", "snow", "underwater", "fog", "night")
 
 #: surface forms -> canonical look name (multi-word forms are matched first)
 SYNONYMS: Dict[str, str] = {
@@ -87,16 +89,26 @@ class PromptError(InputError):
     def __init__(self, unknown: List[str], prompt: str):
         self.unknown = list(unknown)
         self.prompt = prompt
+        self.suggestions = {w: suggest(w) for w in self.unknown}
         looks = ", ".join(LOOK_ORDER)
         syn = ", ".join(sorted(k for k in SYNONYMS if k not in LOOK_ORDER))
         mods = ", ".join(sorted(INTENSITY) + sorted(INTENSIFIERS))
         super().__init__(
-            f"the embedded renderer does not understand {', '.join(map(repr, unknown))} "
-            f"in prompt {prompt!r}. It understands the looks: {looks} "
+            f"{self.short}\n"
+            f"It understands the looks: {looks} "
             f"(synonyms: {syn}); intensity words: {mods}; and ignores: "
             f"{', '.join(sorted(STOPWORDS))}. For free-form prompts use a diffusion "
             f"renderer: --renderer controlnet."
         )
+
+    @property
+    def short(self) -> str:
+        """One line: the unknown words, the nearest known word for each, the looks."""
+        hints = [f"{s!r} for {w!r}" for w, s in self.suggestions.items() if s]
+        hint = f" Did you mean {', '.join(hints)}?" if hints else ""
+        return (f"the embedded renderer does not understand {', '.join(map(repr, self.unknown))} "
+                f"in prompt {self.prompt!r}.{hint} Looks: {', '.join(LOOK_WORDS)}; free text: "
+                f"--renderer controlnet.")
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,65 @@ def parse_prompt(prompt: str) -> Tuple[Look, ...]:
         s = float(min(max(strengths[last] * pending, MIN_STRENGTH), MAX_STRENGTH))
         strengths[last] = s
     return tuple(Look(n, round(strengths[n], 6)) for n in LOOK_ORDER if n in strengths)
+
+
+#: the looks as an artist writes them (prompt words, in LOOK_ORDER)
+LOOK_WORDS = tuple(n.replace("_", " ") for n in LOOK_ORDER)
+
+#: ready-made prompts (the sidebar's Presets menu, ``--help``)
+PRESETS = ("light fog", "dense fog", "heavy rain", "heavy rain at night", "light snow", "heavy snow",
+           "murky underwater", "underwater at night", "golden hour", "overcast", "night",
+           "dense fog at night", "light fog at golden hour")
+
+#: the word that makes each look stronger (the sliders' phrases; see :func:`look_phrase`)
+STRONG_WORD = {"fog": "dense", "rain": "heavy", "snow": "heavy", "overcast": "heavy",
+               "golden_hour": "strong", "night": "dark", "underwater": "murky"}
+
+
+def suggest(word: str) -> Optional[str]:
+    """The known word nearest to ``word`` (difflib ratio >= 0.6), or ``None``."""
+    import difflib
+
+    known = sorted(set(SYNONYMS) | set(INTENSITY) | set(INTENSIFIERS) | set(LOOK_WORDS))
+    found = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _phrase_candidates(name: str) -> List[Tuple[float, str]]:
+    strong = STRONG_WORD.get(name, "strong")
+    word = name.replace("_", " ")
+    out = []
+    for mod in ("faint", "light", "moderate", "", strong, f"very {strong}", f"extremely {strong}"):
+        text = f"{mod} {word}".strip()
+        out.append((dict((lk.name, lk.strength) for lk in parse_prompt(text))[name], text))
+    return out
+
+
+def look_phrase(name: str, strength: float) -> str:
+    """The phrase whose parsed strength is nearest to ``strength`` for look ``name``
+    (``"dense fog"`` for fog at 1.6, ``"light rain"`` at 0.5, ``"fog"`` at 1.0); ``""``
+    for strength <= 0.
+
+    Raises:
+        KeyError: unknown look name.
+    """
+    if name not in LOOK_ORDER:
+        raise KeyError(f"unknown look {name!r}; one of {', '.join(LOOK_ORDER)}")
+    if strength <= 0:
+        return ""
+    return min(_phrase_candidates(name), key=lambda c: abs(c[0] - float(strength)))[1]
+
+
+def compose_prompt(strengths: Dict[str, float]) -> str:
+    """A prompt from look strengths (look name -> strength, <= 0 = off), in
+    :data:`LOOK_ORDER` with night last as ``"... at night"``; it parses back to the
+    nearest representable strengths (:func:`look_phrase`)."""
+    parts = [look_phrase(n, strengths.get(n, 0.0)) for n in LOOK_ORDER if n != "night"]
+    text = ", ".join(p for p in parts if p)
+    night = look_phrase("night", strengths.get("night", 0.0))
+    if night:
+        text = f"{text} at {night}" if text else night
+    return text
 
 
 def vocabulary() -> Dict[str, List[str]]:

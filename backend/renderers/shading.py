@@ -332,7 +332,7 @@ def lowpass(img: np.ndarray, scale: int = 8, radius: int = 2) -> np.ndarray:
 def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.ndarray,
                             intrinsics: Tuple[float, float, float, float], mask: np.ndarray, *,
                             steps: int = 32, reach: float = 8.0,
-                            thickness: float = 0.06) -> Tuple[np.ndarray, np.ndarray]:
+                            thickness: float = 0.06, refine: int = 5) -> Tuple[np.ndarray, np.ndarray]:
     """Screen-space reflections: what a mirror at each masked pixel would see in the frame.
 
     A deferred renderer's standard reflection term (e.g. McGuire & Mara, "Efficient GPU
@@ -341,7 +341,8 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
     ``R = d - 2 (n.d) n`` (``d`` = unit view ray), ``steps`` samples at distances
     geometrically spaced from 1 % to ``reach`` times ``|P|``; the first sample that lies
     behind the depth buffer by less than ``thickness`` times the buffer depth is the hit,
-    and ``radiance`` is sampled there (bilinear). Rays that leave the frame, go behind
+    refined by ``refine`` bisection steps toward the crossing, and ``radiance`` is sampled
+    there (bilinear). Rays that leave the frame, go behind
     the camera or find nothing get weight 0; the weight fades near the frame border.
 
     Args:
@@ -388,8 +389,34 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
         return colour, weight
     first = np.argmax(hit, axis=0)
     cols = np.arange(first.size)
-    hu = u[first, cols] - F32(0.5)
-    hv = v[first, cols] - F32(0.5)
+    hu = u[first, cols]
+    hv = v[first, cols]
+    # refine each hit between the last step in front of the depth buffer and the first
+    # behind it (bisection, ``refine`` halvings): without it every pixel snaps to one of
+    # the geometric steps and a mirror shows the reflected scene in stepped bands
+    if refine > 0:
+        sel = np.flatnonzero(found)
+        f_sel = first[sel]
+        t_hi = t[f_sel, sel]
+        t_lo = np.where(f_sel > 0, t[np.maximum(f_sel - 1, 0), sel], F32(0.0))
+        ps, rs = p[:, sel], r[:, sel]
+        for _ in range(refine):
+            tm = F32(0.5) * (t_lo + t_hi)
+            mz = -(ps[2] + rs[2] * tm)
+            mz_safe = np.maximum(mz, F32(1e-4))
+            mu = F32(fx) * (ps[0] + rs[0] * tm) / mz_safe + F32(cx)
+            mv = F32(cy) - F32(fy) * (ps[1] + rs[1] * tm) / mz_safe
+            sc = dep[np.clip(mv.astype(np.int32), 0, h - 1), np.clip(mu.astype(np.int32), 0, w - 1)]
+            behind = (mz > sc) & (mu >= 0) & (mu < w) & (mv >= 0) & (mv < h)
+            t_hi = np.where(behind, tm, t_hi)
+            t_lo = np.where(behind, t_lo, tm)
+        hz = np.maximum(-(ps[2] + rs[2] * t_hi), F32(1e-4))
+        hu = hu.copy()
+        hv = hv.copy()
+        hu[sel] = F32(fx) * (ps[0] + rs[0] * t_hi) / hz + F32(cx)
+        hv[sel] = F32(cy) - F32(fy) * (ps[1] + rs[1] * t_hi) / hz
+    hu = hu - F32(0.5)
+    hv = hv - F32(0.5)
     # bilinear sample of the radiance at the hits (edge-clamped)
     x0 = np.clip(np.floor(hu), 0, w - 1).astype(np.int32)
     y0 = np.clip(np.floor(hv), 0, h - 1).astype(np.int32)

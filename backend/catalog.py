@@ -1,0 +1,142 @@
+"""What each estimator and renderer needs, and whether it can run here (no model loaded).
+
+For UIs and ``--help``: :func:`describe_estimators` / :func:`describe_renderers` give one
+dict per registered name with a one-line ``summary``, what it ``needs`` (packages,
+models, a GPU), its ``state`` in words and ``ready``; :func:`readiness` gives the reason
+a name cannot run (``None`` when it can), so a job is refused before anything runs.
+
+Checks are cheap: packages by ``importlib.util.find_spec`` (nothing imported), models by
+the presence of a snapshot in the Hugging Face cache layout of the models folder
+(``models--org--name/snapshots/<rev>/`` with ``model_index.json`` or ``config.json``),
+never the network. The models folder is ``cache_dir`` when given, else
+``$GBUFFER_EDITOR_MODEL_DIR``, ``$HF_HUB_CACHE``, or huggingface_hub's default cache.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+#: name -> summary, packages, models (hub repo ids), gpu (recommended), where to get models
+_ESTIMATORS: Dict[str, dict] = {
+    "embedded": {"summary": "bundled G-buffer network on ONNX Runtime, CPU, ~0.1 s per frame",
+                 "packages": ("onnxruntime",), "models": (), "gpu": False},
+    "marigold": {"summary": "Marigold diffusion models (depth, normals, appearance); "
+                            "30-50 s per frame on a CPU",
+                 "packages": ("torch", "diffusers", "transformers"),
+                 "models": ("prs-eth/marigold-depth-v1-1", "prs-eth/marigold-normals-v1-1",
+                            "prs-eth/marigold-iid-appearance-v1-1"), "gpu": True},
+}
+_RENDERERS: Dict[str, dict] = {
+    "embedded": {"summary": "physically based relighting + atmosphere, numpy, CPU; a list of "
+                            "look words (see the prompt words)", "packages": (), "models": (), "gpu": False},
+    "controlnet": {"summary": "Stable Diffusion 1.5 + ControlNet depth/normal, free-form prompts",
+                   "packages": ("torch", "diffusers", "transformers"),
+                   "models": ("stable-diffusion-v1-5/stable-diffusion-v1-5", "lllyasviel/control_v11f1p_sd15_depth",
+                              "lllyasviel/control_v11p_sd15_normalbae"), "gpu": True},
+}
+#: where an artist gets what is missing (the add-on's preferences)
+PACKAGES_WHERE = "Preferences > Add-ons > G-Buffer Editor > Diffusion packages"
+MODELS_WHERE = "Preferences > Add-ons > G-Buffer Editor > Models"
+
+
+def models_folder(cache_dir: Optional[os.PathLike] = None) -> Optional[Path]:
+    """The folder searched for downloaded models (see the module docstring)."""
+    for c in (cache_dir, os.environ.get("GBUFFER_EDITOR_MODEL_DIR"), os.environ.get("HF_HUB_CACHE")):
+        if c:
+            return Path(c)
+    try:
+        from huggingface_hub import constants
+
+        return Path(constants.HF_HUB_CACHE)
+    except ImportError:
+        return None
+
+
+def model_present(repo_id: str, cache_dir: Optional[os.PathLike] = None) -> bool:
+    """Whether a snapshot of ``repo_id`` with a config is in the models folder."""
+    folder = models_folder(cache_dir)
+    if folder is None:
+        return False
+    snaps = folder / ("models--" + repo_id.replace("/", "--")) / "snapshots"
+    try:
+        return any((s / "model_index.json").exists() or (s / "config.json").exists() for s in snaps.iterdir())
+    except OSError:
+        return False
+
+
+def _package_present(name: str, extra_sites=()) -> bool:
+    for site in extra_sites or ():
+        if site and (Path(site) / name).is_dir():
+            return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _describe(name: str, spec: Optional[dict], cache_dir, extra_sites=(), check_packages: bool = True) -> dict:
+    if spec is None:  # registered by a plug-in: nothing known about it
+        return {"name": name, "summary": "registered plug-in", "needs": "unknown", "state": "registered",
+                "ready": True, "missing_packages": [], "missing_models": [], "gpu": False}
+    pk = [p for p in spec["packages"] if check_packages and not _package_present(p, extra_sites)]
+    md = [m for m in spec["models"] if not model_present(m, cache_dir)]
+    needs = []
+    if spec["gpu"]:
+        needs.append("a GPU (CPU works, slowly)")
+    if spec["packages"]:
+        needs.append("packages " + ", ".join(spec["packages"]))
+    if spec["models"]:
+        needs.append(f"{len(spec['models'])} downloaded models")
+    if pk or md:
+        state = "missing " + "; ".join(filter(None, [("packages " + ", ".join(pk)) if pk else "",
+                                                      ("models " + ", ".join(md)) if md else ""]))
+    else:
+        state = "ready"
+    return {"name": name, "summary": spec["summary"] + ".", "needs": ", ".join(needs) or "nothing extra",
+            "state": state, "ready": not (pk or md), "missing_packages": pk, "missing_models": md,
+            "gpu": bool(spec["gpu"])}
+
+
+def describe_estimators(cache_dir: Optional[os.PathLike] = None, **kw) -> List[dict]:
+    """One dict per registered estimator (see the module docstring), default first.
+    ``extra_sites``: further folders holding packages; ``check_packages=False`` when the
+    job runs in another Python (its packages cannot be seen from here)."""
+    from .estimators.base import available_estimators
+
+    names = sorted(available_estimators(), key=lambda n: (n != "embedded", n))
+    return [_describe(n, _ESTIMATORS.get(n), cache_dir, **kw) for n in names]
+
+
+def describe_renderers(cache_dir: Optional[os.PathLike] = None, **kw) -> List[dict]:
+    """One dict per registered renderer (see :func:`describe_estimators`), default first."""
+    from .renderers import available_renderers
+
+    names = sorted(available_renderers(), key=lambda n: (n != "embedded", n))
+    return [_describe(n, _RENDERERS.get(n), cache_dir, **kw) for n in names]
+
+
+def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None, **kw) -> Optional[str]:
+    """Why ``kind`` (``"estimator"`` / ``"renderer"``) ``name`` cannot run here: a first
+    line saying how many packages / models are missing and where to get them, then a
+    line per kind naming them; ``None`` when it can (or when nothing is known about it).
+
+    Raises:
+        ValueError: ``kind`` is neither.
+    """
+    table = {"estimator": _ESTIMATORS, "renderer": _RENDERERS}.get(kind)
+    if table is None:
+        raise ValueError(f"kind must be 'estimator' or 'renderer', got {kind!r}")
+    d = _describe(name, table.get(name), cache_dir, **kw)
+    if d["ready"]:
+        return None
+    parts, names = [], []
+    pk, md = d["missing_packages"], d["missing_models"]
+    if pk:
+        parts.append(f"{len(pk)} package{'s' if len(pk) > 1 else ''} missing: install in {PACKAGES_WHERE}")
+        names.append("packages: " + ", ".join(pk))
+    if md:
+        parts.append(f"{len(md)} model{'s' if len(md) > 1 else ''} missing: download in {MODELS_WHERE}")
+        names.append("models: " + ", ".join(md))
+    return f"{kind} '{name}' cannot run: " + "; ".join(parts) + "\n" + "\n".join(names)
