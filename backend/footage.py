@@ -87,6 +87,9 @@ class SourceFrame:
             Premultiplied EXR input is un-premultiplied on read (colour / alpha where
             alpha > 0, else 0).
         path: file the frame came from (the movie, or the sequence's image file).
+        number: the source frame number: the number in the image file's name for a
+            sequence (``shot_1001.png`` -> 1001; gaps kept), ``index + 1`` for a movie
+            or a single image. Output files and manifests use it.
     """
 
     index: int
@@ -94,6 +97,11 @@ class SourceFrame:
     rgb: np.ndarray
     alpha: Optional[np.ndarray]
     path: str
+    number: Optional[int] = None
+
+    def __post_init__(self):
+        if self.number is None:
+            self.number = self.index + 1
 
 
 @dataclass
@@ -115,6 +123,9 @@ class FootageInfo:
         colorspace: canonical name of the source colour space (see :mod:`backend.colour`).
         has_alpha: the source carries an alpha channel.
         files: the image files of a sequence (empty for movies).
+        numbers: the source frame number of each file of a sequence (from the file
+            names: ``shot_1001.png`` -> 1001, gaps kept; ``1..N`` when the names carry no
+            distinct numbers); ``[1]`` for a single image; empty for movies (``1..n_frames``).
     """
 
     path: str
@@ -133,6 +144,14 @@ class FootageInfo:
     colorspace: str = colour.SRGB
     has_alpha: bool = False
     files: List[str] = field(default_factory=list)
+    numbers: List[int] = field(default_factory=list)
+
+    def frame_numbers(self) -> Optional[List[int]]:
+        """Every source frame number of the footage, in order (``None``: a movie whose
+        length is unknown)."""
+        if self.numbers:
+            return list(self.numbers)
+        return None if self.n_frames is None else list(range(1, self.n_frames + 1))
 
     def to_dict(self) -> dict:
         """JSON-serialisable form (for the manifest)."""
@@ -151,6 +170,8 @@ class FootageInfo:
             "codec": self.codec,
             "colorspace": self.colorspace,
             "has_alpha": self.has_alpha,
+            "first_number": self.numbers[0] if self.numbers else 1,
+            "last_number": self.numbers[-1] if self.numbers else self.n_frames,
         }
 
 
@@ -178,6 +199,18 @@ def _check_finite(rgb: np.ndarray, alpha: Optional[np.ndarray], path: str, index
 def _natural_number(name: str) -> Optional[int]:
     m = re.search(r"(\d+)(?!.*\d)", name)
     return int(m.group(1)) if m else None
+
+
+def sequence_numbers(files: Sequence[str]) -> List[int]:
+    """Source frame numbers of an image sequence's files (sorted as given): the last
+    number in each file's stem (``shot_1001.png`` -> 1001, gaps kept) when every file
+    has one and they are distinct; otherwise ``1..N``."""
+    nums = [_natural_number(Path(f).stem) for f in files]
+    if len(files) > 1 and (None in nums or len(set(nums)) != len(nums)):
+        return list(range(1, len(files) + 1))
+    if len(files) == 1 and nums[0] is None:
+        return [1]
+    return [int(n) for n in nums]
 
 
 # --------------------------------------------------------------------------- images
@@ -331,7 +364,7 @@ def _sequence_files(path: str) -> List[str]:
         files = [str(parent / q) for q in os.listdir(parent) if rx.match(q)]
         if not files:
             raise FootageError(f"{path}: no files match the pattern", file=path)
-    return sorted(files, key=lambda f: (_natural_number(Path(f).name) or 0, f))
+    return sorted(files, key=lambda f: (_natural_number(Path(f).stem) or 0, f))
 
 
 # --------------------------------------------------------------------------- readers
@@ -376,6 +409,7 @@ class _ImageFootage(Footage):
             codec=Path(self._files[0]).suffix.lower().lstrip("."),
             colorspace=colour.canonical_name(colorspace, is_linear_file=linear),
             has_alpha=alpha is not None, files=self._files,
+            numbers=sequence_numbers(self._files) if kind == "sequence" else [1],
         )
 
     def __iter__(self) -> Iterator[SourceFrame]:
@@ -385,15 +419,17 @@ class _ImageFootage(Footage):
                 rgb, alpha = self._first
                 self._first = None
             else:
-                rgb, alpha, *_ = _read_image(f, self._cs, i)
+                # messages name the source frame number (the one in the file name)
+                rgb, alpha, *_ = _read_image(f, self._cs, info.numbers[i] - 1)
             if rgb.shape[:2] != (info.height, info.width):
+                num = info.numbers[i]
                 raise FootageError(
-                    f"{f} (frame {i + 1}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
-                    f"sequence's {info.width}x{info.height}", frame=i + 1, file=f)
+                    f"{f} (frame {num}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
+                    f"sequence's {info.width}x{info.height}", frame=num, file=f)
             rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")
-            yield SourceFrame(i, float(i / info.fps), rgb, alpha, f)
+            yield SourceFrame(i, float(i / info.fps), rgb, alpha, f, info.numbers[i])
 
 
 # YUV matrix names for swscale, by AVColorSpace value
@@ -532,6 +568,12 @@ class _MovieFootage(Footage):
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")
             yield SourceFrame(index, pts_s, rgb, alpha, self._path)
             index += 1
+        if info.n_frames is not None and index < info.n_frames:
+            # a cut or damaged file: FFmpeg's threaded decoding just stops early
+            raise FootageError(
+                f"{self._path}: the movie ends after frame {index} but declares {info.n_frames} frames "
+                f"(truncated or corrupt file); frames 1-{index} decoded, the rest is missing",
+                frame=index + 1, file=self._path)
 
 
 def open_footage(
