@@ -168,3 +168,118 @@ def test_touched_gbuffers_resume_a_restyle(tmp_path):
         os.utime(p, (time.time() + 5, time.time() + 5))
     res = restyle(gb, out, "fog", progress=io.StringIO())
     assert res.written == [] and sorted(res.skipped) == [1, 2, 3]
+
+
+# --------------------------------------------------------------- (3) footage that ends early
+
+
+def _truncated_movie(tmp_path, n=40, keep=0.5) -> Path:
+    """A 40-frame H.264 MP4 with its index first (faststart), cut to ``keep`` of its bytes."""
+    import av
+
+    rng = np.random.default_rng(0)
+    full = tmp_path / "full.mp4"
+    with av.open(str(full), "w", options={"movflags": "faststart"}) as c:
+        s = c.add_stream("libx264", rate=24)
+        s.width, s.height, s.pix_fmt = 48, 32, "yuv420p"
+        for _ in range(n):
+            img = (rng.random((32, 48, 3)) * 255).astype(np.uint8)
+            for pk in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(pk)
+        for pk in s.encode():
+            c.mux(pk)
+    data = full.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    return cut
+
+
+def test_truncated_movie_is_an_error_naming_the_last_good_frame_and_never_complete(tmp_path):
+    cut = _truncated_movie(tmp_path)
+    with open_footage(cut) as f:
+        assert f.info.n_frames == 40
+        with pytest.raises(FootageError, match=r"cut\.mp4: the movie ends after frame (\d+) but declares 40"):
+            for _ in f:
+                pass
+    out = tmp_path / "out"
+    p = run_cli("decompose", cut, "--out", out, "--estimator", "tiny", "--max-size", "32", tiny=True)
+    assert p.returncode == 2, p.stderr
+    last = int(p.stderr.split("ends after frame ")[1].split()[0])
+    assert 5 < last < 40 and str(cut) in p.stderr
+    man = contract.read_manifest(out)
+    assert man["complete"] is False
+    assert sorted(e["frame"] for e in man["frames"]) == list(range(1, last + 1))
+    assert sorted(contract.list_frames(out)) == list(range(1, last + 1))
+
+
+# ------------------------------------------- (2) concurrent chunks with different settings
+
+
+def test_chunks_with_other_settings_are_refused_and_complete_means_every_frame(tmp_path):
+    src = _sequence(tmp_path / "seq", range(1, 7))
+    out = tmp_path / "out"
+    args = ("decompose", src, "--out", out, "--estimator", "tiny_slow", "--max-size", "32")
+    a = start_cli(*args, "--frames", "1-3", tiny=True)
+    try:
+        first = json.loads(a.stdout.readline())  # "start": chunk A holds the folder
+        assert first["event"] == "start"
+        b = run_cli(*args, "--frames", "4-6", "--hfov", "70", tiny=True)
+        assert b.returncode == 1
+        assert "another decompose job with other settings" in b.stderr and "is writing into" in b.stderr
+        b = run_cli(*args, "--frames", "4-6", "--hfov", "70", "--overwrite", tiny=True)
+        assert b.returncode == 1 and "another decompose job" in b.stderr
+        # a chunk with the same settings joins; whichever ends first does not claim completeness
+        c = start_cli(*args, "--frames", "4-6", tiny=True)
+        assert json.loads(c.stdout.readline())["event"] == "start"
+        assert a.wait(120) == 0
+        man_a = contract.read_manifest(out)
+        assert c.poll() is None, "chunk C ended before A: the test did not overlap them"
+        assert man_a["complete"] is False and man_a["frames_missing"]
+        assert c.wait(120) == 0
+    finally:
+        for p in (a, locals().get("c")):
+            if p is not None and p.poll() is None:
+                p.kill()
+    man = contract.read_manifest(out)
+    assert man["complete"] is True and man["frames_missing"] == "" and man["frames_expected"] == 6
+    assert [e["frame"] for e in man["frames"]] == [1, 2, 3, 4, 5, 6]
+    assert not (out / ".gbuffer_running.lock").exists()
+    # a chunk range alone is not the shot: complete only when every frame is there
+    out2 = tmp_path / "out2"
+    res = _dec(src, out2, frames="2-3")
+    assert res.manifest["complete"] is False and res.manifest["frames_missing"] == "1, 4-6"
+
+
+# ------------------------------------------------------------ (4) frame numbers kept
+
+
+def test_sequence_numbered_from_1001_with_a_gap_keeps_its_numbers_end_to_end(tmp_path):
+    src = _sequence(tmp_path / "seq", [1001, 1002, 1004, 1005])
+    out = tmp_path / "gb"
+    res = _dec(src, out)
+    assert sorted(contract.list_frames(out)) == [1001, 1002, 1004, 1005]
+    man = res.manifest
+    assert [e["frame"] for e in man["frames"]] == [1001, 1002, 1004, 1005] and man["complete"] is True
+    assert man["source"]["first_number"] == 1001 and man["source"]["last_number"] == 1005
+    meta = contract.read_meta(contract.frame_path(out, 1004))
+    assert meta["frame_number"] == 1004 and meta["source_file"].endswith("shot_1004.png")
+    # --frames speaks source numbers
+    out2 = tmp_path / "gb2"
+    res = _dec(src, out2, frames="1002-1004")
+    assert res.written == [1002, 1004]
+    with pytest.raises(InputError, match=r"starts past the end: the clip has frames 1001-1005"):
+        _dec(src, tmp_path / "gb3", frames="2000-")
+    with pytest.raises(InputError, match=r"holds no frame"):
+        _dec(src, tmp_path / "gb4", frames="1003")
+    # restyle keeps them
+    rs = tmp_path / "rs"
+    restyle(out, rs, "fog", progress=io.StringIO())
+    assert sorted(int(p.stem.split("_")[1]) for p in rs.glob("restyle_*.exr")) == [1001, 1002, 1004, 1005]
+    assert sorted(p.name for p in (rs / "preview").iterdir())[0] == "restyle_1001.png"
+    # the command line too
+    p = run_cli("decompose", src / "shot_####.png", "--out", tmp_path / "gb5", "--frames", "1004-",
+                "--estimator", "tiny", "--max-size", "32", tiny=True)
+    assert p.returncode == 0, p.stderr
+    assert sorted(contract.list_frames(tmp_path / "gb5")) == [1004, 1005]
+    p = run_cli("decompose", src, "--out", tmp_path / "gb6", "--frames=-5", "--estimator", "tiny", tiny=True)
+    assert p.returncode == 2 and "--frames '-5'" in p.stderr
