@@ -1,12 +1,35 @@
 """``python -m backend ...`` -> :func:`backend.cli.main`."""
+import signal
 import sys
+import threading
 
-from .sitepaths import append_extra_site_paths
+# SIGINT/SIGTERM from the very first moment: a signal that arrives while Python and the
+# packages are still loading cancels the job cleanly (event "cancelled", exit 130)
+# instead of killing the process (exit 143) or printing a traceback. The CLI's
+# SignalCancel takes this event over.
+_cancel = threading.Event()
 
-# On-demand diffusion packages (GBUFFER_EXTRA_SITE) go to the END of sys.path, before the
-# CLI imports anything, so Blender's numpy and the bundled wheels are never shadowed.
-append_extra_site_paths()
 
-from .cli import main  # noqa: E402
+def _early_signal(signum, frame):
+    if _cancel.is_set():
+        raise KeyboardInterrupt
+    _cancel.set()
 
-sys.exit(main())
+
+for _s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_s, _early_signal)
+
+try:
+    from .sitepaths import append_extra_site_paths
+
+    # On-demand diffusion packages (GBUFFER_EXTRA_SITE) go to the END of sys.path, before the
+    # CLI imports anything, so Blender's numpy and the bundled wheels are never shadowed.
+    append_extra_site_paths()
+
+    from .cli import main  # noqa: E402
+
+    sys.exit(main(cancel=_cancel))
+except KeyboardInterrupt:  # a second signal while loading
+    sys.stdout.write('{"event": "cancelled", "written": null, "frame": null}\n')
+    sys.stderr.write("cancelled\n")
+    sys.exit(130)

@@ -173,18 +173,24 @@ def json_stdout():
         os.close(real)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, cancel=None) -> int:
     """Parse ``argv`` and run the subcommand; returns the process exit code.
 
     SIGINT/SIGTERM cancel the job cleanly (:class:`backend.jobs.runner.SignalCancel`;
-    the subcommand gets the event as ``args.cancel``).
+    the subcommand gets the event as ``args.cancel``). ``cancel``: an event already set
+    by a signal that came while loading (``python -m backend`` installs its handler
+    first thing); a job then stops before its first frame with ``cancelled``.
     """
     from .jobs.runner import SignalCancel
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    with json_stdout(), SignalCancel() as cancel:
-        args.cancel = cancel
+    with json_stdout(), SignalCancel(cancel) as ev:
+        args.cancel = ev
+        if ev.is_set():  # cancelled while loading: nothing was started
+            events.emit({"event": "cancelled", "written": 0, "frame": None})
+            sys.stderr.write("cancelled before the job started\n")
+            return 130
         return _run(args)
 
 

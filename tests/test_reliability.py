@@ -283,3 +283,23 @@ def test_sequence_numbered_from_1001_with_a_gap_keeps_its_numbers_end_to_end(tmp
     assert sorted(contract.list_frames(tmp_path / "gb5")) == [1004, 1005]
     p = run_cli("decompose", src, "--out", tmp_path / "gb6", "--frames=-5", "--estimator", "tiny", tiny=True)
     assert p.returncode == 2 and "--frames '-5'" in p.stderr
+
+
+# ------------------------------------------------------------- the smaller cases
+
+
+def test_a_signal_in_the_first_moments_is_a_clean_cancel(tmp_path):
+    """SIGTERM 0.15-1 s after ``python -m backend`` starts (still loading packages, or
+    loading the model): ``cancelled``, exit 130, no traceback, no frame, no manifest."""
+    import signal
+
+    src = write_image(tmp_path / "a.png", gradient_rgb(24, 32))
+    for delay in (0.15, 0.4, 1.0):
+        out = tmp_path / f"o{delay}"
+        p = start_cli("decompose", src, "--out", out, "--max-size", "32")
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 130, (delay, p.returncode, stderr)
+        assert events(stdout)[-1]["event"] == "cancelled" and "Traceback" not in stderr
+        assert not out.exists() or not [q.name for q in out.iterdir()]
