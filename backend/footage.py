@@ -196,6 +196,27 @@ def _check_finite(rgb: np.ndarray, alpha: Optional[np.ndarray], path: str, index
                 frame=index + 1, file=path)
 
 
+_PATTERN_RE = re.compile(r"%0?\d*d|#+")
+
+
+def frame_pattern(name: str) -> Optional["re.Match"]:
+    """The frame-number placeholder of a sequence pattern's file name: its *last* ``%04d``
+    / ``%d`` or run of ``#`` (``take #1_####.png`` -> ``####``), or ``None``."""
+    found = None
+    for found in _PATTERN_RE.finditer(name):
+        pass
+    return found
+
+
+def is_sequence_pattern(path: os.PathLike) -> bool:
+    """``path`` is a frame pattern (``shot_####.png``, ``shot_%04d.png``) rather than a file
+    or folder: nothing exists at that path and its name holds a placeholder. A file or
+    folder whose name merely contains ``#``, ``%`` or ``@`` (``clip #1.mp4``,
+    ``100%done.mp4``, ``gb #1``) is taken as itself."""
+    p = Path(path)
+    return not p.exists() and frame_pattern(p.name) is not None
+
+
 def _natural_number(name: str) -> Optional[int]:
     m = re.search(r"(\d+)(?!.*\d)", name)
     return int(m.group(1)) if m else None
@@ -354,7 +375,7 @@ def _sequence_files(path: str) -> List[str]:
                                "like name_####.png to pick one sequence", file=path)
     else:
         name = p.name
-        m = re.search(r"%0?(\d*)d|#+", name)
+        m = frame_pattern(name)
         if not m:
             raise FootageError(f"{path}: not a folder or a frame pattern", file=path)
         rx = re.compile("^" + re.escape(name[: m.start()]) + r"(\d+)" + re.escape(name[m.end():]) + "$")
@@ -599,13 +620,13 @@ def open_footage(
             unsupported codec, NaN/Inf pixels; the message names the file (and frame).
         backend.colour.ColourError: unknown colour space.
     """
-    p = str(Path(path).absolute()) if "%" not in str(path) and "#" not in Path(path).name else str(path)
+    p = str(Path(path).absolute())
     if max_size is not None and int(max_size) < 1:
         raise FootageError(f"max_size must be >= 1, got {max_size}")
     if colorspace is not None:
         colour.canonical_name(colorspace)  # fail early on unknown names
     pp = Path(p)
-    if pp.is_dir() or re.search(r"%0?\d*d|#+", pp.name):
+    if pp.is_dir() or is_sequence_pattern(pp):
         files = _sequence_files(p)
         return _ImageFootage(files, "sequence", p, colorspace, max_size)
     if not pp.exists():

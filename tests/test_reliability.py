@@ -303,3 +303,22 @@ def test_a_signal_in_the_first_moments_is_a_clean_cancel(tmp_path):
         assert p.returncode == 130, (delay, p.returncode, stderr)
         assert events(stdout)[-1]["event"] == "cancelled" and "Traceback" not in stderr
         assert not out.exists() or not [q.name for q in out.iterdir()]
+
+
+def test_names_with_hash_percent_and_at_are_taken_as_themselves(tmp_path):
+    """``clip #1.mp4``, ``100%done.mp4``, ``a@2x.mp4``, a folder ``gb #1`` are files and
+    folders, not sequence patterns; in a pattern the *last* placeholder is the number."""
+    from footage_util import write_movie
+
+    for name in ("clip #1.mp4", "100%done.mp4", "a@2x.mp4"):
+        write_movie(tmp_path / name, [gradient_rgb(24, 32, t) for t in range(2)])
+        res = _dec(tmp_path / name, tmp_path / f"gb #1 {name[:3]}")  # output beside the clip is fine
+        assert res.written == [1, 2], name
+    shots = _sequence(tmp_path / "shots #2", [7, 8], name="take #1_{:04d}.png")
+    for inp in (shots, shots / "take #1_####.png", shots / "take #1_%04d.png"):
+        res = _dec(inp, tmp_path / "gb #2", overwrite=True)
+        assert sorted(res.written + res.skipped) == [7, 8], inp
+    p = run_cli("restyle", tmp_path / "gb #1 cli", "--prompt", "fog", "--out", tmp_path / "rs 100% @")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in (tmp_path / "rs 100% @").glob("restyle_*.exr")) == [
+        "restyle_0001.exr", "restyle_0002.exr"]

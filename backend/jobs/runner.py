@@ -163,7 +163,7 @@ def check_output_safe(out_dir: os.PathLike, inputs: Sequence[os.PathLike]) -> Pa
         if inp is None:
             continue
         src = Path(os.fspath(inp))
-        if "%" in src.name or "#" in src.name:  # a sequence pattern: guard its folder
+        if not src.exists() and ("%" in src.name or "#" in src.name):  # a sequence pattern: guard its folder
             src = src.parent
         src = _real(src)
         if out == src or _is_within(src, out) or _is_within(out, src):
