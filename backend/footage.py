@@ -62,6 +62,58 @@ IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".exr", ".bmp", ".webp"}
 SEQUENCE_FPS = Fraction(24)
 
 
+#: largest frame accepted, in pixels (8192 x 8192; 8K UHD is 33 Mpx); the environment
+#: variable ``GBUFFER_MAX_PIXELS`` changes it. Larger frames are refused before decoding.
+MAX_PIXELS = 8192 * 8192
+#: measured peak memory of a decompose per source pixel at full size (12000 x 8000:
+#: 11.5 GB), for the refusal message
+BYTES_PER_PIXEL_PEAK = 120
+
+
+def max_pixels() -> int:
+    """:data:`MAX_PIXELS`, or ``GBUFFER_MAX_PIXELS`` when set to a positive integer."""
+    try:
+        v = int(os.environ.get("GBUFFER_MAX_PIXELS", ""))
+        return v if v > 0 else MAX_PIXELS
+    except ValueError:
+        return MAX_PIXELS
+
+
+def check_frame_size(width: int, height: int, path, frame: Optional[int] = None) -> None:
+    """Refuse a frame larger than :func:`max_pixels` before it is decoded.
+
+    Raises:
+        FootageError: naming the file, its size and the memory a full-size run would need.
+    """
+    px = int(width) * int(height)
+    limit = max_pixels()
+    if px > limit:
+        gb = px * BYTES_PER_PIXEL_PEAK / 1e9
+        raise FootageError(
+            f"{path}: {width}x{height} ({px / 1e6:.0f} Mpx) is larger than the {limit / 1e6:.0f} Mpx limit; "
+            f"decomposing it at full size would need about {gb:.0f} GB of memory. Downscale the footage "
+            f"first (e.g. to 8K or 4K), or raise GBUFFER_MAX_PIXELS if this machine has the memory",
+            frame=frame, file=path)
+
+
+def _header_size(path: str) -> Optional[Tuple[int, int]]:
+    """``(width, height)`` from an image file's header, without decoding its pixels."""
+    try:
+        if Path(path).suffix.lower() == ".exr":
+            import OpenEXR
+
+            with OpenEXR.File(path, header_only=True) as f:
+                (x0, y0), (x1, y1) = f.header()["dataWindow"]
+                return int(x1 - x0 + 1), int(y1 - y0 + 1)
+        from PIL import Image
+
+        Image.MAX_IMAGE_PIXELS = None  # our own limit applies, with a message that says what to do
+        with Image.open(path) as im:
+            return int(im.size[0]), int(im.size[1])
+    except Exception:  # unreadable header: decoding reports it
+        return None
+
+
 #: FFmpeg "video" codecs that are really text renderers (a .txt file opens as 'ansi' video)
 TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf", "tty"})
 
@@ -302,6 +354,9 @@ def exif_orientation(path: str) -> int:
 def _read_image(path: str, colorspace: Optional[str], index: int):
     """Decode one image file -> (linear rgb float32, alpha or None, pix_fmt, bits, linear?)."""
     ext = Path(path).suffix.lower()
+    size = _header_size(path)
+    if size is not None:
+        check_frame_size(size[0], size[1], path, index + 1)
     if ext == ".exr":
         try:
             rgb, alpha, dtype = _read_exr(path)
@@ -484,6 +539,8 @@ class _MovieFootage(Footage):
             if cc.name in TEXT_CODECS:  # FFmpeg renders text files as video ("tty" demuxer)
                 raise FootageError(f"{path}: not a movie (FFmpeg reads it as text, codec {cc.name})",
                                    file=path)
+            if cc.width and cc.height:
+                check_frame_size(cc.width, cc.height, path)
             stream.thread_type = "AUTO"
             self._bits = max((c.bits for c in fmt.components), default=8)
             self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \

@@ -322,3 +322,26 @@ def test_names_with_hash_percent_and_at_are_taken_as_themselves(tmp_path):
     assert p.returncode == 0, p.stderr
     assert sorted(x.name for x in (tmp_path / "rs 100% @").glob("restyle_*.exr")) == [
         "restyle_0001.exr", "restyle_0002.exr"]
+
+
+def test_huge_image_is_refused_before_decoding_with_the_memory_it_would_need(tmp_path):
+    """A real 12000 x 8000 PNG (the issue's JPEG peaked at 11.5 GB): refused in a fraction
+    of a second, naming the file, its size and the memory needed; the child stays small."""
+    import cv2
+
+    big = tmp_path / "huge.png"
+    ok, buf = cv2.imencode(".png", np.zeros((8000, 12000, 3), np.uint8), [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    assert ok
+    buf.tofile(str(big))
+    t0 = time.monotonic()
+    p = start_cli("decompose", big, "--out", tmp_path / "o", "--max-size", "32")
+    _, status, usage = os.wait4(p.pid, 0)  # this child's own peak memory
+    stderr = p.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == 2, stderr
+    assert f"{big}: 12000x8000 (96 Mpx) is larger than the 67 Mpx limit" in stderr
+    assert "would need about 12 GB of memory" in stderr
+    assert time.monotonic() - t0 < 60
+    assert usage.ru_maxrss / 1024 < 1000, usage.ru_maxrss  # MB; a full decode alone is 288 MB x 4 (float)
+    # the same frame inside a sequence, and as a movie's header would say, is refused too
+    with pytest.raises(FootageError, match="12000x8000"):
+        open_footage(big)
