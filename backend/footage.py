@@ -289,7 +289,33 @@ def sequence_numbers(files: Sequence[str]) -> List[int]:
 # --------------------------------------------------------------------------- images
 
 
+_WARNED: set = set()
+
+
+def _warn_once(key, message: str, path: str) -> None:
+    """One ``warning`` event per kind of oddity and folder (not one per sequence file)."""
+    k = (key, os.path.dirname(os.path.abspath(path)))
+    if k in _WARNED:
+        return
+    _WARNED.add(k)
+    from . import events
+
+    events.warning(message, file=path)
+
+
+def _window(header, key):
+    (x0, y0), (x1, y1) = header[key]
+    return int(x0), int(y0), int(x1), int(y1)
+
+
 def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
+    """Read the RGB(A)/Y channels of an OpenEXR file, placed in its display window.
+
+    A multi-part file: the first part holding R, G, B (or Y) is used, with a ``warning``
+    naming the parts. A data window that differs from the display window (a crop or
+    overscan render) is placed into the display window (zero, alpha 0 outside it), with
+    a ``warning``.
+    """
     import OpenEXR
 
     try:
@@ -297,11 +323,30 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
             if not f.parts:  # OpenEXR gives no parts when the pixel data cannot be read
                 raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
                                    file=path)
-            chans = {k: np.asarray(v.pixels) for k, v in f.channels().items()}
+            part = f.parts[0]
+            if len(f.parts) > 1:
+                def has_rgb(p):
+                    names = {k.rsplit(".", 1)[-1] for k in p.channels}
+                    return {"R", "G", "B"} <= names or "Y" in names
+                part = next((p for p in f.parts if has_rgb(p)), f.parts[0])
+                names = [p.name() or f"#{i}" for i, p in enumerate(f.parts)]
+                _warn_once("multipart", f"{path} is a multi-part OpenEXR file with {len(names)} parts "
+                                        f"({', '.join(names)}); only part {part.name()!r} is read "
+                                        f"(and likewise in the other files of its folder)", path)
+            chans = {k: np.asarray(v.pixels) for k, v in part.channels.items()}
+            data_w, disp_w = _window(part.header, "dataWindow"), _window(part.header, "displayWindow")
     except FootageError:
         raise
     except Exception as e:
         raise FootageError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
+    if data_w != disp_w:
+        _warn_once("window", f"{path}: data window {data_w} differs from the display window {disp_w}; "
+                             f"the pixels are placed in the display window ({disp_w[2] - disp_w[0] + 1}x"
+                             f"{disp_w[3] - disp_w[1] + 1}), empty (alpha 0) outside the data", path)
+        chans = {k: _to_display(v, data_w, disp_w) for k, v in chans.items()}
+        if not any(k.rsplit(".", 1)[-1] == "A" for k in chans):
+            chans["A"] = _to_display(np.ones((data_w[3] - data_w[1] + 1, data_w[2] - data_w[0] + 1),
+                                             np.float32), data_w, disp_w)
 
     def find(c):
         if c in chans:
@@ -323,6 +368,18 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
         raise FootageError(f"{path}: EXR has no R/G/B or Y channels (has {sorted(chans)})", file=path)
     dtype = str(rgb.dtype)
     return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype
+
+
+def _to_display(a: np.ndarray, data_w, disp_w) -> np.ndarray:
+    """A channel of the data window ``data_w`` placed into the display window ``disp_w``
+    (both ``(x0, y0, x1, y1)`` inclusive); zero outside the data."""
+    X0, Y0, X1, Y1 = disp_w
+    x0, y0, x1, y1 = data_w
+    out = np.zeros((Y1 - Y0 + 1, X1 - X0 + 1), a.dtype)
+    ox0, oy0, ox1, oy1 = max(x0, X0), max(y0, Y0), min(x1, X1), min(y1, Y1)
+    if ox0 <= ox1 and oy0 <= oy1:
+        out[oy0 - Y0:oy1 - Y0 + 1, ox0 - X0:ox1 - X0 + 1] = a[oy0 - y0:oy1 - y0 + 1, ox0 - x0:ox1 - x0 + 1]
+    return out
 
 
 #: EXIF orientation -> transform to display orientation (matches PIL.ImageOps.exif_transpose)

@@ -345,3 +345,48 @@ def test_huge_image_is_refused_before_decoding_with_the_memory_it_would_need(tmp
     # the same frame inside a sequence, and as a movie's header would say, is refused too
     with pytest.raises(FootageError, match="12000x8000"):
         open_footage(big)
+
+
+def test_multipart_exr_and_a_cropped_data_window_are_read_with_a_warning(tmp_path):
+    """A two-part EXR whose first part holds no colour (only Z): the colour part is read,
+    with a warning naming the parts; a data window smaller than the display window lands
+    at its place in the display window (not at 0,0), alpha 0 around it, with a warning."""
+    import OpenEXR
+
+    def hdr(name, **kw):
+        h = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage, "name": name}
+        h.update(kw)
+        return h
+
+    z = {"Z": np.full((8, 10), 5.0, np.float32)}
+    rgb = {c: np.full((8, 10), v, np.float32) for c, v in zip("RGB", (0.25, 0.5, 0.75))}
+    mp = tmp_path / "multi.exr"
+    with OpenEXR.File([OpenEXR.Part(hdr("depth"), z, name="depth"),
+                       OpenEXR.Part(hdr("beauty"), rgb, name="beauty")]) as f:
+        f.write(str(mp))
+    got = []
+    from backend import events as ev
+
+    with ev.reporting(got.append):
+        with open_footage(mp) as f:
+            frame = next(iter(f))
+    np.testing.assert_allclose(frame.rgb[0, 0], [0.25, 0.5, 0.75], atol=1e-6)
+    warns = [e["message"] for e in got if e["event"] == "warning"]
+    assert any("multi-part OpenEXR file with 2 parts (depth, beauty); only part 'beauty'" in w for w in warns)
+    crop = tmp_path / "crop" / "crop.exr"
+    crop.parent.mkdir()
+    small = {c: np.full((5, 6), 1.0, np.float32) for c in "RGB"}
+    dw = (np.array([2, 1], np.int32), np.array([7, 5], np.int32))
+    disp = (np.array([0, 0], np.int32), np.array([9, 7], np.int32))
+    with OpenEXR.File(hdr("c", dataWindow=dw, displayWindow=disp), small) as f:
+        f.write(str(crop))
+    got.clear()
+    with ev.reporting(got.append):
+        with open_footage(crop) as f:
+            assert (f.info.width, f.info.height) == (10, 8)
+            frame = next(iter(f))
+    assert frame.rgb.shape == (8, 10, 3) and frame.alpha is not None
+    assert frame.alpha[1:6, 2:8].min() == 1.0 and frame.alpha.sum() == 30
+    assert frame.rgb[0, 0].max() == 0.0 and frame.rgb[3, 4].min() == 1.0
+    assert any("data window (2, 1, 7, 5) differs from the display window (0, 0, 9, 7)" in e["message"]
+               for e in got if e["event"] == "warning")
