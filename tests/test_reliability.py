@@ -390,3 +390,26 @@ def test_multipart_exr_and_a_cropped_data_window_are_read_with_a_warning(tmp_pat
     assert frame.rgb[0, 0].max() == 0.0 and frame.rgb[3, 4].min() == 1.0
     assert any("data window (2, 1, 7, 5) differs from the display window (0, 0, 9, 7)" in e["message"]
                for e in got if e["event"] == "warning")
+
+
+def test_out_of_range_gbuffer_values_are_reported_not_rendered_silently(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=24, w=32)
+    f = contract.read_frame(contract.frame_path(gb, 2))
+    if f.confidence is not None:
+        f.confidence[:] = 1.0
+    f.depth[:4, :4] = -1.0
+    f.normal[4:6, :] = 0.0
+    f.albedo[10:12] = 5.0
+    contract.write_frame(contract.frame_path(gb, 2), f, validate=False)
+    got = []
+    res = restyle(gb, tmp_path / "rs", "fog", progress=got.append)
+    assert sorted(res.written) == [1, 2, 3]
+    warns = [e for e in got if e["event"] == "warning"]
+    assert {w["frame"] for w in warns} == {2}
+    text = " ".join(w["message"] for w in warns)
+    assert "Depth below 0: 16 value(s), -1..-1" in text
+    assert "Normal not unit length (outside 0.5..1.5): 64 value(s), 0..0" in text
+    assert "Albedo outside 0..1: 192 value(s), 5..5" in text
+    man = contract.read_manifest(tmp_path / "rs")
+    assert man["inputs_out_of_range"] == {"Depth below 0": "2", "Normal not unit length (outside 0.5..1.5)": "2",
+                                          "Albedo outside 0..1": "2"}

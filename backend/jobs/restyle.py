@@ -334,6 +334,41 @@ class _InputFrame:
     frame: contract.GBufferFrame
     bad_pass: Optional[str]  # first pass holding NaN/Inf, None: all finite
     reference: Optional[contract.GBufferFrame]  # the unedited frame, when the renderer uses it
+    odd: Dict[str, str] = field(default_factory=dict)  # out-of-range values: what -> how many, range
+
+
+#: tolerance above 1 for albedo / metallic / roughness (half-float rounding, gentle edits)
+RANGE_TOLERANCE = 0.01
+
+
+def out_of_range(frame: contract.GBufferFrame) -> Dict[str, str]:
+    """Values a G-buffer should not hold (an edit gone wrong, a foreign exporter): negative
+    depth, normals far from unit length (zero-length included), albedo / metallic /
+    roughness outside [0, 1] (beyond :data:`RANGE_TOLERANCE`), on surface pixels.
+
+    Returns:
+        ``{description: "N pixel(s), min..max"}`` for each kind found (empty: all in range).
+    """
+    found: Dict[str, str] = {}
+    mask = contract.surface_mask(frame)
+
+    def add(what: str, bad: np.ndarray, values: np.ndarray) -> None:
+        bad = bad & (mask if bad.ndim == 2 else mask[..., None])
+        k = int(np.count_nonzero(bad))
+        if k:
+            v = values[bad]
+            found[what] = f"{k} value(s), {float(v.min()):.4g}..{float(v.max()):.4g}"
+
+    d = np.asarray(frame.depth, np.float32)
+    add("Depth below 0", d < 0, d)
+    n = np.asarray(frame.normal, np.float32)
+    length = np.sqrt(np.sum(n * n, axis=-1))
+    add("Normal not unit length (outside 0.5..1.5)", (length < 0.5) | (length > 1.5), length)
+    hi = 1.0 + RANGE_TOLERANCE
+    for name in ("albedo", "metallic", "roughness"):
+        a = np.asarray(getattr(frame, name), np.float32)
+        add(f"{name.capitalize()} outside 0..1", (a < -RANGE_TOLERANCE) | (a > hi), a)
+    return found
 
 
 class _Reader:
@@ -354,7 +389,7 @@ class _Reader:
         frame = self._read(n, self.inputs.files[n])
         bad = next((name for name, arr in frame.arrays().items() if not contract.all_finite(arr)), None)
         ref = self._read(n, self.inputs.ref_files[n]) if self.use_reference else None
-        return _InputFrame(frame, bad, ref)
+        return _InputFrame(frame, bad, ref, out_of_range(frame) if bad is None else {})
 
     @staticmethod
     def _read(n: int, path: Path) -> contract.GBufferFrame:
@@ -529,6 +564,7 @@ class RestyleJob:
         self._last: Optional[_Rendered] = None
         self._measured: Optional[_Measured] = None
         self.pair_errors: Dict[int, PairError] = {}  # measured in this run, by frame number
+        self.out_of_range: Dict[str, List[int]] = {}  # what -> input frames holding it (this run)
         self._reader: Optional[_Reader] = None  # set by run(), for its duration
         self._previews: Optional[_Previews] = None
         from .fingerprint import InputFingerprints
@@ -634,6 +670,11 @@ class RestyleJob:
         path = self.inputs.files[n]
         got = self._reader.get(n)
         self.inputs.check_frame(n, got.frame, got.bad_pass)
+        for what, detail in got.odd.items():
+            if what not in self.out_of_range:  # one warning per kind; the manifest lists every frame
+                events.warning(f"G-buffer frame {n} ({path}): {what}: {detail}; rendered as is (check the "
+                               f"edit or the exporter that wrote it)", frame=n, file=path)
+            self.out_of_range.setdefault(what, []).append(n)
         # previous output, for temporal renderers (only when rendered in this run:
         # they also need the previous source, which a resume does not have)
         prev = self._last.rgb if self._last is not None and self._last.number == n - 1 else None
@@ -691,6 +732,8 @@ class RestyleJob:
 
         if self._previews.finish(done, record):
             man["preview_mp4"] = MP4_NAME
+        if self.out_of_range:
+            man["inputs_out_of_range"] = {k: _ranges(sorted(v)) for k, v in self.out_of_range.items()}
         if self.flicker and len(done) > 1:
             fl = flicker_metric(self.out_dir, done, self.inputs.all_files, known=self.pair_errors)
             if fl:
