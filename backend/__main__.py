@@ -28,7 +28,12 @@ try:
 
     from .cli import main  # noqa: E402
 
-    sys.exit(main(cancel=_cancel))
+    rc = main(cancel=_cancel)
+    # the job has reported its last word: a signal from now on (while Python shuts down,
+    # when it would otherwise kill the process with 143) changes nothing
+    for _s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_s, signal.SIG_IGN)
+    sys.exit(rc)
 except KeyboardInterrupt:  # a second signal while loading
     sys.stdout.write('{"event": "cancelled", "written": null, "frame": null}\n')
     sys.stderr.write("cancelled\n")

@@ -223,6 +223,10 @@ def _run(args) -> int:
     except OSError as e:
         _error_line(f"{e.filename or ''}: {e.strerror or e}".strip(": "), file=e.filename)
         return 1
+    except MemoryError:
+        _error_line("out of memory before the first frame (loading the footage or the model); try a smaller "
+                    "--processing-resolution or close other programs")
+        return 1
     except Exception as e:  # noqa: BLE001 - e.g. a model that is not available: one line, not a traceback
         text = str(e).splitlines()[0] if str(e) else ""
         _error_line(f"{type(e).__name__}: {text}".rstrip(": "))

@@ -218,7 +218,9 @@ def test_truncated_movie_is_an_error_naming_the_last_good_frame_and_never_comple
 def test_chunks_with_other_settings_are_refused_and_complete_means_every_frame(tmp_path):
     src = _sequence(tmp_path / "seq", range(1, 7))
     out = tmp_path / "out"
-    args = ("decompose", src, "--out", out, "--estimator", "tiny_slow", "--max-size", "32")
+    # 1.5 s per frame (not part of the settings): chunk A outlasts B's two refusals, C outlasts A
+    args = ("decompose", src, "--out", out, "--estimator", "tiny", "--estimator-option", "delay_s=1.5",
+            "--max-size", "32")
     a = start_cli(*args, "--frames", "1-3", tiny=True)
     try:
         first = json.loads(a.stdout.readline())  # "start": chunk A holds the folder
@@ -289,12 +291,12 @@ def test_sequence_numbered_from_1001_with_a_gap_keeps_its_numbers_end_to_end(tmp
 
 
 def test_a_signal_in_the_first_moments_is_a_clean_cancel(tmp_path):
-    """SIGTERM 0.15-1 s after ``python -m backend`` starts (still loading packages, or
-    loading the model): ``cancelled``, exit 130, no traceback, no frame, no manifest."""
+    """SIGTERM 0.15 or 0.4 s after ``python -m backend`` starts (still loading packages):
+    ``cancelled``, exit 130, no traceback, no frame, no manifest."""
     import signal
 
-    src = write_image(tmp_path / "a.png", gradient_rgb(24, 32))
-    for delay in (0.15, 0.4, 1.0):
+    src = _sequence(tmp_path / "seq", range(1, 31), h=48, w=64)  # 30 frames: not done within the delays
+    for delay in (0.15, 0.4):
         out = tmp_path / f"o{delay}"
         p = start_cli("decompose", src, "--out", out, "--max-size", "32")
         time.sleep(delay)
@@ -413,3 +415,36 @@ def test_out_of_range_gbuffer_values_are_reported_not_rendered_silently(tmp_path
     man = contract.read_manifest(tmp_path / "rs")
     assert man["inputs_out_of_range"] == {"Depth below 0": "2", "Normal not unit length (outside 0.5..1.5)": "2",
                                           "Albedo outside 0..1": "2"}
+
+
+def test_errors_name_what_failed(tmp_path):
+    """Kind 7: a corrupt or mistyped input manifest, a nonsense fps, a bad --option value
+    and running out of memory each give one line naming the manifest / option / frame."""
+    from backend.estimators.base import register_estimator
+    from decompose_util import TinyEstimator
+
+    gb = make_gbuffers(tmp_path / "gb", n=2, h=24, w=32)
+    man = gb / "manifest.json"
+    for text, what in (("not json", "not JSON"), ("[1, 2]", "a JSON list, not an object")):
+        man.write_text(text)
+        p = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs1")
+        assert p.returncode == 2 and p.stderr.startswith(f"error: {man}: not a valid manifest ({what}"), p.stderr
+    man.write_text(json.dumps({"source": {"fps": "-24"}}))
+    got = []
+    res = restyle(gb, tmp_path / "rs2", "fog", progress=got.append)
+    assert (tmp_path / "rs2" / MP4_NAME).exists() and res.manifest["output"]["fps"] == "24"
+    assert any("source fps '-24' is not a frame rate" in e["message"] for e in got if e["event"] == "warning")
+    p = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs3", "--option", "source_light=abc")
+    assert p.returncode == 2 and "--option source_light='abc'" in p.stderr, p.stderr
+
+    class Hungry(TinyEstimator):
+        def predict(self, rgb):
+            if self.calls == 1:
+                raise MemoryError()
+            return super().predict(rgb)
+
+    register_estimator("tiny_hungry", lambda **kw: Hungry(**kw))
+    src = _sequence(tmp_path / "seq", [1, 2, 3])
+    with pytest.raises(JobError, match=r"ran out of memory on .*shot_0002\.png \(frame 2\)") as ei:
+        _dec(src, tmp_path / "o", estimator="tiny_hungry")
+    assert ei.value.frame == 2

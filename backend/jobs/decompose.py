@@ -170,6 +170,10 @@ class _Shot:
             return self._compute(sf, number)
         except (KeyboardInterrupt, JobError):
             raise
+        except MemoryError as e:
+            raise JobError(f"estimator {self.estimator!r} ran out of memory on {sf.path} (frame {number}); try a "
+                           f"smaller --processing-resolution or close other programs",
+                           frame=number, file=sf.path) from e
         except Exception as e:
             raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",

@@ -145,12 +145,22 @@ def _inputs_digest(files: List[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _source_fps(gb_manifest: Dict[str, Any]) -> Fraction:
-    src = gb_manifest.get("source") or {}
-    try:
-        return Fraction(str(src.get("fps"))) if src.get("fps") else DEFAULT_FPS
-    except (ValueError, ZeroDivisionError):
+def _source_fps(gb_manifest: Dict[str, Any], where: Optional[Path] = None) -> Fraction:
+    """The source's frame rate from a G-buffer manifest; :data:`DEFAULT_FPS` (with a
+    ``warning`` naming the manifest) when it is missing, malformed or not in (0, 1000]."""
+    src = gb_manifest.get("source") if isinstance(gb_manifest.get("source"), dict) else {}
+    raw = src.get("fps")
+    if not raw:
         return DEFAULT_FPS
+    try:
+        fps = Fraction(str(raw))
+    except (ValueError, ZeroDivisionError):
+        fps = None
+    if fps is None or not 0 < fps <= 1000:
+        events.warning(f"{where or 'manifest.json'}: source fps {raw!r} is not a frame rate; the previews "
+                       f"use {DEFAULT_FPS} fps", file=where)
+        return DEFAULT_FPS
+    return fps
 
 
 # --------------------------------------------------------------------------- inputs
@@ -298,9 +308,17 @@ class RestyleLook:
             PromptError: a prompt the renderer does not understand; renderer-specific
             load errors (e.g. a missing model) from :meth:`Renderer.describe`.
         """
-        rend = get_renderer(renderer, **dict(options or {}))
-        looks = read_prompt(prompt, rend)
-        return cls(prompt, renderer, rend, looks, rend.describe(prompt, looks))
+        opts = dict(options or {})
+        try:
+            rend = get_renderer(renderer, **opts)
+            looks = read_prompt(prompt, rend)
+            info = rend.describe(prompt, looks)
+        except (TypeError, ValueError) as e:
+            if not opts or isinstance(e, InputError) or any(k in str(e) for k in opts):
+                raise
+            given = ", ".join(f"--option {k}={v!r}" for k, v in opts.items())
+            raise ValueError(f"renderer {renderer!r} rejected {given}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+        return cls(prompt, renderer, rend, looks, info)
 
     def render(self, frame: contract.GBufferFrame, n: int, path: Path, time_s: float,
                prev: Optional[np.ndarray], reference: Optional[contract.GBufferFrame]) -> np.ndarray:
@@ -558,8 +576,8 @@ class RestyleJob:
                  previews: bool = True, mp4: bool = True, flicker: bool = True):
         self.inputs, self.look, self.out_dir = inputs, look, Path(out_dir)
         self.previews, self.mp4, self.flicker = previews, mp4, flicker
-        self.gb_manifest = contract.read_manifest(inputs.gbuffer_dir)
-        self.fps = _source_fps(self.gb_manifest)
+        self.gb_manifest = contract.read_manifest(inputs.gbuffer_dir)  # ContractError names it
+        self.fps = _source_fps(self.gb_manifest, inputs.gbuffer_dir / "manifest.json")
         self.use_reference = bool(inputs.ref_files) and look.renderer.accepts_reference
         self._last: Optional[_Rendered] = None
         self._measured: Optional[_Measured] = None
@@ -613,7 +631,8 @@ class RestyleJob:
         return {
             "input": {"gbuffer_dir": str(inp.gbuffer_dir.resolve()), "frames": [min(inp.files), max(inp.files)],
                       "reference_dir": str(inp.reference_dir.resolve()) if inp.reference_dir else None,
-                      "source": self.gb_manifest.get("source")},
+                      "source": self.gb_manifest.get("source") if isinstance(
+                          self.gb_manifest.get("source"), dict) else None},
             "prompt": look.prompt,
             "looks": look.info.get("looks"),
             "look_params": look.info.get("params"),

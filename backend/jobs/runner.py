@@ -118,6 +118,9 @@ def _frame_error(e: BaseException, number: int, final: Path, written: int) -> Ba
                                               errno.EROFS, errno.EACCES, errno.EPERM):
         return JobError(f"cannot write {final} (frame {number}): {_oserror_text(e)}",
                         frame=number, file=final)
+    if isinstance(e, MemoryError):
+        return JobError(f"frame {number} ({final}): out of memory; try a smaller --processing-resolution, "
+                        f"close other programs, or process fewer frames at once", frame=number, file=final)
     if "no space left on device" in str(e).lower():
         return JobError(f"cannot write {final} (frame {number}): no space left on device",
                         frame=number, file=final)
@@ -724,7 +727,7 @@ class FrameRun:
             if isinstance(e, KeyboardInterrupt):
                 raise JobCancelled(len(self.result.written), self.current) from None
             raise
-        except BaseException:
+        except BaseException as e:
             # a failure outside the frame in flight (e.g. decoding the next source frame):
             # that frame is complete work, keep it (not after an earlier frame failed:
             # frames are finalized strictly in order)
@@ -735,6 +738,11 @@ class FrameRun:
                     pass
             self._abort()
             self.book.flush(self.current, only_dirty=True)
+            if isinstance(e, MemoryError):
+                where = "before the first frame" if self.current is None else f"after frame {self.current}"
+                raise JobError(f"out of memory {where} (reading the next input frame) in {self.out}; try a "
+                               f"smaller --processing-resolution or close other programs",
+                               frame=self.current, file=self.out) from e
             raise
         finally:
             if self.writer is not None:
