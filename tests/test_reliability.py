@@ -448,3 +448,96 @@ def test_errors_name_what_failed(tmp_path):
     with pytest.raises(JobError, match=r"ran out of memory on .*shot_0002\.png \(frame 2\)") as ei:
         _dec(src, tmp_path / "o", estimator="tiny_hungry")
     assert ei.value.frame == 2
+
+
+# ------------------------------------------- (6) restyle's previews and late failures
+
+
+def _decoded(mp4: Path):
+    import av
+
+    with av.open(str(mp4)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def test_restyle_previews_are_deterministic_and_done_is_the_last_word(tmp_path):
+    """Random passes (many pixels near an 8-bit step): a cancelled-then-resumed restyle
+    rebuilds byte-identical PNG previews and an MP4 with identical frames. A cancel that
+    comes while the MP4 is rebuilt after the last frame gives no "done" and leaves
+    complete: false; the next run finishes it."""
+    import threading
+
+    from backend.errors import JobCancelled
+    from gbuffer_util import random_frame, write_sequence
+
+    gb = write_sequence(tmp_path / "gb", [random_frame(48, 64, seed=i) for i in range(6)],
+                        manifest={"source": {"fps": "24"}})
+    a = tmp_path / "a"
+    restyle(gb, a, "dense fog", progress=io.StringIO())
+    b = tmp_path / "b"
+    cancel = threading.Event()
+
+    def stop_at_3(e):
+        if e.get("event") == "progress" and e.get("frame") == 3:
+            cancel.set()
+
+    with pytest.raises(JobCancelled):
+        restyle(gb, b, "dense fog", progress=stop_at_3, cancel=cancel)
+    preview_path(b, 2).unlink()  # as a kill before that PNG was written leaves it
+    res = restyle(gb, b, "dense fog", progress=io.StringIO())
+    assert res.skipped[:3] == [1, 2, 3] and res.written and sorted(res.skipped + res.written) == [1, 2, 3, 4, 5, 6]
+    for n in range(1, 7):
+        assert preview_path(a, n).read_bytes() == preview_path(b, n).read_bytes(), n
+    fa, fb = _decoded(a / MP4_NAME), _decoded(b / MP4_NAME)
+    assert len(fa) == len(fb) == 6 and all(np.array_equal(x, y) for x, y in zip(fa, fb))
+
+
+def test_a_cancel_while_previews_are_rebuilt_gives_no_done(tmp_path):
+    import threading
+
+    from backend.errors import JobCancelled
+
+    gb = make_gbuffers(tmp_path / "gb", n=24, h=72, w=96)
+    out = tmp_path / "rs"
+    restyle(gb, out, "dense fog", progress=io.StringIO())
+    (out / MP4_NAME).unlink()  # a resume rebuilds it from the PNG previews, after the last frame
+    got, cancel, stop = [], threading.Event(), threading.Event()
+
+    def watch():  # the CLI's SIGTERM handler sets this event; here it comes mid-rebuild
+        while not stop.is_set():
+            if list(out.glob(".tmp_preview_*.mp4")):
+                cancel.set()
+                return
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        with pytest.raises(JobCancelled):
+            restyle(gb, out, "dense fog", progress=got.append, cancel=cancel)
+    finally:
+        stop.set()
+        t.join()
+    assert not [e for e in got if e["event"] == "done"]
+    assert contract.read_manifest(out)["complete"] is False and not list(out.glob(".tmp*"))
+    res = restyle(gb, out, "dense fog", progress=io.StringIO())  # resumes: only the previews are redone
+    assert res.written == [] and res.manifest["complete"] is True and (out / MP4_NAME).exists()
+
+
+def test_hard_kill_preview_temporaries_are_cleaned_up(tmp_path):
+    import signal
+
+    gb = make_gbuffers(tmp_path / "gb", n=40, h=96, w=128)
+    out = tmp_path / "rs"
+    p = start_cli("restyle", gb, "--prompt", "dense fog", "--out", out)
+    for line in p.stdout:  # kill -9 in the middle of the run
+        if json.loads(line).get("frame") == 5:
+            p.send_signal(signal.SIGKILL)
+            break
+    p.wait(60)
+    (out / ".tmp_preview_abc123.mp4").write_bytes(b"\0" * 100)  # as a kill during the MP4 leaves
+    (out / "preview" / ".tmp_restyle_0007xyz.png").write_bytes(b"\0")
+    r = run_cli("restyle", gb, "--prompt", "dense fog", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert not [q.name for q in out.rglob(".tmp*")]
+    assert contract.read_manifest(out)["complete"] is True and (out / MP4_NAME).exists()

@@ -441,6 +441,7 @@ class _Previews:
         self.out_dir, self.fps, self.pool = out_dir, fps, pool
         self.pngs, self.mp4 = pngs, mp4
         self.png_jobs: Dict[int, Future] = {}
+        self.png_data: Dict[int, bytes] = {}  # encoded, written once the frame is recorded
         self.encoder: Optional[Mp4Encoder] = None
         self.streamed: List[int] = []  # frame numbers in the streamed MP4, in order
         self.broken = False
@@ -455,7 +456,7 @@ class _Previews:
         if self.pngs:
             data = encode_png(img8)
             sha = hashlib.sha256(data).hexdigest()
-            self.png_jobs[n] = self.pool.submit(write_bytes_atomic, preview_path(self.out_dir, n), data)
+            self.png_data[n] = data
         if self.mp4 and not self.broken:
             try:
                 if self.encoder is None:
@@ -465,6 +466,13 @@ class _Previews:
             except Exception:  # the end-of-job re-encode reports real problems
                 self.broken = True
         return sha
+
+    def frame_recorded(self, n: int) -> None:
+        """Frame ``n`` is in place and recorded (with its preview's checksum) in the
+        manifest: now write its PNG, so a preview on disk is always a recorded one."""
+        data = self.png_data.pop(n, None)
+        if data is not None:
+            self.png_jobs[n] = self.pool.submit(write_bytes_atomic, preview_path(self.out_dir, n), data)
 
     def discard(self) -> None:
         """Drop the streamed MP4 (the job failed)."""
@@ -664,14 +672,16 @@ class RestyleJob:
                              overwrite=overwrite, companions=lambda n: [preview_path(out, n)],
                              extra_outputs=[out / MP4_NAME], input_for=self.input_for,
                              read_input=read_input_hash, expected=list(self.inputs.all_files),
-                             numbers=list(self.inputs.files), throttle=False)
+                             numbers=list(self.inputs.files), throttle=False, before_done=self._finish,
+                             on_frame=lambda n, entry: self._previews.frame_recorded(n),
+                             leftovers=[".tmp_preview_*.mp4", f"{PREVIEW_DIR}/.tmp_{OUT_PREFIX}*"])
         except BaseException:
             self._previews.discard()
             raise
         finally:
             self._reader.cancel()
             pool.shutdown(wait=True)  # previews are atomic; never leave a half-written one
-        return self._finish(result)
+        return result
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
         """``(frame number, work)`` for :func:`backend.jobs.runner.run_job`."""

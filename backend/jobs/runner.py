@@ -476,7 +476,12 @@ class _ManifestBook:
                 for k, v in disk[key].items():
                     self.data[key].setdefault(k, v)
         self.data["frames"] = [self.frames[k] for k in sorted(self.frames)]
-        self.data["complete"] = self._complete() if self.finishing else False
+        if self.finishing:
+            self.data["complete"] = self._complete()
+        else:  # a run in progress: what the manifest lists so far
+            self.data["complete"] = False
+            self.data["frames_expected"] = None if self.expected is None else len(self.expected)
+            self.data["frames_missing"] = _ranges([n for n in self.expected or () if n not in self.frames])
         _write_manifest(self.out, self.data, at)
         self.saved_at = time.monotonic()
         self.dirty = False
@@ -548,6 +553,7 @@ class FrameRun:
                  expected: Optional[Sequence[int]] = None, throttle: Optional[bool] = None):
         self.out, self.total, self.job, self.path_for = out, total, job, path_for
         self.input_for, self.read_input = input_for, read_input
+        self.before_done: Optional[Callable[[JobResult], None]] = None
         self.read_hash, self.on_frame, self.t0 = read_hash, on_frame, t0
         self.cancel = cancel if cancel is not None else threading.Event()
         self.shash = settings_hash(settings)
@@ -720,6 +726,14 @@ class FrameRun:
             self.drain()
             if self.cancel.is_set():
                 raise JobCancelled(len(self.result.written), None)
+            if self.before_done is not None:
+                # the job's own finishing work (previews...) is part of the run: a cancel or a
+                # failure in it leaves complete: false and no "done"; a re-run resumes it
+                self.book.save(None)
+                self.result.manifest = self.book.data
+                self.before_done(self.result)
+                if self.cancel.is_set():
+                    raise JobCancelled(len(self.result.written), None)
             self.current = _FINISHED
         except (JobCancelled, KeyboardInterrupt) as e:
             self._abort()
@@ -794,6 +808,8 @@ def run_job(
     expected: Optional[Sequence[int]] = None,
     throttle: Optional[bool] = None,
     numbers: Optional[Sequence[int]] = None,
+    before_done: Optional[Callable[[JobResult], None]] = None,
+    leftovers: Sequence[str] = (),
 ) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
@@ -840,6 +856,12 @@ def run_job(
             (default: when ``read_hash`` is given).
         numbers: the frame numbers this run writes (default ``expected``): their
             ``companions`` may not be files we did not write.
+        before_done: the job's finishing work after the last frame (previews, summary
+            metrics in ``result.manifest``), run before the manifest says complete and
+            before the ``done`` event: a cancel or failure in it leaves ``complete: false``.
+        leftovers: glob patterns (relative to ``out_dir``) of the job's own hidden
+            temporaries a hard kill can leave (``.tmp_preview_*.mp4``); removed at start
+            when no other job is writing into the folder (``.tmp_manifest*`` always are).
 
     Returns:
         :class:`JobResult`.
@@ -876,6 +898,11 @@ def run_job(
                            throttle=throttle)
             run.book.runlock = lock
             run.book.created = not old
+            run.before_done = before_done
+            if not lock.others_running():  # a hard kill's temporaries (a live chunk's are kept)
+                for pattern in (".tmp_manifest*", *leftovers):
+                    for p in out.glob(pattern):
+                        _cleanup_tmp(p)
             lock.acquire()
             try:  # claim the folder for these settings before the first frame
                 run.book.save_locked(None)
