@@ -181,6 +181,11 @@ def main(argv: Optional[List[str]] = None, cancel=None) -> int:
     by a signal that came while loading (``python -m backend`` installs its handler
     first thing); a job then stops before its first frame with ``cancelled``.
     """
+    # the command line never reaches a model hub: models load from the local models folder
+    # (the Hugging Face cache) only; downloads are an explicit step (huggingface-cli
+    # download, or Blender's Preferences > Models)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     from .jobs.runner import SignalCancel
 
     parser = build_parser()

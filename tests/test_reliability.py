@@ -541,3 +541,30 @@ def test_hard_kill_preview_temporaries_are_cleaned_up(tmp_path):
     assert r.returncode == 0, r.stderr
     assert not [q.name for q in out.rglob(".tmp*")]
     assert contract.read_manifest(out)["complete"] is True and (out / MP4_NAME).exists()
+
+
+# ------------------------------------------------------------- (9) no network from the CLI
+
+
+def test_cli_never_reaches_the_model_hub(tmp_path):
+    """Without HF_HUB_OFFLINE in the environment, and a hub endpoint that would refuse any
+    connection: a model that is not in the models folder is a one-line error saying so and
+    how to download it (not a download attempt, not a missing config.json)."""
+    import subprocess
+
+    from cli_util import cli_cmd, cli_env
+
+    src = write_image(tmp_path / "a.png", gradient_rgb(24, 32))
+    gb = make_gbuffers(tmp_path / "gb", n=1, h=24, w=32)
+    env = cli_env(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT="http://127.0.0.1:9")
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("TRANSFORMERS_OFFLINE", None)
+    for args, model in ((("decompose", src, "--out", tmp_path / "o1", "--estimator", "marigold"),
+                         "prs-eth/marigold-depth-v1-1"),
+                        (("restyle", gb, "--prompt", "a castle", "--out", tmp_path / "o2", "--renderer",
+                          "controlnet"), "lllyasviel/control_v11f1p_sd15_depth")):
+        p = subprocess.run(cli_cmd(*args), env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 1, p.stderr
+        err = [x for x in p.stderr.splitlines() if x.startswith("error:")][-1]
+        assert f"{model!r} is not in the models folder" in err and f"huggingface-cli download {model}" in err
+        assert "config.json" not in err and "127.0.0.1" not in p.stderr and "onnect" not in p.stderr
