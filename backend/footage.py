@@ -709,6 +709,35 @@ class _MovieFootage(Footage):
                 f"{self._path}: the movie ends after frame {index} but declares {info.n_frames} frames "
                 f"(truncated or corrupt file); frames 1-{index} decoded, the rest is missing",
                 frame=index + 1, file=self._path)
+        est = self._estimated_frames()
+        if info.n_frames is None and est is not None and index < 0.9 * est - 2:
+            # no frame count in the container (Matroska, WebM): its stated duration says how long it is
+            raise FootageError(
+                f"{self._path}: the movie ends after frame {index} but its stated duration implies about {est} "
+                f"frames (truncated or corrupt file); frames 1-{index} decoded, the rest is missing",
+                frame=index + 1, file=self._path)
+
+    def _estimated_frames(self) -> Optional[int]:
+        """Frame count implied by the video stream's stated duration and the frame rate (for
+        containers that do not state a count), or ``None``: the stream's own duration
+        (or its Matroska ``DURATION`` tag), else the container's when it holds nothing but
+        this stream (an audio track may be longer than the video)."""
+        c, st = self._container, self._stream
+        if c is None:
+            return None
+        seconds = None
+        if st.duration and st.time_base:
+            seconds = float(st.duration * st.time_base)
+        else:
+            tag = (st.metadata or {}).get("DURATION") or (st.metadata or {}).get("duration")
+            m = re.match(r"^(\d+):(\d+):(\d+(?:\.\d+)?)$", str(tag or "").strip())
+            if m:
+                seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+            elif len(c.streams) == 1 and c.duration and c.duration > 0:
+                seconds = c.duration / 1_000_000
+        if not seconds or seconds <= 0:
+            return None
+        return int(round(seconds * float(self.info.fps)))
 
 
 def open_footage(

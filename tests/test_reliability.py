@@ -173,13 +173,15 @@ def test_touched_gbuffers_resume_a_restyle(tmp_path):
 # --------------------------------------------------------------- (3) footage that ends early
 
 
-def _truncated_movie(tmp_path, n=40, keep=0.5) -> Path:
-    """A 40-frame H.264 MP4 with its index first (faststart), cut to ``keep`` of its bytes."""
+def _truncated_movie(tmp_path, n=40, keep=0.5, ext=".mp4") -> Path:
+    """A 40-frame H.264 movie cut to ``keep`` of its bytes: an MP4 with its index first
+    (faststart: it states 40 frames), or a Matroska file (it states only a duration)."""
     import av
 
     rng = np.random.default_rng(0)
-    full = tmp_path / "full.mp4"
-    with av.open(str(full), "w", options={"movflags": "faststart"}) as c:
+    full = tmp_path / f"full{ext}"
+    opts = {"movflags": "faststart"} if ext == ".mp4" else {}
+    with av.open(str(full), "w", options=opts) as c:
         s = c.add_stream("libx264", rate=24)
         s.width, s.height, s.pix_fmt = 48, 32, "yuv420p"
         for _ in range(n):
@@ -189,7 +191,7 @@ def _truncated_movie(tmp_path, n=40, keep=0.5) -> Path:
         for pk in s.encode():
             c.mux(pk)
     data = full.read_bytes()
-    cut = tmp_path / "cut.mp4"
+    cut = tmp_path / f"cut{ext}"
     cut.write_bytes(data[: int(len(data) * keep)])
     return cut
 
@@ -210,6 +212,14 @@ def test_truncated_movie_is_an_error_naming_the_last_good_frame_and_never_comple
     assert man["complete"] is False
     assert sorted(e["frame"] for e in man["frames"]) == list(range(1, last + 1))
     assert sorted(contract.list_frames(out)) == list(range(1, last + 1))
+    # a Matroska file states no frame count: its stated duration tells
+    mkv = _truncated_movie(tmp_path, ext=".mkv")
+    with open_footage(mkv) as f:
+        assert f.info.n_frames is None
+        with pytest.raises(FootageError, match=r"cut\.mkv: the movie ends after frame \d+ but its stated "
+                                               r"duration implies about 40 frames"):
+            for _ in f:
+                pass
 
 
 # ------------------------------------------- (2) concurrent chunks with different settings
