@@ -149,7 +149,8 @@ def _rel(out: Path, p: Path) -> str:
     """``p`` relative to ``out`` (symlinks and relative paths resolved), POSIX style."""
     import os
 
-    return Path(os.path.relpath(os.path.realpath(p), os.path.realpath(out))).as_posix()
+    p = Path(p)  # the name itself, not where a symbolic link points
+    return Path(os.path.relpath(os.path.join(os.path.realpath(p.parent), p.name), os.path.realpath(out))).as_posix()
 
 
 def _names(paths) -> str:
