@@ -578,3 +578,15 @@ def test_cli_never_reaches_the_model_hub(tmp_path):
         err = [x for x in p.stderr.splitlines() if x.startswith("error:")][-1]
         assert f"{model!r} is not in the models folder" in err and f"huggingface-cli download {model}" in err
         assert "config.json" not in err and "127.0.0.1" not in p.stderr and "onnect" not in p.stderr
+
+
+def test_a_hand_edited_manifest_with_malformed_frames_still_resumes(tmp_path):
+    src = _sequence(tmp_path / "seq", [1, 2])
+    out = tmp_path / "out"
+    _dec(src, out)
+    for bad in (5, "x", [1, None, {"frame": "a"}]):
+        man = json.loads((out / "manifest.json").read_text())
+        man["frames"] = bad
+        (out / "manifest.json").write_text(json.dumps(man))
+        res = _dec(src, out)  # the frames' own settings stamps say they are current
+        assert res.written == [] and res.skipped == [1, 2] and res.manifest["complete"] is True

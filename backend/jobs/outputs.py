@@ -74,10 +74,13 @@ def read_own_manifest(out: Path) -> Dict[str, Any]:
 
 
 def _entries(old: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
+    """Frame number -> entry of a manifest's ``frames`` list (anything malformed is skipped)."""
     out: Dict[int, Dict[str, Any]] = {}
-    for e in old.get("frames", []) or []:
+    frames = old.get("frames")
+    for e in frames if isinstance(frames, list) else ():
         try:
-            out[int(e["frame"])] = e
+            if isinstance(e, dict):
+                out[int(e["frame"])] = e
         except (KeyError, TypeError, ValueError):
             continue
     return out

@@ -62,7 +62,7 @@ from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, 
 from .. import contract, events
 from ..errors import JobCancelled, JobError  # noqa: F401  (re-exported: their former home)
 from .fingerprint import file_sha256
-from .outputs import PRODUCER, check_previous_outputs, read_own_manifest
+from .outputs import PRODUCER, _entries, check_previous_outputs, read_own_manifest
 
 WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
 #: seconds between manifest rewrites during a run (see :func:`run_job`)
@@ -409,7 +409,7 @@ class _ManifestBook:
     def __init__(self, out: Path, shash: str, old: Dict[str, Any], extra: Optional[Dict[str, Any]],
                  job: str, settings: Dict[str, Any], path_for: Callable[[int], Path], throttle: bool):
         self.out, self.shash, self.path_for, self.throttle = out, shash, path_for, throttle
-        self.old_frames = {int(e["frame"]): e for e in old.get("frames", []) if "frame" in e}
+        self.old_frames = _entries(old)  # malformed entries (a hand-edited manifest) are ignored
         self.frames: Dict[int, Dict[str, Any]] = {
             n: e for n, e in self.old_frames.items()
             if e.get("settings_hash") == shash and Path(path_for(n)).exists()}
@@ -462,11 +462,7 @@ class _ManifestBook:
         except (OSError, ValueError):
             disk = {}
         if disk.get("settings_hash") == self.shash:
-            for e in disk.get("frames", []) or []:
-                try:
-                    n = int(e["frame"])
-                except (KeyError, TypeError, ValueError):
-                    continue
+            for n, e in _entries(disk).items():
                 if (n not in self.frames and e.get("settings_hash") == self.shash
                         and Path(self.path_for(n)).exists()):
                     self.frames[n] = e
