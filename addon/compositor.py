@@ -110,7 +110,14 @@ def load_sequence_image(folder: os.PathLike, prefix: str = FILE_PREFIX):
     if not frames:
         raise FileNotFoundError(f"no {prefix}NNNN.exr frames in {folder}")
     img, first = _sequence_image(frames, f"{Path(folder).name} G-buffers")
-    return img, first, len(frames)
+    return img, first, _span(frames)
+
+
+def _span(frames: dict) -> int:
+    """Frames a sequence ``{number: path}`` spans, first to last (gaps included: a source
+    numbered 1001, 1002, 1004 spans 4 scene frames, 1003 showing nothing)."""
+    nums = list(frames)
+    return max(nums) - min(nums) + 1
 
 
 def _sequence_image(frames: dict, name: str):
@@ -251,7 +258,8 @@ def show_pass(tree, pass_name: str) -> None:
 
 
 def gbuffer_range(tree) -> tuple:
-    """``(first scene frame, frame count)`` of the G-buffer Image node."""
+    """``(first scene frame, frame count)`` of the G-buffer Image node (the count spans
+    first to last file number, gaps included)."""
     node = find_node(tree, ROLE_GBUFFER)
     if node is None or node.image is None:
         raise LookupError("no G-buffer Image node in the compositor; run Decompose first")
@@ -322,7 +330,7 @@ def load_result(scene, folder: os.PathLike, *, show: bool = True) -> bpy.types.N
     node = _node(tree, ROLE_RESULT, "CompositorNodeImage")
     node.name = node.label = "Restyle result"
     node.location = (350, 450)
-    _configure_sequence_node(node, img, first, len(frames), scene.frame_start)
+    _configure_sequence_node(node, img, first, _span(frames), scene.frame_start)
     _link(tree, node.outputs["Image"], compat.output_socket(tree))
     if show:
         show_pass(tree, RESULT_PASS)

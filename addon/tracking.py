@@ -76,12 +76,24 @@ class SolveError(ValueError):
 
 
 def source_frame_number(clip, clip_frame: int) -> int:
-    """1-based source frame number (the backend's numbering) of a clip frame.
+    """Source frame number (the backend's numbering: a movie's 1..N, an image
+    sequence's file numbers) of a clip frame.
 
     Clip frame 1 is what scene frame ``clip.frame_start`` shows; the footage frame it
-    reads is ``clip.frame_offset`` frames after the clip's first frame.
+    reads is ``clip.frame_offset`` frames after the clip's first frame (for a sequence,
+    Blender counts from the number in the clip's file name: ``shot_1001.png`` -> 1001).
     """
-    return int(clip_frame) + int(clip.frame_offset)
+    return int(clip_frame) + int(clip.frame_offset) + _sequence_base(clip) - 1
+
+
+def _sequence_base(clip) -> int:
+    """The file number of an image-sequence clip's first file (1 for a movie)."""
+    import re
+
+    if getattr(clip, "source", "") != "SEQUENCE":
+        return 1
+    m = re.search(r"(\d+)(?!.*\d)", os.path.splitext(os.path.basename(clip.filepath))[0])
+    return int(m.group(1)) if m else 1
 
 
 def clip_frame_of_scene_frame(clip, scene_frame: int) -> int:

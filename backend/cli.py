@@ -245,18 +245,29 @@ def json_stdout(force_json: bool = False):
         os.close(real)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, cancel=None) -> int:
     """Parse ``argv`` and run the subcommand; returns the process exit code.
 
     SIGINT/SIGTERM cancel the job cleanly (:class:`backend.jobs.runner.SignalCancel`;
-    the subcommand gets the event as ``args.cancel``).
+    the subcommand gets the event as ``args.cancel``). ``cancel``: an event already set
+    by a signal that came while loading (``python -m backend`` installs its handler
+    first thing); a job then stops before its first frame with ``cancelled``.
     """
+    # the command line never reaches a model hub: models load from the local models folder
+    # (the Hugging Face cache) only; downloads are an explicit step (huggingface-cli
+    # download, or Blender's Preferences > Models)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     from .jobs.runner import SignalCancel
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    with json_stdout(force_json=args.json), SignalCancel() as cancel:
-        args.cancel = cancel
+    with json_stdout(force_json=args.json), SignalCancel(cancel) as ev:
+        args.cancel = ev
+        if ev.is_set():  # cancelled while loading: nothing was started
+            events.emit({"event": "cancelled", "written": 0, "frame": None})
+            sys.stderr.write("cancelled before the job started\n")
+            return 130
         return _run(args)
 
 
@@ -291,6 +302,10 @@ def _run(args) -> int:
         return 2
     except OSError as e:
         _error_line(f"{e.filename or ''}: {e.strerror or e}".strip(": "), file=e.filename)
+        return 1
+    except MemoryError:
+        _error_line("out of memory before the first frame (loading the footage or the model); try a smaller "
+                    "--processing-resolution or close other programs")
         return 1
     except Exception as e:  # noqa: BLE001 - e.g. a model that is not available: one line, not a traceback
         text = str(e).splitlines()[0] if str(e) else ""

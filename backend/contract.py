@@ -582,12 +582,26 @@ def write_manifest(out_dir: os.PathLike, manifest: Dict[str, Any]) -> Path:
 
 
 def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
-    """Read ``manifest.json`` of a contract folder; ``{}`` when absent."""
+    """Read ``manifest.json`` of a contract folder; ``{}`` when absent.
+
+    Raises:
+        ContractError: the file is not JSON, or not a JSON object (naming it).
+        OSError: it cannot be read.
+    """
     p = Path(out_dir) / "manifest.json"
     if not p.exists():
         return {}
     with open(p, encoding="utf-8") as f:
-        return json.load(f)
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ContractError(f"{p}: not a valid manifest (not JSON: {e}); fix it or move it away",
+                            file=p) from None
+    if not isinstance(data, dict):
+        raise ContractError(f"{p}: not a valid manifest (a JSON {type(data).__name__}, not an object); "
+                            f"fix it or move it away", file=p)
+    return data
 
 
 def surface_mask(frame: GBufferFrame) -> np.ndarray:

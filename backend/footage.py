@@ -62,6 +62,58 @@ IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".exr", ".bmp", ".webp"}
 SEQUENCE_FPS = Fraction(24)
 
 
+#: largest frame accepted, in pixels (8192 x 8192; 8K UHD is 33 Mpx); the environment
+#: variable ``GBUFFER_MAX_PIXELS`` changes it. Larger frames are refused before decoding.
+MAX_PIXELS = 8192 * 8192
+#: measured peak memory of a decompose per source pixel at full size (12000 x 8000:
+#: 11.5 GB), for the refusal message
+BYTES_PER_PIXEL_PEAK = 120
+
+
+def max_pixels() -> int:
+    """:data:`MAX_PIXELS`, or ``GBUFFER_MAX_PIXELS`` when set to a positive integer."""
+    try:
+        v = int(os.environ.get("GBUFFER_MAX_PIXELS", ""))
+        return v if v > 0 else MAX_PIXELS
+    except ValueError:
+        return MAX_PIXELS
+
+
+def check_frame_size(width: int, height: int, path, frame: Optional[int] = None) -> None:
+    """Refuse a frame larger than :func:`max_pixels` before it is decoded.
+
+    Raises:
+        FootageError: naming the file, its size and the memory a full-size run would need.
+    """
+    px = int(width) * int(height)
+    limit = max_pixels()
+    if px > limit:
+        gb = px * BYTES_PER_PIXEL_PEAK / 1e9
+        raise FootageError(
+            f"{path}: {width}x{height} ({px / 1e6:.0f} Mpx) is larger than the {limit / 1e6:.0f} Mpx limit; "
+            f"decomposing it at full size would need about {gb:.0f} GB of memory. Downscale the footage "
+            f"first (e.g. to 8K or 4K), or raise GBUFFER_MAX_PIXELS if this machine has the memory",
+            frame=frame, file=path)
+
+
+def _header_size(path: str) -> Optional[Tuple[int, int]]:
+    """``(width, height)`` from an image file's header, without decoding its pixels."""
+    try:
+        if Path(path).suffix.lower() == ".exr":
+            import OpenEXR
+
+            with OpenEXR.File(path, header_only=True) as f:
+                (x0, y0), (x1, y1) = f.header()["dataWindow"]
+                return int(x1 - x0 + 1), int(y1 - y0 + 1)
+        from PIL import Image
+
+        Image.MAX_IMAGE_PIXELS = None  # our own limit applies, with a message that says what to do
+        with Image.open(path) as im:
+            return int(im.size[0]), int(im.size[1])
+    except Exception:  # unreadable header: decoding reports it
+        return None
+
+
 #: FFmpeg "video" codecs that are really text renderers (a .txt file opens as 'ansi' video)
 TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf", "tty"})
 
@@ -87,6 +139,9 @@ class SourceFrame:
             Premultiplied EXR input is un-premultiplied on read (colour / alpha where
             alpha > 0, else 0).
         path: file the frame came from (the movie, or the sequence's image file).
+        number: the source frame number: the number in the image file's name for a
+            sequence (``shot_1001.png`` -> 1001; gaps kept), ``index + 1`` for a movie
+            or a single image. Output files and manifests use it.
     """
 
     index: int
@@ -94,6 +149,11 @@ class SourceFrame:
     rgb: np.ndarray
     alpha: Optional[np.ndarray]
     path: str
+    number: Optional[int] = None
+
+    def __post_init__(self):
+        if self.number is None:
+            self.number = self.index + 1
 
 
 @dataclass
@@ -115,6 +175,9 @@ class FootageInfo:
         colorspace: canonical name of the source colour space (see :mod:`backend.colour`).
         has_alpha: the source carries an alpha channel.
         files: the image files of a sequence (empty for movies).
+        numbers: the source frame number of each file of a sequence (from the file
+            names: ``shot_1001.png`` -> 1001, gaps kept; ``1..N`` when the names carry no
+            distinct numbers); ``[1]`` for a single image; empty for movies (``1..n_frames``).
     """
 
     path: str
@@ -133,6 +196,14 @@ class FootageInfo:
     colorspace: str = colour.SRGB
     has_alpha: bool = False
     files: List[str] = field(default_factory=list)
+    numbers: List[int] = field(default_factory=list)
+
+    def frame_numbers(self) -> Optional[List[int]]:
+        """Every source frame number of the footage, in order (``None``: a movie whose
+        length is unknown)."""
+        if self.numbers:
+            return list(self.numbers)
+        return None if self.n_frames is None else list(range(1, self.n_frames + 1))
 
     def to_dict(self) -> dict:
         """JSON-serialisable form (for the manifest)."""
@@ -151,6 +222,8 @@ class FootageInfo:
             "codec": self.codec,
             "colorspace": self.colorspace,
             "has_alpha": self.has_alpha,
+            "first_number": self.numbers[0] if self.numbers else 1,
+            "last_number": self.numbers[-1] if self.numbers else self.n_frames,
         }
 
 
@@ -175,15 +248,74 @@ def _check_finite(rgb: np.ndarray, alpha: Optional[np.ndarray], path: str, index
                 frame=index + 1, file=path)
 
 
+_PATTERN_RE = re.compile(r"%0?\d*d|#+")
+
+
+def frame_pattern(name: str) -> Optional["re.Match"]:
+    """The frame-number placeholder of a sequence pattern's file name: its *last* ``%04d``
+    / ``%d`` or run of ``#`` (``take #1_####.png`` -> ``####``), or ``None``."""
+    found = None
+    for found in _PATTERN_RE.finditer(name):
+        pass
+    return found
+
+
+def is_sequence_pattern(path: os.PathLike) -> bool:
+    """``path`` is a frame pattern (``shot_####.png``, ``shot_%04d.png``) rather than a file
+    or folder: nothing exists at that path and its name holds a placeholder. A file or
+    folder whose name merely contains ``#``, ``%`` or ``@`` (``clip #1.mp4``,
+    ``100%done.mp4``, ``gb #1``) is taken as itself."""
+    p = Path(path)
+    return not p.exists() and frame_pattern(p.name) is not None
+
+
 def _natural_number(name: str) -> Optional[int]:
     m = re.search(r"(\d+)(?!.*\d)", name)
     return int(m.group(1)) if m else None
 
 
+def sequence_numbers(files: Sequence[str]) -> List[int]:
+    """Source frame numbers of an image sequence's files (sorted as given): the last
+    number in each file's stem (``shot_1001.png`` -> 1001, gaps kept) when every file
+    has one and they are distinct; otherwise ``1..N``."""
+    nums = [_natural_number(Path(f).stem) for f in files]
+    if len(files) > 1 and (None in nums or len(set(nums)) != len(nums)):
+        return list(range(1, len(files) + 1))
+    if len(files) == 1 and nums[0] is None:
+        return [1]
+    return [int(n) for n in nums]
+
+
 # --------------------------------------------------------------------------- images
 
 
+_WARNED: set = set()
+
+
+def _warn_once(key, message: str, path: str) -> None:
+    """One ``warning`` event per kind of oddity and folder (not one per sequence file)."""
+    k = (key, os.path.dirname(os.path.abspath(path)))
+    if k in _WARNED:
+        return
+    _WARNED.add(k)
+    from . import events
+
+    events.warning(message, file=path)
+
+
+def _window(header, key):
+    (x0, y0), (x1, y1) = header[key]
+    return int(x0), int(y0), int(x1), int(y1)
+
+
 def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
+    """Read the RGB(A)/Y channels of an OpenEXR file, placed in its display window.
+
+    A multi-part file: the first part holding R, G, B (or Y) is used, with a ``warning``
+    naming the parts. A data window that differs from the display window (a crop or
+    overscan render) is placed into the display window (zero, alpha 0 outside it), with
+    a ``warning``.
+    """
     import OpenEXR
 
     try:
@@ -191,11 +323,30 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
             if not f.parts:  # OpenEXR gives no parts when the pixel data cannot be read
                 raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
                                    file=path)
-            chans = {k: np.asarray(v.pixels) for k, v in f.channels().items()}
+            part = f.parts[0]
+            if len(f.parts) > 1:
+                def has_rgb(p):
+                    names = {k.rsplit(".", 1)[-1] for k in p.channels}
+                    return {"R", "G", "B"} <= names or "Y" in names
+                part = next((p for p in f.parts if has_rgb(p)), f.parts[0])
+                names = [p.name() or f"#{i}" for i, p in enumerate(f.parts)]
+                _warn_once("multipart", f"{path} is a multi-part OpenEXR file with {len(names)} parts "
+                                        f"({', '.join(names)}); only part {part.name()!r} is read "
+                                        f"(and likewise in the other files of its folder)", path)
+            chans = {k: np.asarray(v.pixels) for k, v in part.channels.items()}
+            data_w, disp_w = _window(part.header, "dataWindow"), _window(part.header, "displayWindow")
     except FootageError:
         raise
     except Exception as e:
         raise FootageError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
+    if data_w != disp_w:
+        _warn_once("window", f"{path}: data window {data_w} differs from the display window {disp_w}; "
+                             f"the pixels are placed in the display window ({disp_w[2] - disp_w[0] + 1}x"
+                             f"{disp_w[3] - disp_w[1] + 1}), empty (alpha 0) outside the data", path)
+        chans = {k: _to_display(v, data_w, disp_w) for k, v in chans.items()}
+        if not any(k.rsplit(".", 1)[-1] == "A" for k in chans):
+            chans["A"] = _to_display(np.ones((data_w[3] - data_w[1] + 1, data_w[2] - data_w[0] + 1),
+                                             np.float32), data_w, disp_w)
 
     def find(c):
         if c in chans:
@@ -217,6 +368,18 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
         raise FootageError(f"{path}: EXR has no R/G/B or Y channels (has {sorted(chans)})", file=path)
     dtype = str(rgb.dtype)
     return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype
+
+
+def _to_display(a: np.ndarray, data_w, disp_w) -> np.ndarray:
+    """A channel of the data window ``data_w`` placed into the display window ``disp_w``
+    (both ``(x0, y0, x1, y1)`` inclusive); zero outside the data."""
+    X0, Y0, X1, Y1 = disp_w
+    x0, y0, x1, y1 = data_w
+    out = np.zeros((Y1 - Y0 + 1, X1 - X0 + 1), a.dtype)
+    ox0, oy0, ox1, oy1 = max(x0, X0), max(y0, Y0), min(x1, X1), min(y1, Y1)
+    if ox0 <= ox1 and oy0 <= oy1:
+        out[oy0 - Y0:oy1 - Y0 + 1, ox0 - X0:ox1 - X0 + 1] = a[oy0 - y0:oy1 - y0 + 1, ox0 - x0:ox1 - x0 + 1]
+    return out
 
 
 #: EXIF orientation -> transform to display orientation (matches PIL.ImageOps.exif_transpose)
@@ -248,6 +411,9 @@ def exif_orientation(path: str) -> int:
 def _read_image(path: str, colorspace: Optional[str], index: int):
     """Decode one image file -> (linear rgb float32, alpha or None, pix_fmt, bits, linear?)."""
     ext = Path(path).suffix.lower()
+    size = _header_size(path)
+    if size is not None:
+        check_frame_size(size[0], size[1], path, index + 1)
     if ext == ".exr":
         try:
             rgb, alpha, dtype = _read_exr(path)
@@ -321,7 +487,7 @@ def _sequence_files(path: str) -> List[str]:
                                "like name_####.png to pick one sequence", file=path)
     else:
         name = p.name
-        m = re.search(r"%0?(\d*)d|#+", name)
+        m = frame_pattern(name)
         if not m:
             raise FootageError(f"{path}: not a folder or a frame pattern", file=path)
         rx = re.compile("^" + re.escape(name[: m.start()]) + r"(\d+)" + re.escape(name[m.end():]) + "$")
@@ -331,7 +497,7 @@ def _sequence_files(path: str) -> List[str]:
         files = [str(parent / q) for q in os.listdir(parent) if rx.match(q)]
         if not files:
             raise FootageError(f"{path}: no files match the pattern", file=path)
-    return sorted(files, key=lambda f: (_natural_number(Path(f).name) or 0, f))
+    return sorted(files, key=lambda f: (_natural_number(Path(f).stem) or 0, f))
 
 
 # --------------------------------------------------------------------------- readers
@@ -376,6 +542,7 @@ class _ImageFootage(Footage):
             codec=Path(self._files[0]).suffix.lower().lstrip("."),
             colorspace=colour.canonical_name(colorspace, is_linear_file=linear),
             has_alpha=alpha is not None, files=self._files,
+            numbers=sequence_numbers(self._files) if kind == "sequence" else [1],
         )
 
     def __iter__(self) -> Iterator[SourceFrame]:
@@ -385,15 +552,17 @@ class _ImageFootage(Footage):
                 rgb, alpha = self._first
                 self._first = None
             else:
-                rgb, alpha, *_ = _read_image(f, self._cs, i)
+                # messages name the source frame number (the one in the file name)
+                rgb, alpha, *_ = _read_image(f, self._cs, info.numbers[i] - 1)
             if rgb.shape[:2] != (info.height, info.width):
+                num = info.numbers[i]
                 raise FootageError(
-                    f"{f} (frame {i + 1}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
-                    f"sequence's {info.width}x{info.height}", frame=i + 1, file=f)
+                    f"{f} (frame {num}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
+                    f"sequence's {info.width}x{info.height}", frame=num, file=f)
             rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")
-            yield SourceFrame(i, float(i / info.fps), rgb, alpha, f)
+            yield SourceFrame(i, float(i / info.fps), rgb, alpha, f, info.numbers[i])
 
 
 # YUV matrix names for swscale, by AVColorSpace value
@@ -427,6 +596,8 @@ class _MovieFootage(Footage):
             if cc.name in TEXT_CODECS:  # FFmpeg renders text files as video ("tty" demuxer)
                 raise FootageError(f"{path}: not a movie (FFmpeg reads it as text, codec {cc.name})",
                                    file=path)
+            if cc.width and cc.height:
+                check_frame_size(cc.width, cc.height, path)
             stream.thread_type = "AUTO"
             self._bits = max((c.bits for c in fmt.components), default=8)
             self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \
@@ -532,6 +703,41 @@ class _MovieFootage(Footage):
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")
             yield SourceFrame(index, pts_s, rgb, alpha, self._path)
             index += 1
+        if info.n_frames is not None and index < info.n_frames:
+            # a cut or damaged file: FFmpeg's threaded decoding just stops early
+            raise FootageError(
+                f"{self._path}: the movie ends after frame {index} but declares {info.n_frames} frames "
+                f"(truncated or corrupt file); frames 1-{index} decoded, the rest is missing",
+                frame=index + 1, file=self._path)
+        est = self._estimated_frames()
+        if info.n_frames is None and est is not None and index < 0.9 * est - 2:
+            # no frame count in the container (Matroska, WebM): its stated duration says how long it is
+            raise FootageError(
+                f"{self._path}: the movie ends after frame {index} but its stated duration implies about {est} "
+                f"frames (truncated or corrupt file); frames 1-{index} decoded, the rest is missing",
+                frame=index + 1, file=self._path)
+
+    def _estimated_frames(self) -> Optional[int]:
+        """Frame count implied by the video stream's stated duration and the frame rate (for
+        containers that do not state a count), or ``None``: the stream's own duration
+        (or its Matroska ``DURATION`` tag), else the container's when it holds nothing but
+        this stream (an audio track may be longer than the video)."""
+        c, st = self._container, self._stream
+        if c is None:
+            return None
+        seconds = None
+        if st.duration and st.time_base:
+            seconds = float(st.duration * st.time_base)
+        else:
+            tag = (st.metadata or {}).get("DURATION") or (st.metadata or {}).get("duration")
+            m = re.match(r"^(\d+):(\d+):(\d+(?:\.\d+)?)$", str(tag or "").strip())
+            if m:
+                seconds = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+            elif len(c.streams) == 1 and c.duration and c.duration > 0:
+                seconds = c.duration / 1_000_000
+        if not seconds or seconds <= 0:
+            return None
+        return int(round(seconds * float(self.info.fps)))
 
 
 def open_footage(
@@ -557,13 +763,13 @@ def open_footage(
             unsupported codec, NaN/Inf pixels; the message names the file (and frame).
         backend.colour.ColourError: unknown colour space.
     """
-    p = str(Path(path).absolute()) if "%" not in str(path) and "#" not in Path(path).name else str(path)
+    p = str(Path(path).absolute())
     if max_size is not None and int(max_size) < 1:
         raise FootageError(f"max_size must be >= 1, got {max_size}")
     if colorspace is not None:
         colour.canonical_name(colorspace)  # fail early on unknown names
     pp = Path(p)
-    if pp.is_dir() or re.search(r"%0?\d*d|#+", pp.name):
+    if pp.is_dir() or is_sequence_pattern(pp):
         files = _sequence_files(p)
         return _ImageFootage(files, "sequence", p, colorspace, max_size)
     if not pp.exists():

@@ -13,6 +13,21 @@ from . import backend_args, camera_solve, footage
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep, idle_settings
 
 
+def first_gbuffer_number(gbuffer_dir: os.PathLike) -> int:
+    """Number of the first G-buffer file (= its source frame number), 1 when none."""
+    frames = contract.list_frames(gbuffer_dir)
+    return next(iter(frames)) if frames else 1
+
+
+def source_first_number(scene) -> int:
+    """Source number of the imported footage's first frame (1001 for a sequence numbered
+    from 1001; 1 for a movie, or when nothing is imported)."""
+    src = scene.gbuffer_editor.source_path
+    if not src:
+        return 1
+    return footage.first_source_number(os.path.abspath(bpy.path.abspath(src)))
+
+
 def first_frame_index(gbuffer_dir: os.PathLike) -> int:
     """0-based source frame index of the first G-buffer frame (its ``frame_index`` header)."""
     frames = contract.list_frames(gbuffer_dir)
@@ -22,22 +37,27 @@ def first_frame_index(gbuffer_dir: os.PathLike) -> int:
 
 
 def footage_start(scene) -> int:
-    """Scene frame showing source frame 0 (the Movie Clip's start frame, else 1)."""
+    """Scene frame showing the footage's first frame (the Movie Clip's start frame; else the
+    first source number: 1, or 1001 for a sequence numbered from 1001)."""
     tree = compositor.find_tree(scene)
     node = compositor.find_node(tree, compositor.ROLE_SOURCE) if tree is not None else None
     if node is not None and node.clip is not None:
         return node.clip.frame_start
-    return 1
+    return source_first_number(scene)
 
 
 def wire_gbuffers(scene, gbuffer_dir: os.PathLike):
     """Point the compositor's G-buffer setup at ``gbuffer_dir`` (Image node starts at the
-    scene frame of the first decomposed source frame) and remember the folder."""
+    scene frame of the first decomposed source frame) and remember the folder.
+
+    G-buffer files carry source frame numbers; the scene frame showing source frame N is
+    ``clip.frame_start + N - first source number`` (N itself for an imported sequence,
+    whose clip starts at its first number; without footage, N)."""
     s = scene.gbuffer_editor
     # a new G-buffer folder shows its passes, not an earlier Restyle result
     shown = "Combined" if s.preview_pass == compositor.RESULT_PASS else s.preview_pass
     node = compositor.setup_gbuffer(scene, gbuffer_dir, shown)
-    node.frame_start = footage_start(scene) + first_frame_index(gbuffer_dir)
+    node.frame_start = footage_start(scene) + first_gbuffer_number(gbuffer_dir) - source_first_number(scene)
     s.gbuffer_dir = str(gbuffer_dir)
     return node
 
@@ -101,8 +121,9 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
             first, last = scene.frame_start, scene.frame_end
         else:
             first, last = s.frame_start, s.frame_end
-        start = footage_start(scene)
-        frames = (max(1, first - start + 1), max(1, last - start + 1))  # 1-based source numbers
+        start, base = footage_start(scene), source_first_number(scene)
+        # source frame numbers (a movie's 1..N, a sequence's file numbers)
+        frames = (max(base, first - start + base), max(base, last - start + base))
         prefs = backend_args.preferences()
         missing = backend_args.not_ready("estimator", s.estimator, prefs)
         if missing:  # refused before any folder exists or anything runs

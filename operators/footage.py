@@ -38,6 +38,8 @@ class FootageInfo:
         pixel_aspect: sample aspect ratio (pixel width / pixel height), 1 for square pixels.
         colorspace: Blender input colour space name the frames are encoded in.
         first_number: number of the first sequence file (1 for movies).
+        last_number: number of the last sequence file (gaps between them kept;
+            ``first_number + frame_count - 1`` for movies).
     """
 
     path: Path
@@ -49,6 +51,7 @@ class FootageInfo:
     pixel_aspect: Fraction
     colorspace: str
     first_number: int = 1
+    last_number: Optional[int] = None
 
 
 _NUM_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<ext>\.[^.]+)$")
@@ -71,6 +74,27 @@ def sequence_files(path: os.PathLike) -> Dict[int, Path]:
         if mm and mm.group("prefix") == prefix and mm.group("ext").lower() == ext:
             out[int(mm.group("num"))] = p
     return dict(sorted(out.items()))
+
+
+def number_range(info: FootageInfo) -> tuple:
+    """``(first, last)`` source frame numbers of the footage: a sequence's file numbers
+    (``shot_1001.png`` .. ``shot_1100.png`` -> ``(1001, 1100)``), a movie's ``(1, N)``."""
+    first = int(info.first_number or 1) if info.kind == "SEQUENCE" else 1
+    if info.kind == "SEQUENCE" and info.last_number is not None:
+        return first, int(info.last_number)
+    return first, first + max(1, int(info.frame_count or 1)) - 1
+
+
+def first_source_number(path: os.PathLike) -> int:
+    """Source number of the first frame of the footage at ``path`` (the lowest file number
+    of an image sequence, 1 for a movie or a still)."""
+    path = Path(path)
+    if path.suffix.lower() in IMAGE_EXTS and _NUM_RE.match(path.name):
+        try:
+            return next(iter(sequence_files(path)))
+        except (OSError, ValueError, StopIteration):
+            return 1
+    return 1
 
 
 def backend_input(path: os.PathLike) -> str:
@@ -150,7 +174,8 @@ def probe(path: os.PathLike) -> FootageInfo:
         first = next(iter(files))
         w, h = _image_size(files[first])
         cs = "Linear Rec.709" if ext in (".exr", ".dpx") else "sRGB"
-        return FootageInfo(files[first], "SEQUENCE", w, h, None, len(files), Fraction(1), cs, first)
+        return FootageInfo(files[first], "SEQUENCE", w, h, None, len(files), Fraction(1), cs, first,
+                           next(reversed(files)))
     if ext not in MOVIE_EXTS:
         raise ValueError(f"{path}: unsupported footage type {ext!r}")
     try:

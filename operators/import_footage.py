@@ -15,7 +15,8 @@ from . import footage
 def apply_footage(scene, info: footage.FootageInfo):
     """Load ``info``'s footage as a Movie Clip and match the scene to it.
 
-    Sets: frame range (1..frame_count), frame rate (``fps`` / ``fps_base``, exact for
+    Sets: frame range (a movie: 1..frame_count; an image sequence: its own file
+    numbers, first to last, e.g. 1001..1100, the clip starting there), frame rate (``fps`` / ``fps_base``, exact for
     fractional rates; image sequences keep the scene's rate), resolution at 100 %, pixel
     aspect from the sample aspect ratio, the clip's input colour space, the "Standard"
     view transform (the viewer then shows the footage as it is encoded), and the
@@ -25,7 +26,8 @@ def apply_footage(scene, info: footage.FootageInfo):
         The ``bpy.types.MovieClip``.
     """
     clip = bpy.data.movieclips.load(str(info.path), check_existing=False)
-    clip.frame_start = 1
+    first, last = footage.number_range(info)
+    clip.frame_start = first  # clip frame 1 = the first file: scene frame N shows source frame N
     try:
         clip.colorspace_settings.name = info.colorspace
     except TypeError:  # colour space not in this Blender's OCIO config
@@ -37,10 +39,11 @@ def apply_footage(scene, info: footage.FootageInfo):
     r.pixel_aspect_x, r.pixel_aspect_y = footage.pixel_aspect(info.pixel_aspect)
     if info.fps is not None:
         r.fps, r.fps_base = footage.scene_fps(info.fps)
-    count = info.frame_count or clip.frame_duration
-    scene.frame_start = 1
-    scene.frame_end = max(1, count)
-    scene.frame_current = 1
+    if info.kind != "SEQUENCE":
+        last = first - 1 + max(1, info.frame_count or clip.frame_duration)
+    scene.frame_start = first
+    scene.frame_end = max(first, last)
+    scene.frame_current = first
     try:
         scene.view_settings.view_transform = "Standard"
     except TypeError:

@@ -361,10 +361,11 @@ def test_import_png_sequence(addon, tmp_path):
     fps_before = (sc.render.fps, sc.render.fps_base)
     assert bpy.ops.gbuffer.import_footage(filepath=str(tmp_path / "shot_0006.png")) == {"FINISHED"}
     assert (sc.render.resolution_x, sc.render.resolution_y) == (40, 30)
-    assert (sc.frame_start, sc.frame_end) == (1, 4)
+    assert (sc.frame_start, sc.frame_end) == (5, 8)  # the files' own numbers (issue 16)
     assert (sc.render.fps, sc.render.fps_base) == fps_before  # a sequence has no rate
     clip = compositor.find_node(compositor.find_tree(sc), compositor.ROLE_SOURCE).clip
     assert clip.source == "SEQUENCE" and clip.colorspace_settings.name == "sRGB"
+    assert clip.frame_start == 5
     assert sc.gbuffer_editor.source_path == str(tmp_path / "shot_0005.png")
     assert footage.backend_input(sc.gbuffer_editor.source_path) == str(tmp_path / "shot_####.png")
     assert footage.backend_input("/a/b/clip.mov") == "/a/b/clip.mov"

@@ -38,8 +38,11 @@ def test_parse_frames():
     assert parse_frames("2-5") == (2, 5)
     assert parse_frames("3-") == (3, None)
     assert parse_frames("4") == (4, 4)
-    assert parse_frames(None) == (1, None)
-    for bad in ("0-3", "5-2", "a-b"):
+    # source frame numbers (issue 16): a sequence may start at 0 or 1001; "-5" is not "1-5"
+    assert parse_frames(None) == (0, None)
+    assert parse_frames("0-3") == (0, 3)
+    assert parse_frames("1001-1004") == (1001, 1004)
+    for bad in ("-5", "-1-3", "5-2", "a-b"):
         with pytest.raises(ValueError):
             parse_frames(bad)
 
@@ -173,7 +176,9 @@ def test_runner_generic_api(tmp_path):
     assert res.written == [1, 2, 3] and res.settings_hash == h
     assert (out / "img_002.txt").read_text() == f"2 {h}"
     man = json.loads((out / "manifest.json").read_text())
-    assert man["frames"][1] == {"frame": 2, "file": "img_002.txt", "settings_hash": h, "value": 20}
+    import hashlib
+    assert man["frames"][1] == {"frame": 2, "file": "img_002.txt", "settings_hash": h, "value": 20,
+                                "sha256": hashlib.sha256((out / "img_002.txt").read_bytes()).hexdigest()}
     calls.clear()
     res = run_job(out, tasks(), settings={"prompt": "fog"}, total=3, job="restyle",
                   path_for=lambda n: out / f"img_{n:03d}.txt", stream=io.StringIO())

@@ -92,16 +92,18 @@ def test_resume_skips_and_settings_change_rerenders(gb, tmp_path):
     assert res.written == [] and sorted(res.skipped) == [1, 2, 3]
     assert all(e.get("skipped") for e in events(s) if e["event"] == "progress")
     assert {n: output_path(out, n).stat().st_mtime_ns for n in (1, 2, 3)} == mtimes
-    # editing one input frame changes the input digest: the old frames are stale, so the
-    # same folder is refused without overwrite, and everything re-renders with it
+    # editing one input frame changes its fingerprint (issue 16: per frame, by content):
+    # that frame is stale, so the same folder is refused without overwrite (naming it),
+    # and only that frame re-renders with it; the valid frames 1 and 3 are kept
     f = contract.read_frame(contract.frame_path(gb, 2))
     f.albedo = np.clip(f.albedo * 1.5, 0, 1).astype(F32)
     time.sleep(0.01)
     contract.write_frame(contract.frame_path(gb, 2), f)
-    with pytest.raises(JobError, match="--overwrite"):
+    with pytest.raises(JobError, match=r"input of 1 restyle frame.*frames 2;.*--overwrite"):
         restyle(gb, out, "fog", stream=io.StringIO())
     res = restyle(gb, out, "fog", stream=io.StringIO(), overwrite=True)
-    assert sorted(res.written) == [1, 2, 3]
+    assert sorted(res.written) == [2] and sorted(res.skipped) == [1, 3]
+    assert {n: output_path(out, n).stat().st_mtime_ns for n in (1, 3)} == {n: mtimes[n] for n in (1, 3)}
     # another prompt re-renders too
     res = restyle(gb, out, "snow", stream=io.StringIO(), overwrite=True)
     assert sorted(res.written) == [1, 2, 3]

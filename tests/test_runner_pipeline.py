@@ -52,8 +52,10 @@ def test_deferred_writes_run_on_a_writer_thread_in_order(tmp_path):
     assert [e["frame"] for e in events(stream) if e["event"] == "progress"] == [1, 2, 3, 4, 5]
     man = json.loads((out / "manifest.json").read_text())
     assert man["complete"] is True
+    import hashlib
     assert man["frames"][2] == {"frame": 3, "file": "f3.txt", "settings_hash": res.settings_hash,
-                                "n": 3, "bytes": 7}
+                                "n": 3, "bytes": 7,  # + the checksum of what was written (issue 16)
+                                "sha256": hashlib.sha256((out / "f3.txt").read_bytes()).hexdigest()}
     assert (out / "f4.txt").read_text() == "frame 4"
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp")]
 

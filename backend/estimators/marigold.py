@@ -98,10 +98,14 @@ def resolve_model(model: str, *, revision: Optional[str] = None, local_files_onl
             folder = Path(snapshot_download(model, revision=revision, cache_dir=cache_dir,
                                             local_files_only=offline, allow_patterns=_ALLOW))
         except Exception as e:
-            how = "offline: not in the Hugging Face cache" if offline else "download failed"
+            if offline:
+                raise MarigoldError(
+                    f"model {model!r} is not in the models folder (the Hugging Face cache); download it with "
+                    f"`huggingface-cli download {model}` or in Blender's Preferences > Models, or pass a "
+                    f"local folder") from e
             why = " ".join(str(e).split())  # one line: the CLI reports only a message's first line
-            raise MarigoldError(f"Marigold model {model!r} not available ({how}: {type(e).__name__}: {why}). "
-                                "Pass a local folder or run once online.") from e
+            raise MarigoldError(f"Marigold model {model!r} not available (download failed: {type(e).__name__}: "
+                                f"{why}). Pass a local folder.") from e
     if folder.parent.name == "snapshots":
         return folder, folder.name
     h = hashlib.sha256()

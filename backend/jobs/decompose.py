@@ -37,26 +37,31 @@ MIN_MAX_SIZE = MIN_RESOLUTION
 
 
 def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
-    """``"A-B"`` / ``"A-"`` / ``"A"`` -> ``(first, last or None)``, 1-based inclusive frame numbers.
+    """``"A-B"`` / ``"A-"`` / ``"A"`` -> ``(first, last or None)``, inclusive *source*
+    frame numbers (a movie's frames are 1..N; an image sequence's are the numbers in its
+    file names, e.g. 1001-1100; output ``gbuffer_NNNN.exr`` carries the same number).
+    ``None`` -> ``(0, None)``: every frame.
 
     Raises:
-        ValueError: malformed or empty range.
+        ValueError: malformed or empty range (``"-5"``, ``"5-3"``, ``"x"``), negative numbers.
     """
     if not spec:
-        return 1, None
+        return 0, None
     s = spec.strip()
     try:
         if "-" in s:
             a, b = s.split("-", 1)
-            first = int(a) if a.strip() else 1
+            if not a.strip():
+                raise ValueError
+            first = int(a)
             last = int(b) if b.strip() else None
         else:
             first = last = int(s)
     except ValueError:
-        raise ValueError(f"--frames {spec!r}: expected A-B with 1-based frame numbers") from None
-    if first < 1:
-        raise ValueError(f"--frames {spec!r}: frame numbers are 1-based "
-                         "(1 = the first source frame = gbuffer_0001.exr)")
+        raise ValueError(f"--frames {spec!r}: expected A-B, A- or A with source frame numbers >= 0 "
+                         "(e.g. 1-24, or 1001-1100 for a sequence numbered from 1001)") from None
+    if first < 0:
+        raise ValueError(f"--frames {spec!r}: frame numbers are >= 0")
     if last is not None and last < first:
         raise ValueError(f"--frames {spec!r}: expected A <= B")
     return first, last
@@ -68,26 +73,77 @@ def read_settings_hash(path: Path) -> Optional[str]:
     return None if v is None else str(v)
 
 
-def clip_frame_range(first: int, last: Optional[int], n_src: Optional[int], path, spec: Optional[str]
-                     ) -> Optional[int]:
-    """Number of frames a 1-based ``first..last`` range covers in a clip of ``n_src`` frames.
+def read_input_hash(path: Path) -> Optional[str]:
+    """Input fingerprint stored in a contract frame's header (``gbuffer/input_hash``), or None."""
+    v = contract.read_meta(path).get("input_hash")
+    return None if v is None else str(v)
 
-    A range starting past the end is an error; one that only ends past the end is
-    clipped to the end, with a ``warning`` event (:func:`backend.events.warning`).
+
+def _input_fingerprints(info, out_dir) -> Tuple[Any, Dict[str, Any]]:
+    """``(frame number -> fingerprint, cache)``: a movie's frames share the movie file's
+    fingerprint; a sequence frame has its image file's (:mod:`backend.jobs.fingerprint`).
+    The cache (file identity -> SHA-256) lives in the manifest's ``inputs``."""
+    from .fingerprint import InputFingerprints
+
+    try:
+        old = contract.read_manifest(out_dir) if Path(out_dir).is_dir() else {}
+    except (OSError, ValueError):
+        old = {}
+    fps = InputFingerprints(old.get("inputs") if isinstance(old, dict) else None)
+    if info.kind == "movie":
+        def input_for(n: int) -> Optional[str]:
+            try:
+                return fps.of(info.path)
+            except OSError:
+                return None
+    else:
+        by_number = dict(zip(info.numbers, info.files))
+
+        def input_for(n: int) -> Optional[str]:
+            f = by_number.get(n)
+            if f is None:
+                return None
+            try:
+                return fps.of(f)
+            except OSError:
+                return None
+    return input_for, fps.cache
+
+
+def clip_frame_range(first: int, last: Optional[int], n_src, path, spec: Optional[str]
+                     ) -> Optional[int]:
+    """Number of frames the source-number range ``first..last`` covers.
+
+    Args:
+        n_src: the clip's frame count (frames ``1..n_src``), or the list of its source
+            frame numbers (an image sequence: ``[1001, 1002, 1004]``), or ``None`` (unknown).
+
+    A range starting past the end, or holding no frame, is an error; one that only ends
+    past the end is clipped, with a ``warning`` event (:func:`backend.events.warning`).
 
     Raises:
-        FootageError: ``first > n_src`` (the message gives the clip's length).
+        FootageError: naming the clip's frame numbers.
     """
     if n_src is None:
-        return None if last is None else last - first + 1
-    if first > n_src:
-        raise FootageError(f"{path}: --frames {spec} starts past the end: the clip has {n_src} frame(s)",
+        return None if last is None else last - max(first, 1) + 1
+    nums = list(range(1, n_src + 1)) if isinstance(n_src, int) else sorted(n_src)
+    if not nums:
+        return 0
+    lo, hi = nums[0], nums[-1]
+    have = f"{len(nums)} frame(s)" if nums == list(range(1, len(nums) + 1)) else \
+        f"frames {lo}-{hi} ({len(nums)} in all)"
+    if first > hi:
+        raise FootageError(f"{path}: --frames {spec} starts past the end: the clip has {have}",
                            frame=first, file=path)
-    if last is not None and last > n_src:
-        events.warning(f"--frames {spec}: the clip has {n_src} frame(s); clipped to {first}-{n_src}",
+    if last is not None and last > hi:
+        events.warning(f"--frames {spec}: the clip has {have}; clipped to {max(first, lo)}-{hi}",
                        file=path)
-        last = n_src
-    return (last if last is not None else n_src) - first + 1
+        last = hi
+    count = sum(1 for n in nums if n >= first and (last is None or n <= last))
+    if count == 0:
+        raise FootageError(f"{path}: --frames {spec} holds no frame: the clip has {have}",
+                           frame=first, file=path)
+    return count
 
 
 @dataclass
@@ -100,6 +156,7 @@ class _Shot:
     first: int
     last: Optional[int]
     estimator: str
+    input_for: Any = None  # frame number -> input fingerprint (backend.jobs.fingerprint)
 
     def frame_meta(self, sf, number: int) -> Dict[str, Any]:
         info = self.src.info
@@ -113,6 +170,10 @@ class _Shot:
             return self._compute(sf, number)
         except (KeyboardInterrupt, JobError):
             raise
+        except MemoryError as e:
+            raise JobError(f"estimator {self.estimator!r} ran out of memory on {sf.path} (frame {number}); try a "
+                           f"smaller --processing-resolution or close other programs",
+                           frame=number, file=sf.path) from e
         except Exception as e:
             raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
@@ -134,7 +195,7 @@ class _Shot:
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
         for sf in self.src:
-            number = sf.index + 1
+            number = sf.number
             if number < self.first:
                 continue
             if self.last is not None and number > self.last:
@@ -145,6 +206,9 @@ class _Shot:
         def work(tmp_path: Path, shash: str):
             frame = self.compute(sf, number)
             frame.meta["settings_hash"] = shash
+            fp = self.input_for(number) if self.input_for is not None else None
+            if fp is not None:
+                frame.meta["input_hash"] = fp
             entry = {"source_index": sf.index, "pts_s": sf.pts_s,
                      "depth_near": frame.meta["depth_near"], "depth_far": frame.meta["depth_far"]}
             entry.update(self.manifest_fields())
@@ -181,7 +245,7 @@ class _MultiViewShot(_Shot):
 
         def frames(src):
             for sf in src:
-                number = sf.index + 1
+                number = sf.number
                 if number < self.first - w:
                     continue
                 if self.last is not None and number > self.last + w:
@@ -441,7 +505,7 @@ def decompose(
             dec = Decomposer(estimator, estimator_options=estimator_options, device=device,
                              sar=float(info.sar), **dec_kwargs)
             plan = dec.plan(info.width, info.height)
-            total = clip_frame_range(first, last, info.n_frames, info.path, frames)
+            total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
             settings = _job_settings(dec, plan, info, albedo_detail)
             manifest = _job_manifest(dec, plan, info, processing_resolution, first)
             if cameras is not None:
@@ -453,11 +517,13 @@ def decompose(
                                    "across frames by construction")
             else:
                 shot = _Shot(src, dec, Path(out_dir), first, last, estimator)
+            shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
             result = run_job(
                 out_dir, shot.tasks(), settings=settings, total=total,
                 inputs=[info.path] + list(info.files[:1]) + ([cameras] if cameras is not None else []),
                 job="decompose", manifest=manifest,
                 read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
+                input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
             )
             _provenance_summary(result)
             if stabilize and cameras is None:

@@ -32,7 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Decompose footage into a G-buffer contract sequence (multilayer EXR per frame).")
     p.add_argument("input", help="movie, image, image folder, or pattern (shot_####.png / shot_%%04d.png)")
     p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
-    p.add_argument("--frames", help="1-based inclusive range A-B (also A- or A)")
+    p.add_argument("--frames", help="inclusive range A-B (also A- or A) of source frame numbers: 1..N for "
+                   "a movie, the numbers in the file names for an image sequence (e.g. 1001-1100)")
     p.add_argument("--estimator", default=DEFAULT_ESTIMATOR, help="estimator name (default: %(default)s)")
     p.add_argument("--processing-resolution", "--max-size", dest="processing_resolution", type=resolution_arg,
                    default=None, metavar="N",

@@ -1,26 +1,40 @@
-"""Earlier outputs in a job's output folder: refuse to mix settings, or clear them.
+"""Earlier outputs in a job's output folder: what is ours, what is stale, what may go.
 
-Re-running a job into a folder it already wrote resumes it when the settings are the
-same (frames whose stored settings hash matches are skipped). When the folder holds
-frames of this job written with *other* settings, writing the new frames beside them
-would leave a mixed sequence (and a manifest listing only the latest run), so
-:func:`check_previous_outputs` refuses, unless ``overwrite`` is set: then exactly our
-own earlier outputs are removed first, i.e. the frame files with other settings (the
-job's frame-name pattern, e.g. ``gbuffer_NNNN.exr``, and the files the old manifest
-lists), their companions (e.g. restyle's ``preview/restyle_NNNN.png``), the job's
-folder-level extras (e.g. ``preview.mp4``) and the stale ``manifest.json``. Nothing else
-in the folder is touched (logs, the user's files, other jobs' outputs), and inputs
-cannot be there (:func:`backend.jobs.runner.check_output_safe`). Frames written with
-the current settings are kept and resumed, with or without ``overwrite``.
+Re-running a job into a folder it already wrote resumes it: a frame whose file carries
+the current settings hash *and* the fingerprint of the input it was computed from
+(:mod:`backend.jobs.fingerprint`) is kept. Everything else in the folder falls into one
+of these cases, decided by :func:`check_previous_outputs` before anything is written:
+
+* **Ours, stale** (written with other settings, or from an input that changed since):
+  refused, naming the frames and the cause, unless ``overwrite``; then exactly those
+  frames, their companions (e.g. ``preview/restyle_NNNN.png``), the folder-level
+  extras (``preview.mp4``) and a stale ``manifest.json`` are removed. Frames that are
+  current stay, with or without ``overwrite``.
+* **Not ours**: a file is ours only when its name is one the job writes
+  (``gbuffer_NNNN.exr``, ``restyle_NNNN.exr``, ``preview/restyle_NNNN.png``,
+  ``preview.mp4``, ``manifest.json``) *and* its SHA-256 is the one recorded in the
+  folder's ``manifest.json`` when it was written (a frame written in the last moments
+  before a hard kill, not yet recorded, is recognised by the settings stamp in its own
+  header instead; an unrecorded companion beside such a frame likewise). A file with one
+  of our names that is not ours (the user's ``preview.mp4``, an edited frame, a plain
+  EXR) is never replaced or removed, with or without ``overwrite``: the job refuses,
+  naming it. A ``manifest.json`` this product did not write is refused the same way.
+  Names the manifest lists that are not ours (``notes.txt``, a clip backup) are never
+  even looked at.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .. import contract
+from .. import contract, events
 from ..errors import JobError
+from .fingerprint import file_sha256
+
+#: the ``producer`` field of every manifest this product writes
+PRODUCER = "gbuffer-editor"
 
 
 def frame_prefix(path_for: Callable[[int], Path]) -> Optional[str]:
@@ -31,43 +45,120 @@ def frame_prefix(path_for: Callable[[int], Path]) -> Optional[str]:
     return m.group("prefix") if m else None
 
 
-def _stored_hash(path: Path, number: int, old_hashes: Dict[int, Any],
-                 read_hash: Optional[Callable[[Path], Optional[str]]]) -> Optional[str]:
-    stored = None
-    if read_hash is not None:
-        try:
-            stored = read_hash(path)
-        except Exception:  # noqa: BLE001 - unreadable: fall back to the manifest
-            stored = None
-    return stored if stored is not None else old_hashes.get(number)
+def read_own_manifest(out: Path) -> Dict[str, Any]:
+    """``manifest.json`` of ``out`` when this product wrote it; ``{}`` when absent.
+
+    Ours: a JSON object with ``producer`` = :data:`PRODUCER`, or (older versions) with
+    ``job`` and ``settings_hash``.
+
+    Raises:
+        JobError: the file is unreadable, not JSON, or not ours (naming it); it is
+            never replaced.
+    """
+    p = Path(out) / "manifest.json"
+    if not p.exists() and not p.is_symlink():
+        return {}
+    why = None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        data, why = None, f"not readable as JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    if why is None and not (isinstance(data, dict) and (
+            data.get("producer") == PRODUCER or ("job" in data and "settings_hash" in data))):
+        why = "not written by this product"
+    if why is not None or p.is_symlink():
+        raise JobError(f"output folder {out} holds a manifest.json this product did not write ({p}: "
+                       f"{why or 'a symbolic link'}); it is never replaced: move it away or choose "
+                       f"another --out", file=p)
+    return data
 
 
-def stale_frames(out: Path, shash: str, old_manifest: Dict[str, Any], *,
-                 path_for: Callable[[int], Path],
-                 read_hash: Optional[Callable[[Path], Optional[str]]] = None) -> Dict[int, Path]:
-    """Frame number -> file of every existing frame of this job in ``out`` whose
-    settings hash (file header via ``read_hash``, else the old manifest) is not ``shash``."""
-    out = Path(out)
-    found: Dict[int, Path] = {}
-    prefix = frame_prefix(path_for)
-    folder = Path(path_for(1)).parent
-    if prefix is not None and folder.is_dir():
-        found.update(contract.list_frames(folder, prefix))
-    old_hashes: Dict[int, Any] = {}
-    for e in old_manifest.get("frames", []) or []:
+def _entries(old: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
+    """Frame number -> entry of a manifest's ``frames`` list (anything malformed is skipped)."""
+    out: Dict[int, Dict[str, Any]] = {}
+    frames = old.get("frames")
+    for e in frames if isinstance(frames, list) else ():
         try:
-            n = int(e["frame"])
+            if isinstance(e, dict):
+                out[int(e["frame"])] = e
         except (KeyError, TypeError, ValueError):
             continue
-        old_hashes[n] = e.get("settings_hash")
-        name = e.get("file")
-        # only plain file names inside the folder (a manifest is data, not a list of paths to delete)
-        if isinstance(name, str) and name and Path(name).name == name and not name.startswith("."):
-            p = out / name
-            if p.is_file():
-                found.setdefault(n, p)
-    return {n: p for n, p in sorted(found.items())
-            if _stored_hash(p, n, old_hashes, read_hash) != shash}
+    return out
+
+
+def _safe(fn, *a):
+    try:
+        return fn(*a)
+    except Exception:  # noqa: BLE001 - unreadable: unknown
+        return None
+
+
+class Ledger:
+    """What the old manifest says we wrote, and checks against the files on disk."""
+
+    def __init__(self, out: Path, old: Dict[str, Any], path_for: Callable[[int], Path],
+                 read_hash: Optional[Callable[[Path], Optional[str]]]):
+        self.out, self.old, self.path_for, self.read_hash = Path(out), old, path_for, read_hash
+        self.entries = _entries(old)
+        outs = old.get("outputs")
+        self.outputs: Dict[str, str] = dict(outs) if isinstance(outs, dict) else {}
+        for e in self.entries.values():
+            comp = e.get("companions")
+            if isinstance(comp, dict):
+                self.outputs.update({k: v for k, v in comp.items() if isinstance(v, str)})
+
+    def frames_on_disk(self) -> Dict[int, Path]:
+        """Frame number -> file of every file with one of this job's frame names."""
+        found: Dict[int, Path] = {}
+        prefix = frame_prefix(self.path_for)
+        folder = Path(self.path_for(1)).parent
+        if prefix is not None and folder.is_dir():
+            found.update(contract.list_frames(folder, prefix))
+        for n in self.entries:  # other name schemes: exactly the job's name for that number
+            p = Path(self.path_for(n))
+            if n not in found and p.is_file():
+                found[n] = p
+        for n, p in list(found.items()):  # e.g. gbuffer_01.exr beside gbuffer_0001.exr
+            if Path(self.path_for(n)).name != p.name:
+                del found[n]
+        return dict(sorted(found.items()))
+
+    def stored_hash(self, n: int, p: Path) -> Optional[str]:
+        stored = _safe(self.read_hash, p) if self.read_hash is not None else None
+        return stored if stored is not None else self.entries.get(n, {}).get("settings_hash")
+
+    def frame_is_ours(self, n: int, p: Path) -> bool:
+        """Recorded with a checksum that matches; or (not recorded: a hard kill came
+        before the manifest was written) stamped with a settings hash in its header."""
+        rec = self.entries.get(n, {}).get("sha256")
+        if isinstance(rec, str):
+            return _safe(file_sha256, p) == rec
+        return self.read_hash is not None and _safe(self.read_hash, p) is not None
+
+    def file_is_ours(self, p: Path, frame: Optional[int] = None) -> bool:
+        """A companion or extra file: its recorded checksum matches (a companion not yet
+        recorded beside a frame that is ours counts too: a hard kill's leftover)."""
+        rel = _rel(self.out, p)
+        rec = self.outputs.get(rel)
+        if isinstance(rec, str):
+            return _safe(file_sha256, p) == rec
+        if frame is not None:
+            fp = Path(self.path_for(frame))
+            return fp.is_file() and self.frame_is_ours(frame, fp) and frame not in self.entries
+        return False
+
+
+def _rel(out: Path, p: Path) -> str:
+    """``p`` relative to ``out`` (symlinks and relative paths resolved), POSIX style."""
+    import os
+
+    p = Path(p)  # the name itself, not where a symbolic link points
+    return Path(os.path.relpath(os.path.join(os.path.realpath(p.parent), p.name), os.path.realpath(out))).as_posix()
+
+
+def _names(paths) -> str:
+    names = [str(p) for p in paths]
+    return ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
 
 
 def check_previous_outputs(
@@ -81,58 +172,135 @@ def check_previous_outputs(
     overwrite: bool = False,
     companions: Optional[Callable[[int], Sequence[Path]]] = None,
     extra_outputs: Sequence[Path] = (),
+    read_input: Optional[Callable[[Path], Optional[str]]] = None,
+    input_for: Optional[Callable[[int], Optional[str]]] = None,
+    numbers: Optional[Sequence[int]] = None,
 ) -> List[Path]:
-    """Refuse (or, with ``overwrite``, clear) earlier outputs written with other settings.
+    """Refuse (or, with ``overwrite``, clear) earlier outputs that are stale; always
+    refuse to write over files that are not ours (see the module docstring).
 
     Args:
         out: the output folder (exists).
         shash: the current settings hash.
-        old_manifest: ``manifest.json`` of ``out`` as read (``{}`` when absent).
+        old_manifest: ``manifest.json`` of ``out`` as read by :func:`read_own_manifest`.
         job: the job's name (``decompose``, ``restyle``).
         path_for: frame number -> output path.
         read_hash: reads the settings hash stored in a frame file (None if it has none).
-        overwrite: remove our earlier outputs instead of refusing.
+        overwrite: remove our stale outputs instead of refusing.
         companions: frame number -> further files written for that frame (previews).
         extra_outputs: folder-level files written from all frames (e.g. ``preview.mp4``).
+        read_input: reads the input fingerprint stored in a frame file (None if none).
+        input_for: frame number -> fingerprint of its current input (None: unknown).
+        numbers: the frame numbers this run will write (their companions are checked).
 
     Returns:
         The files removed (empty when nothing was stale).
 
     Raises:
-        JobError: stale frames and no ``overwrite`` (one line naming the folder and the
-            way forward); ``out`` holds another job's output; a file cannot be removed.
+        JobError: stale frames and no ``overwrite``; a file with one of our names that
+            we did not write; ``out`` holds another job's output; a file cannot be removed.
     """
-
     out = Path(out)
     other_job = old_manifest.get("job")
     if other_job and other_job != job and old_manifest.get("frames"):
         raise JobError(f"output folder {out} holds the output of a {other_job} run "
                        f"({out / 'manifest.json'}); choose another --out", file=out)
-    stale = stale_frames(out, shash, old_manifest, path_for=path_for, read_hash=read_hash)
+    book = Ledger(out, old_manifest, path_for, read_hash)
+    on_disk = book.frames_on_disk()
+    by_settings: Dict[int, Path] = {}
+    by_input: Dict[int, tuple] = {}
+    legacy = 0
+    for n, p in on_disk.items():
+        if book.stored_hash(n, p) != shash:
+            by_settings[n] = p
+            continue
+        if input_for is None:
+            continue
+        stored = _safe(read_input, p) if read_input is not None else None
+        if stored is None:
+            stored = book.entries.get(n, {}).get("input")
+        if stored is None:
+            legacy += 1
+            continue
+        now = input_for(n)
+        if now is not None and now != stored:
+            by_input[n] = (p, stored, now)
+    stale = dict(by_settings)
+    stale.update({n: v[0] for n, v in by_input.items()})
+    foreign = [p for n, p in stale.items() if not book.frame_is_ours(n, p)]
+    for n in sorted(set(numbers or ()) | set(on_disk)):
+        for c in (companions(n) if companions else ()):
+            c = Path(c)
+            if (c.is_file() or c.is_symlink()) and not book.file_is_ours(c, n) and (n in stale or n not in on_disk):
+                foreign.append(c)
+    for x in extra_outputs:
+        x = Path(x)
+        if (x.is_file() or x.is_symlink()) and not book.file_is_ours(x):
+            foreign.append(x)
+    if foreign:
+        raise JobError(
+            f"output folder {out} holds {len(foreign)} file(s) with names {job} writes that it did not "
+            f"write or that were changed since ({_names(_rel(out, p) for p in foreign)}): they are "
+            f"never replaced or removed, even with --overwrite; move them away or choose another --out",
+            file=foreign[0])
+    if legacy:
+        events.warning(f"{legacy} {job} frame(s) in {out} carry no input fingerprint (written by an older "
+                       f"version): they are kept without checking that their input is unchanged", file=out)
     if not stale:
         return []
     if not overwrite:
-        names = [p.name for p in stale.values()]
-        shown = ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
+        if by_settings:
+            names = [p.name for p in by_settings.values()]
+            shown = ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
+            raise JobError(
+                f"output folder {out} already holds {len(by_settings)} {job} frame(s) written with other "
+                f"settings ({shown}); add --overwrite to replace that earlier output, or choose "
+                f"another --out (a re-run with the same settings resumes)", file=out)
+        n0 = min(by_input)
+        p0, was, now = by_input[n0]
+        nums = sorted(by_input)
         raise JobError(
-            f"output folder {out} already holds {len(stale)} {job} frame(s) written with other "
-            f"settings ({shown}); add --overwrite to replace that earlier output, or choose "
-            f"another --out (a re-run with the same settings resumes)", file=out)
+            f"the input of {len(nums)} {job} frame(s) in {out} changed since they were written "
+            f"(frames {_ranges(nums)}; e.g. {p0.name} was computed from input {was}, the input of frame "
+            f"{n0} is now {now}): resuming would mix frames of the old and the new input. Add --overwrite "
+            f"to recompute exactly those {len(nums)} frame(s) (the {len(on_disk) - len(nums)} frame(s) "
+            f"whose input is unchanged are kept), or choose another --out", frame=n0, file=p0)
     victims: List[Path] = list(stale.values())
     for n in stale:
-        victims += [Path(p) for p in (companions(n) if companions else ())]
-    victims += [Path(p) for p in extra_outputs]
-    if old_manifest and old_manifest.get("settings_hash") != shash:
+        victims += [Path(c) for c in (companions(n) if companions else ())]
+    victims += [Path(x) for x in extra_outputs]
+    if old_manifest and old_manifest.get("settings_hash") != shash and by_settings:
         victims.append(out / "manifest.json")
     removed = []
     for p in victims:
         try:
-            if p.is_file() or p.is_symlink():
+            if p.is_file():
                 p.unlink()
                 removed.append(p)
         except OSError as e:
             raise JobError(f"--overwrite: cannot remove {p}: {e.strerror or e}", file=p) from e
-    sys.stderr.write(f"note: --overwrite: removed {len(stale)} {job} frame(s) written with other "
-                     f"settings from {out} ({len(removed)} file(s) in all)\n")
+    sys.stderr.write(f"note: --overwrite: removed {len(stale)} stale {job} frame(s) from {out} "
+                     f"({len(removed)} file(s) in all)\n")
     sys.stderr.flush()
     return removed
+
+
+def _ranges(numbers: List[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
+    out, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            out.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
+
+
+def stale_frames(out: Path, shash: str, old_manifest: Dict[str, Any], *,
+                 path_for: Callable[[int], Path],
+                 read_hash: Optional[Callable[[Path], Optional[str]]] = None) -> Dict[int, Path]:
+    """Frame number -> file of every existing frame of this job in ``out`` whose
+    settings hash (file header via ``read_hash``, else the old manifest) is not ``shash``."""
+    book = Ledger(Path(out), old_manifest, path_for, read_hash)
+    return {n: p for n, p in book.frames_on_disk().items() if book.stored_hash(n, p) != shash}

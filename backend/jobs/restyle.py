@@ -39,7 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -52,7 +52,8 @@ from . import flicker as flick
 from .flicker import FLICKER_MAX_SIDE, PairError  # noqa: F401  (re-exported: former home)
 from .runner import Deferred, JobError, JobResult, check_output_safe, run_job
 from .writers import (  # noqa: F401  (re-exported: the names' former home)
-    DEFAULT_FPS, Mp4Encoder, exr_size, read_rgba_exr, write_mp4, write_png, write_rgba_exr,
+    DEFAULT_FPS, Mp4Encoder, encode_png, exr_size, read_rgba_exr, write_bytes_atomic, write_mp4, write_png,
+    write_rgba_exr,
 )
 
 OUT_PREFIX = "restyle_"
@@ -84,10 +85,20 @@ def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
 
 def read_settings_hash(path: Path) -> Optional[str]:
     """Settings hash stored in a restyle EXR header, or None."""
+    return _header_value(path, "settings_hash")
+
+
+def read_input_hash(path: Path) -> Optional[str]:
+    """Fingerprint of the G-buffer frame(s) a restyle EXR was rendered from (header
+    ``restyle/input_hash``), or None."""
+    return _header_value(path, "input_hash")
+
+
+def _header_value(path: Path, key: str) -> Optional[str]:
     import OpenEXR
 
     with OpenEXR.File(str(path), header_only=True) as f:
-        v = f.header().get(HEADER + "settings_hash")
+        v = f.header().get(HEADER + key)
     return v.decode() if isinstance(v, bytes) else v
 
 
@@ -134,12 +145,22 @@ def _inputs_digest(files: List[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _source_fps(gb_manifest: Dict[str, Any]) -> Fraction:
-    src = gb_manifest.get("source") or {}
-    try:
-        return Fraction(str(src.get("fps"))) if src.get("fps") else DEFAULT_FPS
-    except (ValueError, ZeroDivisionError):
+def _source_fps(gb_manifest: Dict[str, Any], where: Optional[Path] = None) -> Fraction:
+    """The source's frame rate from a G-buffer manifest; :data:`DEFAULT_FPS` (with a
+    ``warning`` naming the manifest) when it is missing, malformed or not in (0, 1000]."""
+    src = gb_manifest.get("source") if isinstance(gb_manifest.get("source"), dict) else {}
+    raw = src.get("fps")
+    if not raw:
         return DEFAULT_FPS
+    try:
+        fps = Fraction(str(raw))
+    except (ValueError, ZeroDivisionError):
+        fps = None
+    if fps is None or not 0 < fps <= 1000:
+        events.warning(f"{where or 'manifest.json'}: source fps {raw!r} is not a frame rate; the previews "
+                       f"use {DEFAULT_FPS} fps", file=where)
+        return DEFAULT_FPS
+    return fps
 
 
 # --------------------------------------------------------------------------- inputs
@@ -287,9 +308,17 @@ class RestyleLook:
             PromptError: a prompt the renderer does not understand; renderer-specific
             load errors (e.g. a missing model) from :meth:`Renderer.describe`.
         """
-        rend = get_renderer(renderer, **dict(options or {}))
-        looks = read_prompt(prompt, rend)
-        return cls(prompt, renderer, rend, looks, rend.describe(prompt, looks))
+        opts = dict(options or {})
+        try:
+            rend = get_renderer(renderer, **opts)
+            looks = read_prompt(prompt, rend)
+            info = rend.describe(prompt, looks)
+        except (TypeError, ValueError) as e:
+            if not opts or isinstance(e, InputError) or any(k in str(e) for k in opts):
+                raise
+            given = ", ".join(f"--option {k}={v!r}" for k, v in opts.items())
+            raise ValueError(f"renderer {renderer!r} rejected {given}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+        return cls(prompt, renderer, rend, looks, info)
 
     def render(self, frame: contract.GBufferFrame, n: int, path: Path, time_s: float,
                prev: Optional[np.ndarray], reference: Optional[contract.GBufferFrame]) -> np.ndarray:
@@ -323,6 +352,41 @@ class _InputFrame:
     frame: contract.GBufferFrame
     bad_pass: Optional[str]  # first pass holding NaN/Inf, None: all finite
     reference: Optional[contract.GBufferFrame]  # the unedited frame, when the renderer uses it
+    odd: Dict[str, str] = field(default_factory=dict)  # out-of-range values: what -> how many, range
+
+
+#: tolerance above 1 for albedo / metallic / roughness (half-float rounding, gentle edits)
+RANGE_TOLERANCE = 0.01
+
+
+def out_of_range(frame: contract.GBufferFrame) -> Dict[str, str]:
+    """Values a G-buffer should not hold (an edit gone wrong, a foreign exporter): negative
+    depth, normals far from unit length (zero-length included), albedo / metallic /
+    roughness outside [0, 1] (beyond :data:`RANGE_TOLERANCE`), on surface pixels.
+
+    Returns:
+        ``{description: "N pixel(s), min..max"}`` for each kind found (empty: all in range).
+    """
+    found: Dict[str, str] = {}
+    mask = contract.surface_mask(frame)
+
+    def add(what: str, bad: np.ndarray, values: np.ndarray) -> None:
+        bad = bad & (mask if bad.ndim == 2 else mask[..., None])
+        k = int(np.count_nonzero(bad))
+        if k:
+            v = values[bad]
+            found[what] = f"{k} value(s), {float(v.min()):.4g}..{float(v.max()):.4g}"
+
+    d = np.asarray(frame.depth, np.float32)
+    add("Depth below 0", d < 0, d)
+    n = np.asarray(frame.normal, np.float32)
+    length = np.sqrt(np.sum(n * n, axis=-1))
+    add("Normal not unit length (outside 0.5..1.5)", (length < 0.5) | (length > 1.5), length)
+    hi = 1.0 + RANGE_TOLERANCE
+    for name in ("albedo", "metallic", "roughness"):
+        a = np.asarray(getattr(frame, name), np.float32)
+        add(f"{name.capitalize()} outside 0..1", (a < -RANGE_TOLERANCE) | (a > hi), a)
+    return found
 
 
 class _Reader:
@@ -343,7 +407,7 @@ class _Reader:
         frame = self._read(n, self.inputs.files[n])
         bad = next((name for name, arr in frame.arrays().items() if not contract.all_finite(arr)), None)
         ref = self._read(n, self.inputs.ref_files[n]) if self.use_reference else None
-        return _InputFrame(frame, bad, ref)
+        return _InputFrame(frame, bad, ref, out_of_range(frame) if bad is None else {})
 
     @staticmethod
     def _read(n: int, path: Path) -> contract.GBufferFrame:
@@ -377,17 +441,22 @@ class _Previews:
         self.out_dir, self.fps, self.pool = out_dir, fps, pool
         self.pngs, self.mp4 = pngs, mp4
         self.png_jobs: Dict[int, Future] = {}
+        self.png_data: Dict[int, bytes] = {}  # encoded, written once the frame is recorded
         self.encoder: Optional[Mp4Encoder] = None
         self.streamed: List[int] = []  # frame numbers in the streamed MP4, in order
         self.broken = False
 
-    def add(self, n: int, rgb: np.ndarray) -> None:
-        """Preview of frame ``n`` (``H x W x 3`` float32 scene-linear); on the writer thread."""
+    def add(self, n: int, rgb: np.ndarray) -> Optional[str]:
+        """Preview of frame ``n`` (``H x W x 3`` float32 scene-linear, as stored); on the
+        writer thread. Returns the SHA-256 of the PNG preview (``None``: no PNG)."""
         if not (self.pngs or self.mp4):
-            return
+            return None
         img8 = preview_8bit(rgb)
+        sha = None
         if self.pngs:
-            self.png_jobs[n] = self.pool.submit(write_png, preview_path(self.out_dir, n), None, img8)
+            data = encode_png(img8)
+            sha = hashlib.sha256(data).hexdigest()
+            self.png_data[n] = data
         if self.mp4 and not self.broken:
             try:
                 if self.encoder is None:
@@ -396,16 +465,26 @@ class _Previews:
                 self.streamed.append(n)
             except Exception:  # the end-of-job re-encode reports real problems
                 self.broken = True
+        return sha
+
+    def frame_recorded(self, n: int) -> None:
+        """Frame ``n`` is in place and recorded (with its preview's checksum) in the
+        manifest: now write its PNG, so a preview on disk is always a recorded one."""
+        data = self.png_data.pop(n, None)
+        if data is not None:
+            self.png_jobs[n] = self.pool.submit(write_bytes_atomic, preview_path(self.out_dir, n), data)
 
     def discard(self) -> None:
         """Drop the streamed MP4 (the job failed)."""
         if self.encoder is not None:
             self.encoder.discard()
 
-    def finish(self, done: List[int]) -> bool:
+    def finish(self, done: List[int], record: Callable[[str, str], None]) -> bool:
         """After the run: check the PNG writes, write previews missing for resumed
         frames, and put ``preview.mp4`` in place for the frames ``done`` (all frames in
-        the folder, in order). Returns whether ``preview.mp4`` was written.
+        the folder, in order). Every file written is first recorded with its checksum
+        through ``record(relative path, sha256)`` (which saves the manifest), then put
+        in place. Returns whether ``preview.mp4`` was written.
 
         Raises:
             JobError: a PNG preview could not be written.
@@ -420,18 +499,29 @@ class _Previews:
             # previews of resumed frames may be missing (e.g. written by an older run)
             for n in done:
                 if not preview_path(self.out_dir, n).exists() and output_path(self.out_dir, n).exists():
-                    write_png(preview_path(self.out_dir, n), read_rgba_exr(output_path(self.out_dir, n)))
-        if self._commit_stream(done):
+                    data = encode_png(preview_8bit(read_rgba_exr(output_path(self.out_dir, n))))
+                    record(f"{PREVIEW_DIR}/{preview_path(self.out_dir, n).name}", hashlib.sha256(data).hexdigest())
+                    write_bytes_atomic(preview_path(self.out_dir, n), data)
+        if self._commit_stream(done, record):
             return True
-        return bool(self.mp4 and done) and self._encode_from_pngs(done)
+        return bool(self.mp4 and done) and self._encode_from_pngs(done, record)
 
-    def _commit_stream(self, done: List[int]) -> bool:
+    def _commit(self, enc: Mp4Encoder, record: Callable[[str, str], None]) -> None:
+        """Close the temporary MP4, record its checksum, then rename it into place."""
+        from .fingerprint import file_sha256
+
+        enc.close()
+        record(MP4_NAME, file_sha256(enc.path))
+        os.chmod(enc.path, contract.default_file_mode())
+        os.replace(enc.path, self.out_dir / MP4_NAME)
+
+    def _commit_stream(self, done: List[int], record: Callable[[str, str], None]) -> bool:
         enc = self.encoder
         if enc is None:
             return False
         if self.mp4 and not self.broken and self.streamed == done:
             try:
-                enc.commit(self.out_dir / MP4_NAME)
+                self._commit(enc, record)
                 return True
             except Exception:
                 enc.discard()
@@ -439,14 +529,20 @@ class _Previews:
         enc.discard()
         return False
 
-    def _encode_from_pngs(self, done: List[int]) -> bool:
+    def _encode_from_pngs(self, done: List[int], record: Callable[[str, str], None]) -> bool:
         import cv2
 
         pngs = [preview_path(self.out_dir, n) for n in done if preview_path(self.out_dir, n).exists()]
         if not pngs:
             return False
-        write_mp4(self.out_dir / MP4_NAME, (cv2.imread(str(p), cv2.IMREAD_COLOR)[..., ::-1] for p in pngs),
-                  fps=self.fps)
+        enc = Mp4Encoder.temporary(self.out_dir, fps=self.fps)
+        try:
+            for p in pngs:
+                enc.add(cv2.imread(str(p), cv2.IMREAD_COLOR)[..., ::-1])
+            self._commit(enc, record)
+        except BaseException:
+            enc.discard()
+            raise
         return True
 
 
@@ -488,14 +584,22 @@ class RestyleJob:
                  previews: bool = True, mp4: bool = True, flicker: bool = True):
         self.inputs, self.look, self.out_dir = inputs, look, Path(out_dir)
         self.previews, self.mp4, self.flicker = previews, mp4, flicker
-        self.gb_manifest = contract.read_manifest(inputs.gbuffer_dir)
-        self.fps = _source_fps(self.gb_manifest)
+        self.gb_manifest = contract.read_manifest(inputs.gbuffer_dir)  # ContractError names it
+        self.fps = _source_fps(self.gb_manifest, inputs.gbuffer_dir / "manifest.json")
         self.use_reference = bool(inputs.ref_files) and look.renderer.accepts_reference
         self._last: Optional[_Rendered] = None
         self._measured: Optional[_Measured] = None
         self.pair_errors: Dict[int, PairError] = {}  # measured in this run, by frame number
+        self.out_of_range: Dict[str, List[int]] = {}  # what -> input frames holding it (this run)
         self._reader: Optional[_Reader] = None  # set by run(), for its duration
         self._previews: Optional[_Previews] = None
+        from .fingerprint import InputFingerprints
+
+        try:
+            old = contract.read_manifest(self.out_dir) if self.out_dir.is_dir() else {}
+        except (OSError, ValueError):
+            old = {}
+        self.fingerprints = InputFingerprints(old.get("inputs") if isinstance(old, dict) else None)
 
     def settings(self) -> Dict[str, Any]:
         """What the resume hash covers.
@@ -507,14 +611,27 @@ class RestyleJob:
         settings = {
             "prompt": look.prompt,
             "renderer": look.renderer.settings(),
-            "inputs": _inputs_digest([inp.all_files[n] for n in sorted(inp.all_files)]),
-            "output_format": "rgba-half-v1",
+            "output_format": "rgba-half-v2",
             "look": look.info.get("params"),  # every shader number (embedded): changes re-render
+            # the inputs are not here: each frame records the fingerprint of the G-buffer
+            # frame(s) it was rendered from (input_for), so an edited frame re-renders
+            # only itself and a merely touched one nothing
+            "reference": inp.reference_dir is not None,
         }
-        ref = inp.reference_digest()
-        if ref is not None:
-            settings["reference"] = ref
+        inp.reference_digest()  # a missing reference frame is refused before anything is written
         return settings
+
+    def input_for(self, n: int) -> Optional[str]:
+        """Fingerprint of the G-buffer frame ``n`` (and its reference frame) as they are
+        now (:mod:`backend.jobs.fingerprint`); ``None`` when there is no such frame."""
+        inp = self.inputs
+        paths = [inp.all_files.get(n)] + ([inp.ref_files.get(n)] if inp.reference_dir is not None else [])
+        if any(p is None for p in paths):
+            return None
+        try:
+            return self.fingerprints.combined(paths)
+        except OSError:
+            return None
 
     def manifest(self) -> Dict[str, Any]:
         """The job's top-level manifest fields (the runner adds frames and settings)."""
@@ -522,7 +639,8 @@ class RestyleJob:
         return {
             "input": {"gbuffer_dir": str(inp.gbuffer_dir.resolve()), "frames": [min(inp.files), max(inp.files)],
                       "reference_dir": str(inp.reference_dir.resolve()) if inp.reference_dir else None,
-                      "source": self.gb_manifest.get("source")},
+                      "source": self.gb_manifest.get("source") if isinstance(
+                          self.gb_manifest.get("source"), dict) else None},
             "prompt": look.prompt,
             "looks": look.info.get("looks"),
             "look_params": look.info.get("params"),
@@ -530,6 +648,8 @@ class RestyleJob:
             "output": {"exr": f"{OUT_PREFIX}NNNN.exr: single-part RGBA half float, scene-linear Rec.709",
                        "preview_png": f"{PREVIEW_DIR}/{OUT_PREFIX}NNNN.png (sRGB)" if self.previews else None,
                        "fps": str(self.fps)},
+            "inputs": self.fingerprints.cache,  # input file identity -> SHA-256 (resume checks)
+            "outputs": {},  # folder-level files written (preview.mp4) -> SHA-256
         }
 
     def run(self, *, overwrite: bool = False, cancel: Optional[threading.Event] = None) -> JobResult:
@@ -550,14 +670,18 @@ class RestyleJob:
                              job="restyle", path_for=functools.partial(output_path, out),
                              manifest=self.manifest(), read_hash=read_settings_hash, cancel=cancel,
                              overwrite=overwrite, companions=lambda n: [preview_path(out, n)],
-                             extra_outputs=[out / MP4_NAME])
+                             extra_outputs=[out / MP4_NAME], input_for=self.input_for,
+                             read_input=read_input_hash, expected=list(self.inputs.all_files),
+                             numbers=list(self.inputs.files), throttle=False, before_done=self._finish,
+                             on_frame=lambda n, entry: self._previews.frame_recorded(n),
+                             leftovers=[".tmp_preview_*.mp4", f"{PREVIEW_DIR}/.tmp_{OUT_PREFIX}*"])
         except BaseException:
             self._previews.discard()
             raise
         finally:
             self._reader.cancel()
             pool.shutdown(wait=True)  # previews are atomic; never leave a half-written one
-        return self._finish(result)
+        return result
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
         """``(frame number, work)`` for :func:`backend.jobs.runner.run_job`."""
@@ -575,6 +699,11 @@ class RestyleJob:
         path = self.inputs.files[n]
         got = self._reader.get(n)
         self.inputs.check_frame(n, got.frame, got.bad_pass)
+        for what, detail in got.odd.items():
+            if what not in self.out_of_range:  # one warning per kind; the manifest lists every frame
+                events.warning(f"G-buffer frame {n} ({path}): {what}: {detail}; rendered as is (check the "
+                               f"edit or the exporter that wrote it)", frame=n, file=path)
+            self.out_of_range.setdefault(what, []).append(n)
         # previous output, for temporal renderers (only when rendered in this run:
         # they also need the previous source, which a resume does not have)
         prev = self._last.rgb if self._last is not None and self._last.number == n - 1 else None
@@ -584,26 +713,33 @@ class RestyleJob:
         entry.update(self.look.renderer.last_info)
         frame = got.frame
         alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
-        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, self._header(path, shash),
+        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, self._header(path, shash, n),
                                           frame.combined), entry)
 
-    def _header(self, path: Path, shash: str) -> Dict[str, Any]:
+    def _header(self, path: Path, shash: str, n: int) -> Dict[str, Any]:
         look = self.look
         return {
             HEADER + "prompt": look.prompt,
             HEADER + "looks": look.info.get("looks", []),
             HEADER + "renderer": look.renderer.settings(),
             HEADER + "settings_hash": shash,
+            HEADER + "input_hash": self.input_for(n) or "",
             HEADER + "source_frame": str(path.name),
             contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
         }
 
     def _write(self, n: int, tmp_path: Path, rgb: np.ndarray, alpha: Optional[np.ndarray],
-               header: Dict[str, Any], combined: np.ndarray) -> None:
+               header: Dict[str, Any], combined: np.ndarray) -> Dict[str, Any]:
         """On the runner's writer thread, in frame order, while the next frame renders:
-        the EXR, the previews, the flicker sample against the previous frame."""
+        the EXR, the previews, the flicker sample against the previous frame. Returns
+        the preview's checksum for the frame's manifest entry."""
         write_rgba_exr(tmp_path, rgb, alpha, header)
-        self._previews.add(n, rgb)
+        # previews from the values as stored (half float, premultiplied): a frame's
+        # preview is the same whether rendered now or rebuilt from its EXR on a resume
+        a = np.ones(rgb.shape[:2], np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
+        stored = contract.half_to_float32(contract.to_half(np.clip(rgb * a[..., None], 0.0, 65000.0)))
+        sha = self._previews.add(n, stored)
+        more = {"companions": {f"{PREVIEW_DIR}/{preview_path(self.out_dir, n).name}": sha}} if sha else {}
         if self.flicker:
             cur = flick.sample(combined[..., :3], rgb)
             last = self._measured
@@ -612,12 +748,21 @@ class RestyleJob:
                 if err is not None:
                     self.pair_errors[n] = err
             self._measured = _Measured(n, cur)
+        return more
 
     def _finish(self, result: JobResult) -> JobResult:
         man = result.manifest
         done = sorted(int(e["frame"]) for e in man.get("frames", []))
-        if self._previews.finish(done):
+        outputs = man.setdefault("outputs", {})
+
+        def record(rel: str, sha: str) -> None:  # checksum in the manifest before the file is in place
+            outputs[rel] = sha
+            contract.write_manifest(self.out_dir, man)
+
+        if self._previews.finish(done, record):
             man["preview_mp4"] = MP4_NAME
+        if self.out_of_range:
+            man["inputs_out_of_range"] = {k: _ranges(sorted(v)) for k, v in self.out_of_range.items()}
         if self.flicker and len(done) > 1:
             fl = flicker_metric(self.out_dir, done, self.inputs.all_files, known=self.pair_errors)
             if fl:

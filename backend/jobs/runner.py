@@ -61,7 +61,8 @@ from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, 
 
 from .. import contract, events
 from ..errors import JobCancelled, JobError  # noqa: F401  (re-exported: their former home)
-from .outputs import check_previous_outputs
+from .fingerprint import file_sha256
+from .outputs import PRODUCER, _entries, check_previous_outputs, read_own_manifest
 
 WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
 #: seconds between manifest rewrites during a run (see :func:`run_job`)
@@ -117,6 +118,9 @@ def _frame_error(e: BaseException, number: int, final: Path, written: int) -> Ba
                                               errno.EROFS, errno.EACCES, errno.EPERM):
         return JobError(f"cannot write {final} (frame {number}): {_oserror_text(e)}",
                         frame=number, file=final)
+    if isinstance(e, MemoryError):
+        return JobError(f"frame {number} ({final}): out of memory; try a smaller --processing-resolution, "
+                        f"close other programs, or process fewer frames at once", frame=number, file=final)
     if "no space left on device" in str(e).lower():
         return JobError(f"cannot write {final} (frame {number}): no space left on device",
                         frame=number, file=final)
@@ -162,7 +166,7 @@ def check_output_safe(out_dir: os.PathLike, inputs: Sequence[os.PathLike]) -> Pa
         if inp is None:
             continue
         src = Path(os.fspath(inp))
-        if "%" in src.name or "#" in src.name:  # a sequence pattern: guard its folder
+        if not src.exists() and ("%" in src.name or "#" in src.name):  # a sequence pattern: guard its folder
             src = src.parent
         src = _real(src)
         if out == src or _is_within(src, out) or _is_within(out, src):
@@ -263,6 +267,95 @@ def _manifest_lock(out: Path):
             os.close(fd)
 
 
+_FINISHED = -(1 << 62)  # FrameRun.current once every task is done
+#: hidden file every job running in a folder holds a shared ``flock`` on (removed by the last one)
+RUN_LOCK = ".gbuffer_running.lock"
+
+
+class _RunLock:
+    """Who is writing into the folder right now, across processes (farm chunks).
+
+    Every running job holds a shared ``flock`` on :data:`RUN_LOCK` for its whole run;
+    a job that can take it exclusively (without waiting) is alone. All calls are made
+    under :func:`_manifest_lock`, so starting, finishing and checking do not race.
+    No-op where ``fcntl`` is unavailable.
+    """
+
+    def __init__(self, out: Path):
+        self.path = out / RUN_LOCK
+        self.fd: Optional[int] = None
+
+    def _try_exclusive(self, fd: int) -> bool:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+
+    def others_running(self) -> bool:
+        """Another job holds the folder (call under the folder lock)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return False
+        if self.fd is not None:  # ours is shared: drop it, probe, take it back
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            alone = self._try_exclusive(self.fd)
+            fcntl.flock(self.fd, fcntl.LOCK_SH)
+            return not alone
+        if not self.path.exists():
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            return not self._try_exclusive(fd)
+        finally:
+            os.close(fd)
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self.fd = fd
+
+    def release(self) -> None:
+        """Drop our hold; the last job removes the lock file (call under the folder lock)."""
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            if self._try_exclusive(fd):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
+        finally:
+            os.close(fd)
+
+
+def _ranges(numbers: List[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``"2-4, 7"`` (``""`` for none)."""
+    out, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            out.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
+
+
 def _write_manifest(out: Path, manifest: Dict[str, Any], frame: Optional[int]) -> None:
     try:
         contract.write_manifest(out, manifest)
@@ -316,14 +409,32 @@ class _ManifestBook:
     def __init__(self, out: Path, shash: str, old: Dict[str, Any], extra: Optional[Dict[str, Any]],
                  job: str, settings: Dict[str, Any], path_for: Callable[[int], Path], throttle: bool):
         self.out, self.shash, self.path_for, self.throttle = out, shash, path_for, throttle
-        self.old_frames = {int(e["frame"]): e for e in old.get("frames", []) if "frame" in e}
+        self.old_frames = _entries(old)  # malformed entries (a hand-edited manifest) are ignored
         self.frames: Dict[int, Dict[str, Any]] = {
-            n: e for n, e in self.old_frames.items() if e.get("settings_hash") == shash}
+            n: e for n, e in self.old_frames.items()
+            if e.get("settings_hash") == shash and Path(path_for(n)).exists()}
         self.data = dict(old) if old.get("settings_hash") == shash else {}
         self.data.update(extra or {})
-        self.data.update({"job": job, "settings": settings, "settings_hash": shash, "complete": False})
+        self.data.update({"job": job, "settings": settings, "settings_hash": shash, "complete": False,
+                          "producer": PRODUCER})
+        self.expected: Optional[List[int]] = None  # every frame number of the shot
+        self.runlock = _RunLock(out)
         self.saved_at = time.monotonic()
         self.dirty = False
+
+    finishing = False
+
+    def _complete(self) -> bool:
+        """Every frame of the shot is present (with these settings, its file on disk) and
+        no other job is still writing into the folder."""
+        if self.expected is None:
+            missing: List[int] = []
+        else:
+            missing = [n for n in self.expected
+                       if n not in self.frames or not Path(self.path_for(n)).exists()]
+        self.data["frames_expected"] = None if self.expected is None else len(self.expected)
+        self.data["frames_missing"] = _ranges(missing)
+        return not missing and not self.runlock.others_running()
 
     def stored_hash(self, number: int) -> Optional[str]:
         return self.old_frames.get(number, {}).get("settings_hash")
@@ -340,23 +451,51 @@ class _ManifestBook:
         """Write the manifest, first adopting entries another job with the same settings
         wrote meanwhile (a farm chunk of the same shot into the same folder)."""
         with _manifest_lock(self.out):
-            try:
-                disk = contract.read_manifest(self.out)
-            except (OSError, ValueError):
-                disk = {}
-            if disk.get("settings_hash") == self.shash:
-                for e in disk.get("frames", []) or []:
-                    try:
-                        n = int(e["frame"])
-                    except (KeyError, TypeError, ValueError):
-                        continue
-                    if (n not in self.frames and e.get("settings_hash") == self.shash
-                            and Path(self.path_for(n)).exists()):
-                        self.frames[n] = e
-            self.data["frames"] = [self.frames[k] for k in sorted(self.frames)]
-            _write_manifest(self.out, self.data, at)
+            self.save_locked(at)
+            if self.finishing:
+                self.runlock.release()
+
+    def save_locked(self, at: Optional[int]) -> None:
+        """:meth:`save`, for a caller holding the folder lock."""
+        try:
+            disk = contract.read_manifest(self.out)
+        except (OSError, ValueError):
+            disk = {}
+        if disk.get("settings_hash") == self.shash:
+            for n, e in _entries(disk).items():
+                if (n not in self.frames and e.get("settings_hash") == self.shash
+                        and Path(self.path_for(n)).exists()):
+                    self.frames[n] = e
+        for key in ("outputs", "inputs"):  # merge other chunks' checksums
+            if isinstance(disk.get(key), dict) and isinstance(self.data.get(key), dict) \
+                    and disk.get("settings_hash") == self.shash:
+                for k, v in disk[key].items():
+                    self.data[key].setdefault(k, v)
+        self.data["frames"] = [self.frames[k] for k in sorted(self.frames)]
+        if self.finishing:
+            self.data["complete"] = self._complete()
+        else:  # a run in progress: what the manifest lists so far
+            self.data["complete"] = False
+            self.data["frames_expected"] = None if self.expected is None else len(self.expected)
+            self.data["frames_missing"] = _ranges([n for n in self.expected or () if n not in self.frames])
+        _write_manifest(self.out, self.data, at)
         self.saved_at = time.monotonic()
         self.dirty = False
+
+    created = False  # the folder had no manifest: this job's start wrote the first one
+
+    def drop_claim(self) -> None:
+        """A failed or cancelled job that wrote no frame leaves no manifest behind when the
+        folder had none (call under the folder lock, after releasing the run lock)."""
+        if not self.created or self.frames or self.runlock.others_running():
+            return
+        try:
+            disk = contract.read_manifest(self.out)
+        except (OSError, ValueError):
+            return
+        if disk.get("settings_hash") == self.shash and not disk.get("frames"):
+            with contextlib.suppress(OSError):
+                (self.out / "manifest.json").unlink()
 
     def flush(self, at: Optional[int], *, only_dirty: bool = False) -> None:
         """Best-effort write on the way out (cancel, failure)."""
@@ -366,6 +505,15 @@ class _ManifestBook:
             self.save(at)
         except JobError:
             pass
+
+
+def _write_and_checksum(write: Callable[[], Optional[Dict[str, Any]]], tmp: Path) -> Optional[Dict[str, Any]]:
+    """A :class:`Deferred` write, then the file's SHA-256 (on the writer thread)."""
+    more = write()
+    out = dict(more) if isinstance(more, dict) else {}
+    if tmp.exists():
+        out["sha256"] = file_sha256(tmp)
+    return out
 
 
 def _cleanup_tmp(tmp: Path) -> None:
@@ -395,13 +543,19 @@ class FrameRun:
                  path_for: Callable[[int], Path], manifest: Optional[Dict[str, Any]],
                  read_hash: Optional[Callable[[Path], Optional[str]]],
                  on_frame: Optional[Callable[[int, Dict[str, Any]], None]],
-                 cancel: Optional[threading.Event], old: Dict[str, Any], t0: float):
+                 cancel: Optional[threading.Event], old: Dict[str, Any], t0: float,
+                 input_for: Optional[Callable[[int], Optional[str]]] = None,
+                 read_input: Optional[Callable[[Path], Optional[str]]] = None,
+                 expected: Optional[Sequence[int]] = None, throttle: Optional[bool] = None):
         self.out, self.total, self.job, self.path_for = out, total, job, path_for
+        self.input_for, self.read_input = input_for, read_input
+        self.before_done: Optional[Callable[[JobResult], None]] = None
         self.read_hash, self.on_frame, self.t0 = read_hash, on_frame, t0
         self.cancel = cancel if cancel is not None else threading.Event()
         self.shash = settings_hash(settings)
         self.book = _ManifestBook(out, self.shash, old, manifest, job, settings, path_for,
-                                  throttle=read_hash is not None)
+                                  throttle=(read_hash is not None) if throttle is None else throttle)
+        self.book.expected = None if expected is None else sorted(set(int(n) for n in expected))
         self.result = JobResult(out_dir=out, total=total, settings_hash=self.shash, manifest=self.book.data)
         self.pending: List[_InFlight] = []
         self.clock = _Clock()
@@ -423,12 +577,50 @@ class FrameRun:
                 stored = None
         if stored is None:
             stored = self.book.stored_hash(number)
-        return stored == self.shash
+        if stored != self.shash:
+            return False
+        return self._input_matches(number, final)
+
+    def _input_matches(self, number: int, final: Path) -> bool:
+        """The frame was computed from the input it would be computed from now (unknown
+        on either side: yes; :func:`check_previous_outputs` warned about such frames)."""
+        if self.input_for is None:
+            return True
+        stored = None
+        if self.read_input is not None:
+            try:
+                stored = self.read_input(final)
+            except Exception:  # noqa: BLE001
+                stored = None
+        if stored is None:
+            stored = self.book.old_frames.get(number, {}).get("input")
+        now = self.input_for(number)
+        return stored is None or now is None or stored == now
+
+    def _entry(self, number: int, final: Path, sha: Optional[str]) -> Dict[str, Any]:
+        entry: Dict[str, Any] = {"frame": number, "file": final.name, "settings_hash": self.shash}
+        if sha is not None:
+            entry["sha256"] = sha
+        if self.input_for is not None:
+            fp = self.input_for(number)
+            if fp is not None:
+                entry["input"] = fp
+        return entry
 
     def _skip(self, number: int, final: Path) -> None:
         self.drain()  # report the frame in flight first: events stay in frame order
         self.result.skipped.append(number)
-        self.book.frames.setdefault(number, {"frame": number, "file": final.name, "settings_hash": self.shash})
+        old = self.book.frames.get(number)
+        if old is None or "sha256" not in old:  # not recorded yet (a hard kill's last frame): record it
+            try:
+                sha = file_sha256(final)
+            except OSError:
+                sha = None
+            entry = self._entry(number, final, sha)
+            if old is not None:
+                entry = {**old, **entry}
+            self.book.frames[number] = entry
+            self.book.dirty = True
         events.emit({"event": "progress", "frame": number, "done": self.done, "total": self.total,
                      "fps": None, "eta_s": None, "skipped": True})
 
@@ -455,7 +647,8 @@ class FrameRun:
         if isinstance(info, Deferred):
             if self.writer is None:
                 self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.job}-writer")
-            self.pending.append(_InFlight(number, final, tmp, dict(info.info), self.writer.submit(info.write),
+            self.pending.append(_InFlight(number, final, tmp, dict(info.info),
+                                          self.writer.submit(_write_and_checksum, info.write, tmp),
                                           t1, self.done))
             self.drain(keep=1)  # at most one frame in flight: memory stays flat
             return
@@ -471,8 +664,9 @@ class FrameRun:
         """Rename the finished file into place, record it and report progress."""
         if not f.tmp.exists() or f.tmp.stat().st_size == 0:
             raise JobError(f"job wrote nothing for frame {f.number} ({f.final})", frame=f.number, file=f.final)
+        sha = f.info.pop("sha256", None) or file_sha256(f.tmp)
         os.replace(f.tmp, f.final)
-        entry = {"frame": f.number, "file": f.final.name, "settings_hash": self.shash}
+        entry = self._entry(f.number, f.final, sha)
         entry.update(f.info)
         self.result.written.append(f.number)
         self.book.record(f.number, entry)
@@ -528,13 +722,22 @@ class FrameRun:
             self.drain()
             if self.cancel.is_set():
                 raise JobCancelled(len(self.result.written), None)
+            if self.before_done is not None:
+                # the job's own finishing work (previews...) is part of the run: a cancel or a
+                # failure in it leaves complete: false and no "done"; a re-run resumes it
+                self.book.save(None)
+                self.result.manifest = self.book.data
+                self.before_done(self.result)
+                if self.cancel.is_set():
+                    raise JobCancelled(len(self.result.written), None)
+            self.current = _FINISHED
         except (JobCancelled, KeyboardInterrupt) as e:
             self._abort()
             self.book.flush(self.current)
             if isinstance(e, KeyboardInterrupt):
                 raise JobCancelled(len(self.result.written), self.current) from None
             raise
-        except BaseException:
+        except BaseException as e:
             # a failure outside the frame in flight (e.g. decoding the next source frame):
             # that frame is complete work, keep it (not after an earlier frame failed:
             # frames are finalized strictly in order)
@@ -545,10 +748,19 @@ class FrameRun:
                     pass
             self._abort()
             self.book.flush(self.current, only_dirty=True)
+            if isinstance(e, MemoryError):
+                where = "before the first frame" if self.current is None else f"after frame {self.current}"
+                raise JobError(f"out of memory {where} (reading the next input frame) in {self.out}; try a "
+                               f"smaller --processing-resolution or close other programs",
+                               frame=self.current, file=self.out) from e
             raise
         finally:
             if self.writer is not None:
                 self.writer.shutdown(wait=True)
+            if self.current is not _FINISHED:
+                with _manifest_lock(self.out):
+                    self.book.runlock.release()
+                    self.book.drop_claim()
         return self._finish()
 
     def _abort(self) -> None:
@@ -558,8 +770,8 @@ class FrameRun:
             _cleanup_tmp(f.tmp)
 
     def _finish(self) -> JobResult:
-        self.book.data["complete"] = True
         self.result.elapsed_s = time.monotonic() - self.t0
+        self.book.finishing = True
         self.book.save(None)
         self.result.manifest = self.book.data
         events.emit({"event": "done", "job": self.job, "done": self.done, "written": len(self.result.written),
@@ -587,6 +799,13 @@ def run_job(
     extra_outputs: Sequence[Path] = (),
     stream: Optional[IO[str]] = None,
     progress_bar: Optional[bool] = None,
+    input_for: Optional[Callable[[int], Optional[str]]] = None,
+    read_input: Optional[Callable[[Path], Optional[str]]] = None,
+    expected: Optional[Sequence[int]] = None,
+    throttle: Optional[bool] = None,
+    numbers: Optional[Sequence[int]] = None,
+    before_done: Optional[Callable[[JobResult], None]] = None,
+    leftovers: Sequence[str] = (),
 ) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
@@ -622,6 +841,23 @@ def run_job(
             first; see :func:`backend.jobs.outputs.check_previous_outputs`.
         stream, progress_bar: deprecated: ``stream`` is the old name of ``progress``;
             ``progress_bar`` is ignored (the command line draws the bar).
+        input_for: frame number -> fingerprint of the input that frame is computed from
+            (:mod:`backend.jobs.fingerprint`; ``None``: unknown). Recorded per frame
+            (``input``); a frame whose stored fingerprint differs is stale: refused unless
+            ``overwrite`` (which recomputes exactly those frames).
+        read_input: reads the input fingerprint stored in an output file's header.
+        expected: every frame number of the shot; the manifest says ``complete: true``
+            only when all of them are present and no other job is writing the folder.
+        throttle: rewrite the manifest at most every :data:`MANIFEST_INTERVAL_S`
+            (default: when ``read_hash`` is given).
+        numbers: the frame numbers this run writes (default ``expected``): their
+            ``companions`` may not be files we did not write.
+        before_done: the job's finishing work after the last frame (previews, summary
+            metrics in ``result.manifest``), run before the manifest says complete and
+            before the ``done`` event: a cancel or failure in it leaves ``complete: false``.
+        leftovers: glob patterns (relative to ``out_dir``) of the job's own hidden
+            temporaries a hard kill can leave (``.tmp_preview_*.mp4``); removed at start
+            when no other job is writing into the folder (``.tmp_manifest*`` always are).
 
     Returns:
         :class:`JobResult`.
@@ -636,10 +872,37 @@ def run_job(
     out = prepare_output_dir(check_output_safe(out_dir, inputs))
     path_for = path_for or (lambda n: contract.frame_path(out, n))
     shash = settings_hash(settings)
-    old = contract.read_manifest(out) if (out / "manifest.json").exists() else {}
-    check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
-                           overwrite=overwrite, companions=companions, extra_outputs=extra_outputs)
     with events.reporting(progress if progress is not None else stream):
-        run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
-                       read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0)
+        with _manifest_lock(out):
+            # under the folder lock: no other job starts, finishes or checks meanwhile
+            old = read_own_manifest(out)
+            lock = _RunLock(out)
+            if old.get("settings_hash") not in (None, shash) and lock.others_running():
+                raise JobError(
+                    f"another {old.get('job') or job} job with other settings (settings hash "
+                    f"{old.get('settings_hash')}) is writing into {out} right now; one folder holds one "
+                    f"set of settings: wait for it to finish, or choose another --out", file=out)
+            check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
+                                   overwrite=overwrite, companions=companions, extra_outputs=extra_outputs,
+                                   read_input=read_input, input_for=input_for,
+                                   numbers=numbers if numbers is not None else expected)
+            if overwrite:
+                old = read_own_manifest(out)
+            run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
+                           read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
+                           input_for=input_for, read_input=read_input, expected=expected,
+                           throttle=throttle)
+            run.book.runlock = lock
+            run.book.created = not old
+            run.before_done = before_done
+            if not lock.others_running():  # a hard kill's temporaries (a live chunk's are kept)
+                for pattern in (".tmp_manifest*", *leftovers):
+                    for p in out.glob(pattern):
+                        _cleanup_tmp(p)
+            lock.acquire()
+            try:  # claim the folder for these settings before the first frame
+                run.book.save_locked(None)
+            except BaseException:
+                lock.release()
+                raise
         return run.run(tasks)

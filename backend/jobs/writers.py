@@ -108,18 +108,27 @@ def write_png(path: os.PathLike, rgb_linear: Optional[np.ndarray], srgb8: Option
     Raises:
         OSError: encoding or writing failed.
     """
-    import cv2
-
     from ..renderers.shading import preview_8bit
 
     img = srgb8 if srgb8 is not None else preview_8bit(rgb_linear)
-    # zlib level 1 with run-length matching: the fastest setting that stays small (~280 KB at 960x540)
-    ok, buf = cv2.imencode(".png", img[..., ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 1,
-                                                   cv2.IMWRITE_PNG_STRATEGY, cv2.IMWRITE_PNG_STRATEGY_RLE])
-    if not ok:
-        raise OSError(f"PNG encoding failed for {path}")
-    write_bytes_atomic(Path(path), buf.tobytes())
+    write_bytes_atomic(Path(path), encode_png(img, path))
     return Path(path)
+
+
+def encode_png(srgb8: np.ndarray, path: Optional[os.PathLike] = None) -> bytes:
+    """PNG bytes of an ``H x W x 3`` uint8 sRGB image (deterministic for given pixels).
+
+    Raises:
+        OSError: encoding failed (naming ``path`` when given).
+    """
+    import cv2
+
+    # zlib level 1 with run-length matching: the fastest setting that stays small (~280 KB at 960x540)
+    ok, buf = cv2.imencode(".png", srgb8[..., ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 1,
+                                                     cv2.IMWRITE_PNG_STRATEGY, cv2.IMWRITE_PNG_STRATEGY_RLE])
+    if not ok:
+        raise OSError(f"PNG encoding failed{' for ' + str(path) if path else ''}")
+    return buf.tobytes()
 
 
 class Mp4Encoder:

@@ -44,6 +44,7 @@ output range is [0, 1].
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
@@ -67,6 +68,10 @@ class ModelNotAvailable(OSError):
 
 def _not_available(what: str, model: str, local: bool, e: Exception) -> ModelNotAvailable:
     """The error for a failed ``from_pretrained`` of ``what`` (e.g. "base model")."""
+    if local and not Path(os.path.expanduser(model)).is_dir():
+        return ModelNotAvailable(
+            f"{what} {model!r} is not in the models folder (the Hugging Face cache); download it with "
+            f"`huggingface-cli download {model}` or in Blender's Preferences > Models, or pass a local folder")
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
     return ModelNotAvailable(
         f"cannot load {what} {model!r} (local_files_only={local}): {reason}. Download it first "

@@ -1,0 +1,592 @@
+"""Issue 16: no silent mix-ups, frame numbers kept, nothing of the user's touched.
+
+Each test builds the hostile case itself (a crafted manifest with decoys, a user's
+preview files, a replaced or touched input, a truncated movie, concurrent chunks with
+other settings, a 1001-numbered sequence with a gap, odd names...) and checks what the
+product does with it. See docs/reliability.md for the guarantees they pin down.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend import contract
+from backend.errors import InputError
+from backend.footage import FootageError, open_footage
+from backend.jobs.decompose import decompose
+from backend.jobs.restyle import MP4_NAME, output_path, preview_path, restyle
+from backend.jobs.runner import JobError
+from cli_util import events, run_cli, start_cli
+from decompose_util import register_tiny
+from footage_util import gradient_rgb, write_image
+from gbuffer_util import make_gbuffers
+
+register_tiny()
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+
+
+def _dec(src, out, **kw):
+    kw.setdefault("estimator", "tiny")
+    kw.setdefault("max_size", 32)
+    return decompose(src, out, progress=io.StringIO(), **kw)
+
+
+def _sequence(folder: Path, numbers, h=24, w=32, name="shot_{:04d}.png") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, n in enumerate(numbers):
+        write_image(folder / name.format(n), gradient_rgb(h, w, 3 * i))
+    return folder
+
+
+# --------------------------------------------------------------- (5) the user's own files
+
+
+def test_crafted_manifest_makes_overwrite_delete_none_of_the_decoys(tmp_path):
+    """A manifest listing a user's notes, an EXR and a clip backup as stale frames: with
+    --overwrite the product removes its own stale frames and none of the decoys; a plain
+    EXR (no settings stamp) carrying one of our frame names is refused, never removed."""
+    src = _sequence(tmp_path / "seq", [1, 2])
+    out = tmp_path / "out"
+    _dec(src, out, hfov_deg=50.0)
+    decoys = {"notes.txt": b"my notes", "render_0003.exr": b"not ours", "clip_backup.mp4": b"\0" * 64,
+              "gbuffer_0003.txt": b"x"}
+    for name, data in decoys.items():
+        (out / name).write_bytes(data)
+    man = json.loads((out / "manifest.json").read_text())
+    for i, name in enumerate(decoys, 3):
+        man["frames"].append({"frame": i, "file": name, "settings_hash": "0" * 16})
+    man["frames"].append({"frame": 9, "file": "../seq/shot_0001.png", "settings_hash": "0" * 16})
+    (out / "manifest.json").write_text(json.dumps(man))
+    res = _dec(src, out, hfov_deg=70.0, overwrite=True)  # other settings: our 2 frames are stale
+    assert sorted(res.written) == [1, 2]
+    for name, data in decoys.items():
+        assert (out / name).read_bytes() == data, name
+    assert (src / "shot_0001.png").exists()
+    # a plain EXR with one of our names (no settings stamp, no recorded checksum): never replaced
+    from footage_util import write_exr
+
+    write_exr(out / "gbuffer_0002.exr", np.zeros((4, 4, 3), np.float32))
+    before = _sha(out / "gbuffer_0002.exr")
+    for overwrite in (False, True):
+        with pytest.raises(JobError, match=r"gbuffer_0002\.exr.*never replaced or removed, even with --overwrite"):
+            _dec(src, out, hfov_deg=60.0, overwrite=overwrite)
+    assert _sha(out / "gbuffer_0002.exr") == before
+
+
+def test_users_previews_and_foreign_manifest_are_never_overwritten(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=2, h=24, w=32)
+    out = tmp_path / "rs"
+    out.mkdir()
+    (out / MP4_NAME).write_bytes(b"the user's own cut")
+    for overwrite in (False, True):
+        with pytest.raises(JobError, match=r"preview\.mp4.*never replaced or removed"):
+            restyle(gb, out, "fog", progress=io.StringIO(), overwrite=overwrite)
+    assert (out / MP4_NAME).read_bytes() == b"the user's own cut"
+    (out / MP4_NAME).unlink()
+    (out / "preview").mkdir()
+    preview_path(out, 2).write_bytes(b"user png")
+    with pytest.raises(JobError, match=r"preview/restyle_0002\.png"):
+        restyle(gb, out, "fog", progress=io.StringIO(), overwrite=True)
+    assert preview_path(out, 2).read_bytes() == b"user png"
+    preview_path(out, 2).unlink()
+    for text in ('{"name": "my-package", "version": "1.0"}', "not json at all"):
+        (out / "manifest.json").write_text(text)
+        with pytest.raises(JobError, match=r"manifest\.json this product did not write"):
+            restyle(gb, out, "fog", progress=io.StringIO(), overwrite=True)
+        assert (out / "manifest.json").read_text() == text
+    (out / "manifest.json").unlink()
+    # our own outputs are recorded with checksums, and a changed prompt replaces them
+    res = restyle(gb, out, "fog", progress=io.StringIO())
+    man = contract.read_manifest(out)
+    assert man["producer"] == "gbuffer-editor"
+    assert man["outputs"][MP4_NAME] == _sha(out / MP4_NAME)
+    assert {e["frame"]: e["sha256"] for e in man["frames"]} == {n: _sha(output_path(out, n)) for n in (1, 2)}
+    assert man["frames"][0]["companions"] == {"preview/restyle_0001.png": _sha(preview_path(out, 1))}
+    # the user edits our preview.mp4: it is theirs now
+    (out / MP4_NAME).write_bytes(b"edited by the user")
+    with pytest.raises(JobError, match=r"preview\.mp4"):
+        restyle(gb, out, "snow", progress=io.StringIO(), overwrite=True)
+    (out / MP4_NAME).unlink()
+    res = restyle(gb, out, "snow", progress=io.StringIO(), overwrite=True)
+    assert sorted(res.written) == [1, 2] and (out / MP4_NAME).exists()
+
+
+# ------------------------------------------------------- (1) inputs that change under a resume
+
+
+def test_replaced_sequence_frame_is_refused_precisely_and_overwrite_recomputes_only_it(tmp_path):
+    src = _sequence(tmp_path / "seq", [1, 2, 3])
+    out = tmp_path / "out"
+    _dec(src, out)
+    mt = {n: contract.frame_path(out, n).stat().st_mtime_ns for n in (1, 2, 3)}
+    # touching every input (same bytes) changes nothing: a plain resume
+    for p in src.iterdir():
+        os.utime(p, (time.time() + 5, time.time() + 5))
+    res = _dec(src, out)
+    assert res.written == [] and res.skipped == [1, 2, 3]
+    # the user replaces frame 2 at the same path
+    write_image(src / "shot_0002.png", 255 - gradient_rgb(24, 32, 99))
+    with pytest.raises(JobError, match=r"input of 1 decompose frame.*frames 2;.*gbuffer_0002\.exr.*"
+                                       r"--overwrite to recompute exactly those 1 frame.*2 frame\(s\) whose "
+                                       r"input is unchanged are kept"):
+        _dec(src, out)
+    res = _dec(src, out, overwrite=True)
+    assert res.written == [2] and res.skipped == [1, 3]
+    assert {n: contract.frame_path(out, n).stat().st_mtime_ns for n in (1, 3)} == {1: mt[1], 3: mt[3]}
+    assert contract.read_meta(contract.frame_path(out, 2))["input_hash"] == _sha(src / "shot_0002.png")[:16]
+
+
+def test_replaced_movie_at_the_same_path_is_not_resumed(tmp_path):
+    from footage_util import write_movie
+
+    clip = tmp_path / "clip.mp4"
+    write_movie(clip, [gradient_rgb(24, 32, t) for t in range(3)])
+    out = tmp_path / "out"
+    _dec(clip, out, frames="1-2")
+    stat = clip.stat()
+    write_movie(clip, [255 - gradient_rgb(24, 32, t) for t in range(3)])
+    os.utime(clip, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with the old mtime restored
+    with pytest.raises(JobError, match=r"input of 2 decompose frame"):
+        _dec(clip, out)
+
+
+def test_touched_gbuffers_resume_a_restyle(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=24, w=32)
+    out = tmp_path / "rs"
+    restyle(gb, out, "fog", progress=io.StringIO())
+    for p in gb.glob("gbuffer_*.exr"):
+        os.utime(p, (time.time() + 5, time.time() + 5))
+    res = restyle(gb, out, "fog", progress=io.StringIO())
+    assert res.written == [] and sorted(res.skipped) == [1, 2, 3]
+
+
+# --------------------------------------------------------------- (3) footage that ends early
+
+
+def _truncated_movie(tmp_path, n=40, keep=0.5, ext=".mp4") -> Path:
+    """A 40-frame H.264 movie cut to ``keep`` of its bytes: an MP4 with its index first
+    (faststart: it states 40 frames), or a Matroska file (it states only a duration)."""
+    import av
+
+    rng = np.random.default_rng(0)
+    full = tmp_path / f"full{ext}"
+    opts = {"movflags": "faststart"} if ext == ".mp4" else {}
+    with av.open(str(full), "w", options=opts) as c:
+        s = c.add_stream("libx264", rate=24)
+        s.width, s.height, s.pix_fmt = 48, 32, "yuv420p"
+        for _ in range(n):
+            img = (rng.random((32, 48, 3)) * 255).astype(np.uint8)
+            for pk in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(pk)
+        for pk in s.encode():
+            c.mux(pk)
+    data = full.read_bytes()
+    cut = tmp_path / f"cut{ext}"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    return cut
+
+
+def test_truncated_movie_is_an_error_naming_the_last_good_frame_and_never_complete(tmp_path):
+    cut = _truncated_movie(tmp_path)
+    with open_footage(cut) as f:
+        assert f.info.n_frames == 40
+        with pytest.raises(FootageError, match=r"cut\.mp4: the movie ends after frame (\d+) but declares 40"):
+            for _ in f:
+                pass
+    out = tmp_path / "out"
+    p = run_cli("decompose", cut, "--out", out, "--estimator", "tiny", "--max-size", "32", tiny=True)
+    assert p.returncode == 2, p.stderr
+    last = int(p.stderr.split("ends after frame ")[1].split()[0])
+    assert 5 < last < 40 and str(cut) in p.stderr
+    man = contract.read_manifest(out)
+    assert man["complete"] is False
+    assert sorted(e["frame"] for e in man["frames"]) == list(range(1, last + 1))
+    assert sorted(contract.list_frames(out)) == list(range(1, last + 1))
+    # a Matroska file states no frame count: its stated duration tells
+    mkv = _truncated_movie(tmp_path, ext=".mkv")
+    with open_footage(mkv) as f:
+        assert f.info.n_frames is None
+        with pytest.raises(FootageError, match=r"cut\.mkv: the movie ends after frame \d+ but its stated "
+                                               r"duration implies about 40 frames"):
+            for _ in f:
+                pass
+
+
+# ------------------------------------------- (2) concurrent chunks with different settings
+
+
+def test_chunks_with_other_settings_are_refused_and_complete_means_every_frame(tmp_path):
+    src = _sequence(tmp_path / "seq", range(1, 7))
+    out = tmp_path / "out"
+    # 1.5 s per frame (not part of the settings): chunk A outlasts B's two refusals, C outlasts A
+    args = ("decompose", src, "--out", out, "--estimator", "tiny", "--estimator-option", "delay_s=1.5",
+            "--max-size", "32")
+    a = start_cli(*args, "--frames", "1-3", tiny=True)
+    try:
+        first = json.loads(a.stdout.readline())  # "start": chunk A holds the folder
+        assert first["event"] == "start"
+        b = run_cli(*args, "--frames", "4-6", "--hfov", "70", tiny=True)
+        assert b.returncode == 1
+        assert "another decompose job with other settings" in b.stderr and "is writing into" in b.stderr
+        b = run_cli(*args, "--frames", "4-6", "--hfov", "70", "--overwrite", tiny=True)
+        assert b.returncode == 1 and "another decompose job" in b.stderr
+        # a chunk with the same settings joins; whichever ends first does not claim completeness
+        c = start_cli(*args, "--frames", "4-6", tiny=True)
+        assert json.loads(c.stdout.readline())["event"] == "start"
+        assert a.wait(120) == 0
+        man_a = contract.read_manifest(out)
+        assert c.poll() is None, "chunk C ended before A: the test did not overlap them"
+        assert man_a["complete"] is False and man_a["frames_missing"]
+        assert c.wait(120) == 0
+    finally:
+        for p in (a, locals().get("c")):
+            if p is not None and p.poll() is None:
+                p.kill()
+    man = contract.read_manifest(out)
+    assert man["complete"] is True and man["frames_missing"] == "" and man["frames_expected"] == 6
+    assert [e["frame"] for e in man["frames"]] == [1, 2, 3, 4, 5, 6]
+    assert not (out / ".gbuffer_running.lock").exists()
+    # a chunk range alone is not the shot: complete only when every frame is there
+    out2 = tmp_path / "out2"
+    res = _dec(src, out2, frames="2-3")
+    assert res.manifest["complete"] is False and res.manifest["frames_missing"] == "1, 4-6"
+
+
+# ------------------------------------------------------------ (4) frame numbers kept
+
+
+def test_sequence_numbered_from_1001_with_a_gap_keeps_its_numbers_end_to_end(tmp_path):
+    src = _sequence(tmp_path / "seq", [1001, 1002, 1004, 1005])
+    out = tmp_path / "gb"
+    res = _dec(src, out)
+    assert sorted(contract.list_frames(out)) == [1001, 1002, 1004, 1005]
+    man = res.manifest
+    assert [e["frame"] for e in man["frames"]] == [1001, 1002, 1004, 1005] and man["complete"] is True
+    assert man["source"]["first_number"] == 1001 and man["source"]["last_number"] == 1005
+    meta = contract.read_meta(contract.frame_path(out, 1004))
+    assert meta["frame_number"] == 1004 and meta["source_file"].endswith("shot_1004.png")
+    # --frames speaks source numbers
+    out2 = tmp_path / "gb2"
+    res = _dec(src, out2, frames="1002-1004")
+    assert res.written == [1002, 1004]
+    with pytest.raises(InputError, match=r"starts past the end: the clip has frames 1001-1005"):
+        _dec(src, tmp_path / "gb3", frames="2000-")
+    with pytest.raises(InputError, match=r"holds no frame"):
+        _dec(src, tmp_path / "gb4", frames="1003")
+    # restyle keeps them
+    rs = tmp_path / "rs"
+    restyle(out, rs, "fog", progress=io.StringIO())
+    assert sorted(int(p.stem.split("_")[1]) for p in rs.glob("restyle_*.exr")) == [1001, 1002, 1004, 1005]
+    assert sorted(p.name for p in (rs / "preview").iterdir())[0] == "restyle_1001.png"
+    # the command line too
+    p = run_cli("decompose", src / "shot_####.png", "--out", tmp_path / "gb5", "--frames", "1004-",
+                "--estimator", "tiny", "--max-size", "32", tiny=True)
+    assert p.returncode == 0, p.stderr
+    assert sorted(contract.list_frames(tmp_path / "gb5")) == [1004, 1005]
+    p = run_cli("decompose", src, "--out", tmp_path / "gb6", "--frames=-5", "--estimator", "tiny", tiny=True)
+    assert p.returncode == 2 and "--frames '-5'" in p.stderr
+
+
+# ------------------------------------------------------------- the smaller cases
+
+
+def test_a_signal_in_the_first_moments_is_a_clean_cancel(tmp_path):
+    """SIGTERM 0.15 or 0.4 s after ``python -m backend`` starts (still loading packages):
+    ``cancelled``, exit 130, no traceback, no frame, no manifest."""
+    import signal
+
+    src = _sequence(tmp_path / "seq", range(1, 31), h=48, w=64)  # 30 frames: not done within the delays
+    for delay in (0.15, 0.4):
+        out = tmp_path / f"o{delay}"
+        p = start_cli("decompose", src, "--out", out, "--max-size", "32")
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 130, (delay, p.returncode, stderr)
+        assert events(stdout)[-1]["event"] == "cancelled" and "Traceback" not in stderr
+        assert not out.exists() or not [q.name for q in out.iterdir()]
+
+
+def test_names_with_hash_percent_and_at_are_taken_as_themselves(tmp_path):
+    """``clip #1.mp4``, ``100%done.mp4``, ``a@2x.mp4``, a folder ``gb #1`` are files and
+    folders, not sequence patterns; in a pattern the *last* placeholder is the number."""
+    from footage_util import write_movie
+
+    for name in ("clip #1.mp4", "100%done.mp4", "a@2x.mp4"):
+        write_movie(tmp_path / name, [gradient_rgb(24, 32, t) for t in range(2)])
+        res = _dec(tmp_path / name, tmp_path / f"gb #1 {name[:3]}")  # output beside the clip is fine
+        assert res.written == [1, 2], name
+    shots = _sequence(tmp_path / "shots #2", [7, 8], name="take #1_{:04d}.png")
+    for inp in (shots, shots / "take #1_####.png", shots / "take #1_%04d.png"):
+        res = _dec(inp, tmp_path / "gb #2", overwrite=True)
+        assert sorted(res.written + res.skipped) == [7, 8], inp
+    p = run_cli("restyle", tmp_path / "gb #1 cli", "--prompt", "fog", "--out", tmp_path / "rs 100% @")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in (tmp_path / "rs 100% @").glob("restyle_*.exr")) == [
+        "restyle_0001.exr", "restyle_0002.exr"]
+
+
+def test_huge_image_is_refused_before_decoding_with_the_memory_it_would_need(tmp_path):
+    """A real 12000 x 8000 PNG (the issue's JPEG peaked at 11.5 GB): refused in a fraction
+    of a second, naming the file, its size and the memory needed; the child stays small."""
+    import cv2
+
+    big = tmp_path / "huge.png"
+    ok, buf = cv2.imencode(".png", np.zeros((8000, 12000, 3), np.uint8), [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    assert ok
+    buf.tofile(str(big))
+    t0 = time.monotonic()
+    p = start_cli("decompose", big, "--out", tmp_path / "o", "--max-size", "32")
+    _, status, usage = os.wait4(p.pid, 0)  # this child's own peak memory
+    stderr = p.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == 2, stderr
+    assert f"{big}: 12000x8000 (96 Mpx) is larger than the 67 Mpx limit" in stderr
+    assert "would need about 12 GB of memory" in stderr
+    assert time.monotonic() - t0 < 60
+    assert usage.ru_maxrss / 1024 < 1000, usage.ru_maxrss  # MB; a full decode alone is 288 MB x 4 (float)
+    # the same frame inside a sequence, and as a movie's header would say, is refused too
+    with pytest.raises(FootageError, match="12000x8000"):
+        open_footage(big)
+
+
+def test_multipart_exr_and_a_cropped_data_window_are_read_with_a_warning(tmp_path):
+    """A two-part EXR whose first part holds no colour (only Z): the colour part is read,
+    with a warning naming the parts; a data window smaller than the display window lands
+    at its place in the display window (not at 0,0), alpha 0 around it, with a warning."""
+    import OpenEXR
+
+    def hdr(name, **kw):
+        h = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage, "name": name}
+        h.update(kw)
+        return h
+
+    z = {"Z": np.full((8, 10), 5.0, np.float32)}
+    rgb = {c: np.full((8, 10), v, np.float32) for c, v in zip("RGB", (0.25, 0.5, 0.75))}
+    mp = tmp_path / "multi.exr"
+    with OpenEXR.File([OpenEXR.Part(hdr("depth"), z, name="depth"),
+                       OpenEXR.Part(hdr("beauty"), rgb, name="beauty")]) as f:
+        f.write(str(mp))
+    got = []
+    from backend import events as ev
+
+    with ev.reporting(got.append):
+        with open_footage(mp) as f:
+            frame = next(iter(f))
+    np.testing.assert_allclose(frame.rgb[0, 0], [0.25, 0.5, 0.75], atol=1e-6)
+    warns = [e["message"] for e in got if e["event"] == "warning"]
+    assert any("multi-part OpenEXR file with 2 parts (depth, beauty); only part 'beauty'" in w for w in warns)
+    crop = tmp_path / "crop" / "crop.exr"
+    crop.parent.mkdir()
+    small = {c: np.full((5, 6), 1.0, np.float32) for c in "RGB"}
+    dw = (np.array([2, 1], np.int32), np.array([7, 5], np.int32))
+    disp = (np.array([0, 0], np.int32), np.array([9, 7], np.int32))
+    with OpenEXR.File(hdr("c", dataWindow=dw, displayWindow=disp), small) as f:
+        f.write(str(crop))
+    got.clear()
+    with ev.reporting(got.append):
+        with open_footage(crop) as f:
+            assert (f.info.width, f.info.height) == (10, 8)
+            frame = next(iter(f))
+    assert frame.rgb.shape == (8, 10, 3) and frame.alpha is not None
+    assert frame.alpha[1:6, 2:8].min() == 1.0 and frame.alpha.sum() == 30
+    assert frame.rgb[0, 0].max() == 0.0 and frame.rgb[3, 4].min() == 1.0
+    assert any("data window (2, 1, 7, 5) differs from the display window (0, 0, 9, 7)" in e["message"]
+               for e in got if e["event"] == "warning")
+
+
+def test_out_of_range_gbuffer_values_are_reported_not_rendered_silently(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=24, w=32)
+    f = contract.read_frame(contract.frame_path(gb, 2))
+    if f.confidence is not None:
+        f.confidence[:] = 1.0
+    f.depth[:4, :4] = -1.0
+    f.normal[4:6, :] = 0.0
+    f.albedo[10:12] = 5.0
+    contract.write_frame(contract.frame_path(gb, 2), f, validate=False)
+    got = []
+    res = restyle(gb, tmp_path / "rs", "fog", progress=got.append)
+    assert sorted(res.written) == [1, 2, 3]
+    warns = [e for e in got if e["event"] == "warning"]
+    assert {w["frame"] for w in warns} == {2}
+    text = " ".join(w["message"] for w in warns)
+    assert "Depth below 0: 16 value(s), -1..-1" in text
+    assert "Normal not unit length (outside 0.5..1.5): 64 value(s), 0..0" in text
+    assert "Albedo outside 0..1: 192 value(s), 5..5" in text
+    man = contract.read_manifest(tmp_path / "rs")
+    assert man["inputs_out_of_range"] == {"Depth below 0": "2", "Normal not unit length (outside 0.5..1.5)": "2",
+                                          "Albedo outside 0..1": "2"}
+
+
+def test_errors_name_what_failed(tmp_path):
+    """Kind 7: a corrupt or mistyped input manifest, a nonsense fps, a bad --option value
+    and running out of memory each give one line naming the manifest / option / frame."""
+    from backend.estimators.base import register_estimator
+    from decompose_util import TinyEstimator
+
+    gb = make_gbuffers(tmp_path / "gb", n=2, h=24, w=32)
+    man = gb / "manifest.json"
+    for text, what in (("not json", "not JSON"), ("[1, 2]", "a JSON list, not an object")):
+        man.write_text(text)
+        p = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs1")
+        assert p.returncode == 2 and p.stderr.startswith(f"error: {man}: not a valid manifest ({what}"), p.stderr
+    man.write_text(json.dumps({"source": {"fps": "-24"}}))
+    got = []
+    res = restyle(gb, tmp_path / "rs2", "fog", progress=got.append)
+    assert (tmp_path / "rs2" / MP4_NAME).exists() and res.manifest["output"]["fps"] == "24"
+    assert any("source fps '-24' is not a frame rate" in e["message"] for e in got if e["event"] == "warning")
+    p = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs3", "--option", "source_light=abc")
+    assert p.returncode == 2 and "--option source_light='abc'" in p.stderr, p.stderr
+
+    class Hungry(TinyEstimator):
+        def predict(self, rgb):
+            if self.calls == 1:
+                raise MemoryError()
+            return super().predict(rgb)
+
+    register_estimator("tiny_hungry", lambda **kw: Hungry(**kw))
+    src = _sequence(tmp_path / "seq", [1, 2, 3])
+    with pytest.raises(JobError, match=r"ran out of memory on .*shot_0002\.png \(frame 2\)") as ei:
+        _dec(src, tmp_path / "o", estimator="tiny_hungry")
+    assert ei.value.frame == 2
+
+
+# ------------------------------------------- (6) restyle's previews and late failures
+
+
+def _decoded(mp4: Path):
+    import av
+
+    with av.open(str(mp4)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def test_restyle_previews_are_deterministic_and_done_is_the_last_word(tmp_path):
+    """Random passes (many pixels near an 8-bit step): a cancelled-then-resumed restyle
+    rebuilds byte-identical PNG previews and an MP4 with identical frames. A cancel that
+    comes while the MP4 is rebuilt after the last frame gives no "done" and leaves
+    complete: false; the next run finishes it."""
+    import threading
+
+    from backend.errors import JobCancelled
+    from gbuffer_util import random_frame, write_sequence
+
+    gb = write_sequence(tmp_path / "gb", [random_frame(48, 64, seed=i) for i in range(6)],
+                        manifest={"source": {"fps": "24"}})
+    a = tmp_path / "a"
+    restyle(gb, a, "dense fog", progress=io.StringIO())
+    b = tmp_path / "b"
+    cancel = threading.Event()
+
+    def stop_at_3(e):
+        if e.get("event") == "progress" and e.get("frame") == 3:
+            cancel.set()
+
+    with pytest.raises(JobCancelled):
+        restyle(gb, b, "dense fog", progress=stop_at_3, cancel=cancel)
+    preview_path(b, 2).unlink()  # as a kill before that PNG was written leaves it
+    res = restyle(gb, b, "dense fog", progress=io.StringIO())
+    assert res.skipped[:3] == [1, 2, 3] and res.written and sorted(res.skipped + res.written) == [1, 2, 3, 4, 5, 6]
+    for n in range(1, 7):
+        assert preview_path(a, n).read_bytes() == preview_path(b, n).read_bytes(), n
+    fa, fb = _decoded(a / MP4_NAME), _decoded(b / MP4_NAME)
+    assert len(fa) == len(fb) == 6 and all(np.array_equal(x, y) for x, y in zip(fa, fb))
+
+
+def test_a_cancel_while_previews_are_rebuilt_gives_no_done(tmp_path):
+    import threading
+
+    from backend.errors import JobCancelled
+
+    gb = make_gbuffers(tmp_path / "gb", n=24, h=72, w=96)
+    out = tmp_path / "rs"
+    restyle(gb, out, "dense fog", progress=io.StringIO())
+    (out / MP4_NAME).unlink()  # a resume rebuilds it from the PNG previews, after the last frame
+    got, cancel, stop = [], threading.Event(), threading.Event()
+
+    def watch():  # the CLI's SIGTERM handler sets this event; here it comes mid-rebuild
+        while not stop.is_set():
+            if list(out.glob(".tmp_preview_*.mp4")):
+                cancel.set()
+                return
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        with pytest.raises(JobCancelled):
+            restyle(gb, out, "dense fog", progress=got.append, cancel=cancel)
+    finally:
+        stop.set()
+        t.join()
+    assert not [e for e in got if e["event"] == "done"]
+    assert contract.read_manifest(out)["complete"] is False and not list(out.glob(".tmp*"))
+    res = restyle(gb, out, "dense fog", progress=io.StringIO())  # resumes: only the previews are redone
+    assert res.written == [] and res.manifest["complete"] is True and (out / MP4_NAME).exists()
+
+
+def test_hard_kill_preview_temporaries_are_cleaned_up(tmp_path):
+    import signal
+
+    gb = make_gbuffers(tmp_path / "gb", n=40, h=96, w=128)
+    out = tmp_path / "rs"
+    p = start_cli("restyle", gb, "--prompt", "dense fog", "--out", out)
+    for line in p.stdout:  # kill -9 in the middle of the run
+        if json.loads(line).get("frame") == 5:
+            p.send_signal(signal.SIGKILL)
+            break
+    p.wait(60)
+    (out / ".tmp_preview_abc123.mp4").write_bytes(b"\0" * 100)  # as a kill during the MP4 leaves
+    (out / "preview" / ".tmp_restyle_0007xyz.png").write_bytes(b"\0")
+    r = run_cli("restyle", gb, "--prompt", "dense fog", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert not [q.name for q in out.rglob(".tmp*")]
+    assert contract.read_manifest(out)["complete"] is True and (out / MP4_NAME).exists()
+
+
+# ------------------------------------------------------------- (9) no network from the CLI
+
+
+def test_cli_never_reaches_the_model_hub(tmp_path):
+    """Without HF_HUB_OFFLINE in the environment, and a hub endpoint that would refuse any
+    connection: a model that is not in the models folder is a one-line error saying so and
+    how to download it (not a download attempt, not a missing config.json)."""
+    import subprocess
+
+    from cli_util import cli_cmd, cli_env
+
+    src = write_image(tmp_path / "a.png", gradient_rgb(24, 32))
+    gb = make_gbuffers(tmp_path / "gb", n=1, h=24, w=32)
+    env = cli_env(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT="http://127.0.0.1:9")
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("TRANSFORMERS_OFFLINE", None)
+    for args, model in ((("decompose", src, "--out", tmp_path / "o1", "--estimator", "marigold"),
+                         "prs-eth/marigold-depth-v1-1"),
+                        (("restyle", gb, "--prompt", "a castle", "--out", tmp_path / "o2", "--renderer",
+                          "controlnet"), "lllyasviel/control_v11f1p_sd15_depth")):
+        p = subprocess.run(cli_cmd(*args), env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 1, p.stderr
+        err = [x for x in p.stderr.splitlines() if x.startswith("error:")][-1]
+        assert f"{model!r} is not in the models folder" in err and f"huggingface-cli download {model}" in err
+        assert "config.json" not in err and "127.0.0.1" not in p.stderr and "onnect" not in p.stderr
+
+
+def test_a_hand_edited_manifest_with_malformed_frames_still_resumes(tmp_path):
+    src = _sequence(tmp_path / "seq", [1, 2])
+    out = tmp_path / "out"
+    _dec(src, out)
+    for bad in (5, "x", [1, None, {"frame": "a"}]):
+        man = json.loads((out / "manifest.json").read_text())
+        man["frames"] = bad
+        (out / "manifest.json").write_text(json.dumps(man))
+        res = _dec(src, out)  # the frames' own settings stamps say they are current
+        assert res.written == [] and res.skipped == [1, 2] and res.manifest["complete"] is True
