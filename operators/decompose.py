@@ -28,14 +28,6 @@ def source_first_number(scene) -> int:
     return footage.first_source_number(os.path.abspath(bpy.path.abspath(src)))
 
 
-def first_frame_index(gbuffer_dir: os.PathLike) -> int:
-    """0-based source frame index of the first G-buffer frame (its ``frame_index`` header)."""
-    frames = contract.list_frames(gbuffer_dir)
-    if not frames:
-        return 0
-    return int(contract.read_meta(next(iter(frames.values()))).get("frame_index", 0) or 0)
-
-
 def footage_start(scene) -> int:
     """Scene frame showing the footage's first frame (the Movie Clip's start frame; else the
     first source number: 1, or 1001 for a sequence numbered from 1001)."""
