@@ -120,14 +120,15 @@ def test_open3d_rgbd_through_the_decompose_job(open3d_frames, shared_dir, tmp_pa
 
     cams, imgs, gts = open3d_frames
     cam_file = tmp_path / "cams.json"
-    save_cameras_json(cam_file, {i + 1: c for i, c in enumerate(cams)}, units="metres", depth_range=(0.3, 10.0))
+    # the colour images are 00000.jpg..00004.jpg: source frame numbers 0..4
+    save_cameras_json(cam_file, dict(enumerate(cams)), units="metres", depth_range=(0.3, 10.0))
     res = decompose(shared_dir / "groundtruth" / "open3d_rgbd" / "color", tmp_path / "gb", cameras=cam_file,
                     multiview={"processing_width": 480})
-    assert res.written == [1, 2, 3, 4, 5]
+    assert res.written == [0, 1, 2, 3, 4]
     rows = []
-    for n in range(1, 6):
+    for n in range(5):
         fr = contract.read_frame(contract.frame_path(tmp_path / "gb", n))
-        gt = gts[n - 1]
+        gt = gts[n]
         assert fr.meta["depth_kind"] == "metric"
         m = (gt > 0) & (fr.confidence > 0.5)
         ar = float(np.mean(np.abs(fr.depth[m] - gt[m]) / gt[m]))
@@ -138,3 +139,21 @@ def test_open3d_rgbd_through_the_decompose_job(open3d_frames, shared_dir, tmp_pa
           f"of valid); per frame {[round(r[0], 3) for r in rows]}; temporal "
           f"{man['temporal_consistency']['median']}")
     assert absrel <= 0.10 and coverage >= 0.4
+
+
+def test_camera_file_numbered_unlike_the_footage_warns(open3d_frames, shared_dir, tmp_path):
+    """Cameras keyed 1..5 for a sequence numbered 0..4 (a positional habit): frames are
+    matched by source number, so frame 0 has no camera and camera 5 matches no frame; the
+    job says so in a warning naming both ranges instead of passing silently."""
+    from backend import decompose
+    from backend.multiview.camera_files import save_cameras_json
+
+    cams, _, _ = open3d_frames
+    cam_file = tmp_path / "cams.json"
+    save_cameras_json(cam_file, {i + 1: c for i, c in enumerate(cams)}, units="metres", depth_range=(0.3, 10.0))
+    events = []
+    decompose(shared_dir / "groundtruth" / "open3d_rgbd" / "color", tmp_path / "gb", cameras=cam_file,
+              frames="0-1", multiview={"processing_width": 160}, progress=events.append)
+    warnings = [e["message"] for e in events if e["event"] == "warning"]
+    assert any("cameras for frames 1-5, footage frames 0-4" in w and "source frame number" in w
+               for w in warnings), warnings

@@ -299,12 +299,33 @@ def _open_cameras(path, info, first: int, last: Optional[int]):
         raise CameraError(f"{camset.path}: a camera solve needs at least 2 cameras, the file has "
                           f"{len(camset.cameras)}", file=camset.path)
     if all(isinstance(k, int) for k in camset.cameras):
-        end = last if last is not None else info.n_frames
-        in_range = [k for k in camset.cameras if k >= first and (end is None or k <= end)]
-        if not in_range:
+        # source frame numbers: a sequence's own (0, 1001, gaps kept), a movie's 1..N
+        numbers = list(info.numbers) or (list(range(1, info.n_frames + 1)) if info.n_frames else [])
+        wanted = [n for n in numbers if n >= first and (last is None or n <= last)]
+        if not numbers:  # frame count unknown: judge by the requested range only
+            wanted = None
+        keys = sorted(camset.cameras)
+        span = f"{keys[0]}-{keys[-1]}"
+        if wanted is not None:
+            have = set(camset.cameras)
+            covered = [n for n in wanted if n in have]
+            shown = f"{wanted[0]}-{wanted[-1]}" if wanted else "none"
+            if not covered:
+                raise CameraError(f"{camset.path}: no camera for the frames decomposed ({shown}); the "
+                                  f"file has frames {span} (cameras are matched by source frame number: "
+                                  "a movie's frames are 1..N, a sequence keeps its file numbers)",
+                                  file=camset.path)
+            foreign = [k for k in keys if k not in set(numbers)]
+            if len(covered) < len(wanted) and foreign:
+                events.warning(f"{camset.path}: cameras for frames {span}, footage frames {numbers[0]}-"
+                               f"{numbers[-1]}: {len(wanted) - len(covered)} frame(s) have no camera and "
+                               f"{len(foreign)} camera(s) match no frame; cameras are matched by source "
+                               "frame number, check that the file is numbered like the footage",
+                               file=camset.path)
+        elif not [k for k in keys if k >= first and (last is None or k <= last)]:
             raise CameraError(f"{camset.path}: no camera for the frames decomposed ({first}-"
-                              f"{last if last is not None else info.n_frames}); the file has frames "
-                              f"{min(camset.cameras)}-{max(camset.cameras)}", file=camset.path)
+                              f"{last if last is not None else ''}); the file has frames {span}",
+                              file=camset.path)
     return camset
 
 

@@ -79,8 +79,8 @@ def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
     cams: Dict[int, Camera] = {}
     for entry in doc.get("frames") or []:
         frame = entry.get("frame") if isinstance(entry, dict) else None
-        if not isinstance(frame, int) or frame < 1:
-            raise CameraError(f"{path}: every frame needs an integer \"frame\" >= 1, got {frame!r}",
+        if not isinstance(frame, int) or frame < 0:
+            raise CameraError(f"{path}: every frame needs an integer \"frame\" >= 0 (the source frame number), got {frame!r}",
                               file=path)
         if frame in cams:
             raise CameraError(f"{path}, frame {frame}: listed twice", file=path, frame=frame)
