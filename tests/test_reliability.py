@@ -11,6 +11,8 @@ import hashlib
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from backend.footage import FootageError, open_footage
 from backend.jobs.decompose import decompose
 from backend.jobs.restyle import MP4_NAME, output_path, preview_path, restyle
 from backend.jobs.runner import JobError
-from cli_util import events, run_cli, start_cli
+from cli_util import REPO, cli_cmd, cli_env, events, run_cli, start_cli
 from decompose_util import register_tiny
 from footage_util import gradient_rgb, write_image
 from gbuffer_util import make_gbuffers
@@ -314,7 +316,16 @@ def test_a_signal_in_the_first_moments_is_a_clean_cancel(tmp_path):
         stdout, stderr = p.communicate(timeout=120)
         assert p.returncode == 130, (delay, p.returncode, stderr)
         assert events(stdout)[-1]["event"] == "cancelled" and "Traceback" not in stderr
-        assert not out.exists() or not [q.name for q in out.iterdir()]
+        early = "cancelled before the job started" in stderr
+        if delay == 0.15:  # packages are still loading (imports alone take longer, even idle)
+            assert early, stderr
+        if early:
+            assert not out.exists() or not [q.name for q in out.iterdir()]
+        else:  # a busy machine got as far as the job: a clean cancel after whole frames
+            if (out / "manifest.json").exists():
+                assert json.loads((out / "manifest.json").read_text())["complete"] is False
+            for f in (contract.list_frames(out).values() if out.exists() else []):
+                contract.read_frame(f)
 
 
 def test_names_with_hash_percent_and_at_are_taken_as_themselves(tmp_path):
@@ -346,14 +357,22 @@ def test_huge_image_is_refused_before_decoding_with_the_memory_it_would_need(tmp
     assert ok
     buf.tofile(str(big))
     t0 = time.monotonic()
-    p = start_cli("decompose", big, "--out", tmp_path / "o", "--max-size", "32")
-    _, status, usage = os.wait4(p.pid, 0)  # this child's own peak memory
-    stderr = p.stderr.read()
-    assert os.waitstatus_to_exitcode(status) == 2, stderr
+    # The CLI's own peak memory. Measured through a small launcher process: Linux carries the
+    # spawning process's peak RSS into a child over vfork + exec, so a CLI started straight
+    # from a pytest process that has grown to gigabytes would report that process's peak.
+    launcher = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); "
+                "_, st, ru = os.wait4(p.pid, 0); sys.stderr.write(f'@@maxrss {ru.ru_maxrss}\\n'); "
+                "sys.exit(os.waitstatus_to_exitcode(st))")
+    p = subprocess.Popen([sys.executable, "-c", launcher, *cli_cmd("decompose", big, "--out", tmp_path / "o",
+                                                                 "--max-size", "32")],
+                         env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    _, stderr = p.communicate(timeout=120)
+    maxrss = int(stderr.rsplit("@@maxrss ", 1)[1].split()[0])
+    assert p.returncode == 2, stderr
     assert f"{big}: 12000x8000 (96 Mpx) is larger than the 67 Mpx limit" in stderr
     assert "would need about 12 GB of memory" in stderr
     assert time.monotonic() - t0 < 60
-    assert usage.ru_maxrss / 1024 < 1000, usage.ru_maxrss  # MB; a full decode alone is 288 MB x 4 (float)
+    assert maxrss / 1024 < 1000, maxrss  # MB; a full decode alone is 288 MB x 4 (float)
     # the same frame inside a sequence, and as a movie's header would say, is refused too
     with pytest.raises(FootageError, match="12000x8000"):
         open_footage(big)
