@@ -29,6 +29,9 @@ class EstimatorOutput:
         metallic, roughness: ``H x W`` float32 in [0, 1], or ``None``.
         confidence: ``H x W`` float32 in [0, 1] or ``None``; 0 marks sky/background.
         models: model id -> revision/hash actually used.
+        provenance: pass name -> ``measured`` / ``estimated`` / ``derived`` / ``default``
+            (empty: not told).
+        pass_models: pass name -> the model or method that produced it (empty: not told).
     """
 
     depth: np.ndarray
@@ -39,6 +42,8 @@ class EstimatorOutput:
     roughness: Optional[np.ndarray] = None
     confidence: Optional[np.ndarray] = None
     models: Dict[str, str] = field(default_factory=dict)
+    provenance: Dict[str, str] = field(default_factory=dict)  # pass -> "measured" | "estimated" | "derived" | "default"
+    pass_models: Dict[str, str] = field(default_factory=dict)  # pass -> model/method that produced it
 
 
 class Estimator:
@@ -115,6 +120,7 @@ def _resolution(default: Optional[int], cap: Optional[int], requested: Optional[
 ESTIMATORS = Registry("estimator", __package__, {
     "embedded": ".embedded:EmbeddedEstimator",
     "marigold": ".marigold:MarigoldEstimator",
+    "depth-anything-v2-small": ".onnx_depth:DepthAnythingEstimator",
 })
 
 
