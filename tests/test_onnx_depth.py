@@ -172,6 +172,13 @@ def test_offline_never_connects(replica, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # read at its import
+    import types
+
+    import huggingface_hub.utils._http as hf_http
+
+    # huggingface_hub retries a refused connection 5 times with back-off (23 s): no waiting here
+    monkeypatch.setattr(hf_http, "time", types.SimpleNamespace(sleep=lambda s: None, time=hf_http.time.time,
+                                                              monotonic=hf_http.time.monotonic))
     with pytest.raises(DepthModelError) as e:
         DepthAnythingEstimator(cache_dir=tmp_path / "empty2", local_files_only=False)
     assert cut.attempts > 0
