@@ -128,8 +128,21 @@ def child(spec: dict) -> dict:
                       estimator_options=opts, processing_resolution=spec["resolution"], progress=tap)
             out["decompose_wall_s"] = time.perf_counter() - t
         out["decompose_steady_fps"] = (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else None
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    out["peak_rss_mb"] = peak_rss_mb()
     return out
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: ``VmHWM`` (reset by exec, unlike
+    ``ru_maxrss``, which Linux carries over from the parent that held the exported model)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def run_child(spec: dict) -> dict:
@@ -179,7 +192,8 @@ def main(argv=None) -> int:
     report = {
         "what": "Depth Anything V2 Small, full-size architecture with random weights, exported to ONNX and run "
                 "by onnxruntime on the CPU, beside the embedded estimator; boat.mp4 frames",
-        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
+        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                    "load_average_1_5_15_min_at_end": [round(v, 2) for v in os.getloadavg()]},
         "clip": {"path": args.clip, "size": [w, h]},
         "network_input": [nh, nw],
         "model": {k: v for k, v in facts.items() if k != "cache"},

@@ -50,6 +50,25 @@ def test_blender_decompose_with_depth_anything_offline(addon, footage, tmp_path)
     env = backend_args.worker_environment(prefs)
     assert env["HF_HUB_CACHE"] == str(cache) and env["HF_HUB_OFFLINE"] == "1"
 
+    # Preferences > Models: the model's row, with licence and size, present in the models folder
+    from gbuffer_editor.addon import model_catalog, preferences
+
+    (row,) = [m for m in model_catalog.model_specs() if m.key == NAME]
+    assert row.repo_id == spec.repo_id and row.licence == "Apache-2.0" and row.size == "99 MB"
+    assert model_catalog.model_status(row, cache)[0]
+    assert not model_catalog.model_status(row, tmp_path / "nothing")[0]
+    layout = util.RecordingLayout()
+    preferences.draw_model_list(layout, prefs)
+    labels = [c[1].get("text", "") for c in layout.calls if c[0] == "label"]
+    assert "Depth Anything V2 Small (ONNX)" in labels and "Apache-2.0, 99 MB" in labels
+
+    # the sidebar says when the chosen estimator's model is missing, pointing at Preferences
+    from gbuffer_editor.panels import sidebar
+
+    assert sidebar.missing_model_note(NAME, str(cache)) == ""
+    assert "Preferences > Add-ons > G-Buffer Editor > Models" in sidebar.missing_model_note(NAME, str(tmp_path))
+    assert sidebar.missing_model_note("embedded", str(tmp_path)) == ""
+
     scene = bpy.context.scene
     assert bpy.ops.gbuffer.import_footage(filepath=str(clip)) == {"FINISHED"}
     s = scene.gbuffer_editor
