@@ -46,7 +46,10 @@ normalising by its 95th percentile; the range is capped at 200:1).
 Composite
 ---------
 With ``materials="embedded"`` (default) albedo, metallic and roughness come from the
-embedded network (:class:`.embedded.EmbeddedEstimator`) run on the same frame; the
+embedded network (:class:`.embedded.EmbeddedEstimator`) run on the same frame (at its
+192 px; the albedo gets the frame's fine detail back with
+:func:`backend.decomposer.albedo_detail_transfer`, as decompose does for the embedded
+estimator alone); the
 normals are left to ``decompose``, which derives them from this depth with the true or
 assumed intrinsics (:func:`backend.geometry.normals_from_depth`).
 :attr:`EstimatorOutput.pass_models` / ``provenance`` say which model made which pass.
@@ -467,6 +470,14 @@ class DepthAnythingEstimator(Estimator):
         if self._embedded is not None:
             emb = self._embedded.predict(rgb)
             albedo, metallic, roughness = emb.albedo, emb.metallic, emb.roughness
+            ph, pw = self._embedded.processing_size(*rgb.shape[:2])
+            if (ph, pw) != rgb.shape[:2]:
+                # the embedded network ran below this frame's size: restore the frame's fine
+                # detail in its albedo here (decompose does so only from this frame's size up)
+                from ..decomposer import albedo_detail_transfer
+
+                small = resize(np.ascontiguousarray(rgb), (pw, ph), "area")
+                albedo = albedo_detail_transfer(albedo, rgb, small)
             models.update(emb.models)
             for k in ("albedo", "metallic", "roughness"):
                 pass_models[k] = next(iter(emb.models))
