@@ -67,7 +67,8 @@ def full_size_model(seed: int = 0):
 def export_replica(path: os.PathLike, height: int, width: int, *, model=None, names=("pixel_values", "predicted_depth"),
                    fp16: bool = False) -> Path:
     """Export ``model`` (default :func:`tiny_model`) to ONNX at ``path``, traced at
-    ``height x width`` (multiples of 14), with input/output ``names``."""
+    ``height x width`` (multiples of 14), with input/output ``names``; ``fp16``: then
+    converted to float16 weights and float16 input/output."""
     import torch
 
     model = model if model is not None else tiny_model()
@@ -79,15 +80,11 @@ def export_replica(path: os.PathLike, height: int, width: int, *, model=None, na
                       dynamic_axes={inp: {0: "batch_size", 2: "height", 3: "width"},
                                     out: {0: "batch_size", 1: "height", 2: "width"}},
                       opset_version=17, dynamo=False)
-    if fp16:
+    if fp16:  # weights and graph I/O in float16 (onnxruntime's converter)
         import onnx
-        from onnx import numpy_helper
+        from onnxruntime.transformers.float16 import convert_float_to_float16
 
-        m = onnx.load(str(path))
-        for init in m.graph.initializer:
-            if init.data_type == onnx.TensorProto.FLOAT:
-                init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init), init.name))
-        onnx.save(m, str(path))
+        onnx.save(convert_float_to_float16(onnx.load(str(path)), keep_io_types=False), str(path))
     return path
 
 

@@ -140,6 +140,28 @@ def test_composite_pass_models(replica):
     np.testing.assert_array_equal(bare.depth, out.depth)
 
 
+def test_fp16_variant_and_stabilize(replica, tmp_path, monkeypatch):
+    """The fp16 file (float16 weights and I/O) gives the fp32 file's depth; the image
+    model gets decompose's temporal stabilisation."""
+    cache, clip, _ = replica
+    cache16 = odu.copy_cache(cache, tmp_path / "c16")
+    odu.install_in_cache(cache16, SPEC.repo_id, SPEC.files["fp16"],
+                         odu.export_replica(tmp_path / "m16.onnx", H, W, fp16=True))
+    e32 = DepthAnythingEstimator(cache_dir=cache16, local_files_only=True, materials="none")
+    e16 = DepthAnythingEstimator(cache_dir=cache16, local_files_only=True, materials="none", variant="fp16")
+    assert e16.input_dtype == np.float16 and e16.model_id.endswith("model_fp16.onnx")
+    rgb = np.random.default_rng(1).random((H, W, 3), dtype=np.float32)
+    d32, d16 = e32.disparity(rgb), e16.disparity(rgb)
+    assert d16.dtype == np.float32 and spearman(d32, d16) > 0.99
+    assert float(np.abs(d16 - d32).max()) < 0.02 * float(d32.max())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = decompose(clip, tmp_path / "st", estimator=NAME, estimator_options={"cache_dir": str(cache)},
+                    stabilize=True)
+    assert res.written == [1, 2, 3]
+    flick = json.loads((tmp_path / "st" / "manifest.json").read_text())["flicker"]
+    assert flick["stabilized"] <= flick["raw"]
+
+
 class _NetworkCut:
     """``socket.connect`` / ``create_connection`` raise and count attempts."""
 
