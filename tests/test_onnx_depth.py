@@ -82,6 +82,8 @@ def test_provider_choice():
     assert select_providers("auto", ["CoreMLExecutionProvider", "CPUExecutionProvider"])[0] == \
         "CoreMLExecutionProvider"
     assert select_providers("cpu", ["CUDAExecutionProvider", "CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+    assert select_providers("mps", ["CoreMLExecutionProvider", "CPUExecutionProvider"])[0] == \
+        "CoreMLExecutionProvider"
     with pytest.raises(ValueError, match="only CPUExecutionProvider"):
         select_providers("cuda", ["CPUExecutionProvider"])
     from backend.estimators.onnx_depth import choose_variant

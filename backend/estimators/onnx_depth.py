@@ -172,8 +172,9 @@ def select_providers(device: Optional[str] = None, available: Optional[Sequence[
     """onnxruntime execution providers to use, best first, always ending with the CPU.
 
     Args:
-        device: ``None``/``auto`` = the best available; ``cpu``; ``cuda`` / ``coreml`` /
-            ``directml`` (``dml``) = that one (error when the installed onnxruntime lacks it).
+        device: ``None``/``auto`` = the best available; ``cpu``; ``cuda`` / ``coreml`` (``mps``,
+            the add-on's Apple setting) / ``directml`` (``dml``) = that one (error when the
+            installed onnxruntime lacks it).
         available: the providers to choose from (default: ``onnxruntime.get_available_providers()``).
 
     Returns:
@@ -193,7 +194,7 @@ def select_providers(device: Optional[str] = None, available: Optional[Sequence[
     if dev == "auto":
         best = [p for p in _GPU_PROVIDERS if p in available][:1]
         return best + ["CPUExecutionProvider"]
-    want = {"cuda": "CUDAExecutionProvider", "coreml": "CoreMLExecutionProvider",
+    want = {"cuda": "CUDAExecutionProvider", "coreml": "CoreMLExecutionProvider", "mps": "CoreMLExecutionProvider",
             "directml": "DmlExecutionProvider", "dml": "DmlExecutionProvider"}.get(dev.split(":")[0])
     if want is None:
         raise ValueError(f"device {device!r}: one of auto, cpu, cuda, coreml, directml")
