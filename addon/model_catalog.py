@@ -34,11 +34,17 @@ class ModelSpec:
     repo_id: str
     used_by: str
     allow: Tuple[str, ...] = _PIPELINE_FILES
+    #: a file whose presence in a snapshot means "downloaded" (default: a model_index.json or config.json)
+    marker: str = ""
+    #: licence of the weights and published download size, shown in the preferences ("" = not shown)
+    licence: str = ""
+    size: str = ""
 
 
 def model_specs() -> Tuple[ModelSpec, ...]:
     """The models the backend can use, with the repository ids the backend itself uses."""
     from ..backend.estimators import marigold as mg
+    from ..backend.estimators import onnx_depth as od
     from ..backend.renderers import controlnet as cn
 
     depth, normals, iid = mg.DEPTH_MODEL, mg.NORMALS_MODEL, mg.INTRINSICS_MODEL
@@ -51,6 +57,9 @@ def model_specs() -> Tuple[ModelSpec, ...]:
         ModelSpec("sd15", "Stable Diffusion 1.5", sd, "renderer 'controlnet'", _SD_FILES),
         ModelSpec("controlnet_depth", "ControlNet Depth (SD 1.5)", cn_depth, "renderer 'controlnet'"),
         ModelSpec("controlnet_normal", "ControlNet Normal (SD 1.5)", cn_normal, "renderer 'controlnet'"),
+        *(ModelSpec(m.key, f"{m.label} (ONNX)", m.repo_id, f"estimator '{m.key}'",
+                    (m.files["fp32"],) + tuple(m.extra_files), marker=m.files["fp32"], licence=m.licence,
+                    size=f"{m.sizes_mb['fp32']:.0f} MB") for m in od.MODELS.values()),
     )
 
 
@@ -86,9 +95,8 @@ def model_status(spec: ModelSpec, cache: Optional[os.PathLike]) -> Tuple[bool, i
         return False, 0
     repo = Path(cache) / ("models--" + spec.repo_id.replace("/", "--"))
     snaps = repo / "snapshots"
-    present = snaps.is_dir() and any(
-        (s / "model_index.json").exists() or (s / "config.json").exists() for s in snaps.iterdir()
-    )
+    markers = (spec.marker,) if spec.marker else ("model_index.json", "config.json")
+    present = snaps.is_dir() and any((s / m).exists() for s in snaps.iterdir() for m in markers)
     return present, _folder_size(repo) if repo.is_dir() else 0
 
 

@@ -58,6 +58,17 @@ def resolution_note(estimator: str, requested: int) -> str:
     return f"Computes at {size}{capped}; G-buffers at full size"
 
 
+def missing_model_note(estimator: str, cache) -> str:
+    """The sidebar's line when ``estimator`` needs a downloadable model (Preferences >
+    Models) that is not in the models folder ``cache``; ``""`` when nothing is missing."""
+    from ..addon.model_catalog import model_specs, model_status
+
+    for spec in model_specs():
+        if spec.key == estimator and spec.repo_id and not model_status(spec, cache)[0]:
+            return "Model missing: Preferences > Add-ons > G-Buffer Editor > Models > Download"
+    return ""
+
+
 def draw_decompose(layout, context) -> None:
     s = settings(context)
     col = layout.column()
@@ -66,6 +77,11 @@ def draw_decompose(layout, context) -> None:
     col.prop(s, "estimator")
     col.prop(s, "max_size")
     col.label(text=resolution_note(s.estimator, s.max_size), icon="INFO")
+    from ..addon.preferences import cache_dir
+
+    missing = missing_model_note(s.estimator, cache_dir())
+    if missing:
+        col.label(text=missing, icon="ERROR")
     col.prop(s, "use_scene_range")
     if not s.use_scene_range:
         sub = col.column(align=True)

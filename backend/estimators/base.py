@@ -131,6 +131,7 @@ def _resolution(default: Optional[int], cap: Optional[int], requested: Optional[
 ESTIMATORS = Registry("estimator", __package__, {
     "embedded": ".embedded:EmbeddedEstimator",
     "marigold": ".marigold:MarigoldEstimator",
+    "depth-anything-v2-small": ".onnx_depth:DepthAnythingEstimator",
 })
 
 

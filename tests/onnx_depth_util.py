@@ -1,0 +1,113 @@
+"""Test-only: tiny random-weight replicas of Depth Anything V2 exported to ONNX like the
+published export, laid out in a Hugging Face cache folder.
+
+:func:`export_replica` builds ``transformers.DepthAnythingForDepthEstimation`` from a tiny
+config (a 2-layer DINOv2 backbone with the real patch size 14) with random weights and
+exports it with ``torch.onnx.export`` under the published export's names and layout
+(``pixel_values`` ``N x 3 x H x W`` -> ``predicted_depth`` ``N x H x W``; H and W dynamic
+in the graph's signature). The legacy exporter traces the output's interpolation size as a
+constant, so a replica answers at the size it was exported at; the estimator resamples any
+output size to the frame, and tests export at their frames' network size.
+
+:func:`install_in_cache` puts a file into ``cache/models--<org>--<name>/`` exactly as
+``huggingface_hub`` lays a download out (``blobs/<sha256>``, ``snapshots/<commit>/<path>``
+as a relative symlink, ``refs/main``), so the real ``hf_hub_download(local_files_only=True)``
+resolves it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def tiny_model(seed: int = 0):
+    """A tiny random-weight ``DepthAnythingForDepthEstimation`` (eval mode).
+
+    Convolution and linear layers get PyTorch's default (Kaiming-uniform) initialisation
+    instead of transformers' N(0, 0.02), so the random network's disparity varies over
+    the image instead of collapsing to zero through the final ReLU.
+    """
+    import torch
+    from transformers import DepthAnythingConfig, DepthAnythingForDepthEstimation, Dinov2Config
+
+    backbone = Dinov2Config(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                            image_size=56, patch_size=14, out_indices=[1, 2], reshape_hidden_states=False)
+    config = DepthAnythingConfig(backbone_config=backbone, reassemble_hidden_size=16, neck_hidden_sizes=[8, 16],
+                                 fusion_hidden_size=8, head_hidden_size=8, patch_size=14,
+                                 reassemble_factors=[2, 1])
+    torch.manual_seed(seed)
+    model = DepthAnythingForDepthEstimation(config).eval()
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d, torch.nn.Linear)):
+            m.reset_parameters()
+    with torch.no_grad():
+        model.head.conv3.bias.fill_(0.5)  # keep the final ReLU mostly open
+    return model
+
+
+def full_size_model(seed: int = 0):
+    """Depth Anything V2 Small's real architecture (the configuration of
+    ``depth-anything/Depth-Anything-V2-Small-hf``) with random weights; for benchmarks."""
+    import torch
+    from transformers import DepthAnythingConfig, DepthAnythingForDepthEstimation, Dinov2Config
+
+    backbone = Dinov2Config(hidden_size=384, num_attention_heads=6, num_hidden_layers=12, image_size=518,
+                            patch_size=14, out_indices=[3, 6, 9, 12], reshape_hidden_states=False)
+    config = DepthAnythingConfig(backbone_config=backbone, reassemble_hidden_size=384,
+                                 neck_hidden_sizes=[48, 96, 192, 384], fusion_hidden_size=64,
+                                 head_hidden_size=32, patch_size=14, reassemble_factors=[4, 2, 1, 0.5])
+    torch.manual_seed(seed)
+    return DepthAnythingForDepthEstimation(config).eval()
+
+
+def export_replica(path: os.PathLike, height: int, width: int, *, model=None, names=("pixel_values", "predicted_depth"),
+                   fp16: bool = False) -> Path:
+    """Export ``model`` (default :func:`tiny_model`) to ONNX at ``path``, traced at
+    ``height x width`` (multiples of 14), with input/output ``names``; ``fp16``: then
+    converted to float16 weights and float16 input/output."""
+    import torch
+
+    model = model if model is not None else tiny_model()
+    x = torch.rand(1, 3, height, width)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    inp, out = names
+    torch.onnx.export(model, (x,), str(path), input_names=[inp], output_names=[out],
+                      dynamic_axes={inp: {0: "batch_size", 2: "height", 3: "width"},
+                                    out: {0: "batch_size", 1: "height", 2: "width"}},
+                      opset_version=17, dynamo=False)
+    if fp16:  # weights and graph I/O in float16 (onnxruntime's converter)
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        onnx.save(convert_float_to_float16(onnx.load(str(path)), keep_io_types=False), str(path))
+    return path
+
+
+def install_in_cache(cache: os.PathLike, repo_id: str, filename: str, src: os.PathLike,
+                     commit: str = COMMIT) -> Path:
+    """Put ``src`` into the Hugging Face cache ``cache`` as ``repo_id``'s ``filename`` at
+    ``commit`` (with ``refs/main`` pointing at it). Returns the snapshot path."""
+    repo = Path(cache) / ("models--" + repo_id.replace("/", "--"))
+    data = Path(src).read_bytes()
+    blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(data)
+    snap = repo / "snapshots" / commit / filename
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    if snap.exists() or snap.is_symlink():
+        snap.unlink()
+    os.symlink(os.path.relpath(blob, snap.parent), snap)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snap
+
+
+def copy_cache(src: os.PathLike, dst: os.PathLike) -> Path:
+    """A copy of a cache folder (symlinks kept), for tests that damage it."""
+    shutil.copytree(src, dst, symlinks=True)
+    return Path(dst)
