@@ -75,6 +75,23 @@ def test_registered_and_listed():
     assert backend.resolution_of(NAME, 0) is None  # full size
 
 
+def test_catalog_state_follows_the_models_folder(replica, tmp_path):
+    """`--help` / the add-on's dropdown state: missing in an empty models folder (naming the
+    repo), ready once the file is in the folder's hub-cache layout."""
+    from backend import catalog
+
+    cache, _, _ = replica
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    d = {e["name"]: e for e in catalog.describe_estimators(cache_dir=empty)}[NAME]
+    assert not d["ready"] and d["missing_models"] == [SPEC.repo_id], d
+    assert "1 downloaded model" in d["needs"] and "Apache-2.0" in d["summary"]
+    assert SPEC.repo_id in catalog.readiness("estimator", NAME, cache_dir=empty)
+    d = {e["name"]: e for e in catalog.describe_estimators(cache_dir=cache)}[NAME]
+    assert d["ready"] and d["state"] == "ready", d
+    assert catalog.readiness("estimator", NAME, cache_dir=cache) is None
+
+
 def test_provider_choice():
     assert select_providers("auto", ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
     assert select_providers(None, ["DmlExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]) \
