@@ -505,3 +505,37 @@ def test_on_demand_install_in_blender(installed, tmp_path):
     assert res["marker"]["requirements"] == list(dependencies.DIFFUSION_REQUIREMENTS)
     assert not res["partial_left"]
     assert res["removed"] == ["FINISHED"] and not res["exists_after_remove"]
+
+
+def test_depth_anything_from_installed_copy(default_path):
+    """Issue 15's Done-when from the zip: the installed copy decomposes with
+    ``depth-anything-v2-small`` from a models folder holding a tiny random-weight replica of
+    the published ONNX export (hub-cache layout), offline, with torch, diffusers *and*
+    huggingface_hub made unimportable (the zip ships none of them): the model is read from
+    the folder directly."""
+    import numpy as np
+
+    import onnx_depth_util as odu
+    from backend import contract
+    from backend.estimators.onnx_depth import MODELS
+
+    res, ext_dir, env, tmp_path = default_path
+    spec = MODELS["depth-anything-v2-small"]
+    onnx_file = odu.export_replica(tmp_path / "da_export" / "model.onnx", 56, 84)
+    cache = tmp_path / "da_models"
+    odu.install_in_cache(cache, spec.repo_id, spec.files["fp32"], onnx_file)
+    no_hub = NO_TORCH.replace("sys.modules['diffusers'] = None;",
+                              "sys.modules['diffusers'] = None; sys.modules['huggingface_hub'] = None;")
+    out = tmp_path / "da_decomposed"
+    proc = subprocess.run(
+        [sys.executable, "-c", no_hub, "decompose", res["clip"], "--out", str(out),
+         "--estimator", "depth-anything-v2-small"],
+        cwd=ext_dir, env=dict(env, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1"),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    frames = sorted(out.glob("gbuffer_*.exr"))
+    assert [f.name for f in frames] == ["gbuffer_{:04d}.exr".format(i) for i in range(1, 5)]
+    frame = contract.read_frame(frames[0], validate=True)
+    assert frame.meta["estimator"] == "depth-anything-v2-small"
+    assert np.all(frame.depth > 0) and float(frame.depth.std()) > 0
+    assert any("depth-anything" in str(k) for k in frame.meta.get("models", {})), frame.meta.get("models")
