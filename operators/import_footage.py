@@ -87,17 +87,28 @@ class GBUFFER_OT_import_footage(bpy.types.Operator, ImportHelper):
             return Path(self.directory) / names[0]
         return Path(bpy.path.abspath(self.filepath))
 
+    @staticmethod
+    def _not_imported(path: Path, s) -> str:
+        """The Status line after a failed import: it names the file, and says which footage
+        Decompose would still use, so an earlier "done" is not read as this file's."""
+        kept = os.path.basename(s.source_path) if s.source_path else None
+        return (f"Import failed: {path.name}" + (f" (still using {kept})" if kept else "")
+                + "; see the Info log")
+
     def execute(self, context):
         path = self._path()
+        s = context.scene.gbuffer_editor
         try:
             info = footage.probe(path)
         except (OSError, ValueError) as e:
             self.report({"ERROR"}, str(e))
+            s.status = self._not_imported(path, s)
             return {"CANCELLED"}
         try:
             apply_footage(context.scene, info)
         except RuntimeError as e:  # bpy load errors
             self.report({"ERROR"}, f"{path}: {e}")
+            s.status = self._not_imported(path, s)
             return {"CANCELLED"}
         rate = f"{float(info.fps):.3f} fps" if info.fps else "scene fps"
         self.report(

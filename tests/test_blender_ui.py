@@ -150,8 +150,13 @@ def test_import_footage_sets_scene_from_fractional_rate_movie(addon, footage):
 def test_import_footage_bad_file_reports_error(addon, tmp_path):
     bad = tmp_path / "broken.mp4"
     bad.write_bytes(b"not a movie")
+    s = bpy.context.scene.gbuffer_editor
+    s.source_path, s.status = "/footage/earlier.mp4", "Decompose: done"
     with pytest.raises(RuntimeError, match="broken.mp4"):
         bpy.ops.gbuffer.import_footage(filepath=str(bad))
+    # the Status line says the import did not take, and which footage Decompose still uses
+    assert s.status == "Import failed: broken.mp4 (still using earlier.mp4); see the Info log"
+    assert s.source_path == "/footage/earlier.mp4"
 
 
 def test_fps_and_pixel_aspect_conversions(addon):
