@@ -364,3 +364,19 @@ def test_non_finite_input_pass_is_refused(tmp_path, bad):
         restyle(gb, tmp_path / "out", "dense fog", stream=io.StringIO())
     assert str(ei.value) == f"pass Roughness of {p} (frame 2) contains NaN or Inf; fix or re-export that G-buffer frame"
     assert ei.value.frame == 2 and ei.value.file == str(p)
+
+
+def test_prompt_without_a_look_word_warns(gb, tmp_path):
+    """"the" or "very" are known words but name no look: the job relights the frames
+    unchanged in look, and says so (fresh-eyes trial: accepted silently before)."""
+    buf = io.StringIO()
+    res = restyle(gb, tmp_path / "o", "the very", frames="1", stream=buf, mp4=False)
+    assert res.written == [1]
+    warns = [e["message"] for e in events(buf) if e["event"] == "warning"]
+    assert any("prompt 'the very' names no look" in w for w in warns), warns
+    buf = io.StringIO()
+    restyle(gb, tmp_path / "o2", "dense fog", frames="1", stream=buf, mp4=False)
+    assert not [e for e in events(buf) if e["event"] == "warning" and "names no look" in e["message"]]
+    buf = io.StringIO()
+    restyle(gb, tmp_path / "o3", "", frames="1", stream=buf, mp4=False)  # empty: plain relight, no warning
+    assert not [e for e in events(buf) if e["event"] == "warning" and "names no look" in e["message"]]

@@ -318,6 +318,12 @@ class RestyleLook:
                 raise
             given = ", ".join(f"--option {k}={v!r}" for k, v in opts.items())
             raise ValueError(f"renderer {renderer!r} rejected {given}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+        if looks is not None and not looks and (prompt or "").strip():
+            from ..renderers.prompt import LOOK_WORDS
+
+            shown = prompt if len(prompt) <= 60 else prompt[:57] + "..."
+            events.warning(f"prompt {shown!r} names no look ({', '.join(LOOK_WORDS)}): the frames are "
+                           "relit as they are, with no look applied")
         return cls(prompt, renderer, rend, looks, info)
 
     def render(self, frame: contract.GBufferFrame, n: int, path: Path, time_s: float,
