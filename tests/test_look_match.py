@@ -81,3 +81,14 @@ def test_bad_reference_is_one_line(tmp_path, footage):
         err = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(err) == 1 and "look reference" in err[0] and ref.name in err[0], r.stderr
         assert not (tmp_path / "o").exists()
+
+
+def test_foreign_look_match_file_is_never_replaced(tmp_path, footage):
+    gb = boat_gbuffers(tmp_path / "gb", footage, n=1, size=64)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / LOOK_MATCH_NAME).write_text("my notes\n")
+    with pytest.raises(Exception, match="did not write"):
+        restyle(gb, out, "", match_look=footage("dolphins"), progress=io.StringIO(), mp4=False)
+    assert (out / LOOK_MATCH_NAME).read_text() == "my notes\n"
+    assert not output_path(out, 1).exists()

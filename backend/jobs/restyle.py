@@ -630,6 +630,15 @@ class RestyleJob:
         }
         if self._ref_stats is not None:  # another reference (or its content) re-renders
             settings["match_look"] = self._ref_stats.to_dict()
+            lm = self.out_dir / LOOK_MATCH_NAME
+            if lm.exists() or lm.is_symlink():  # never replace a file this product did not write
+                try:
+                    ours = json.loads(lm.read_text()).get("method") == "monge-kantorovich-linear-log2"
+                except (OSError, ValueError, AttributeError):
+                    ours = False
+                if not ours or lm.is_symlink():
+                    raise JobError(f"{lm}: a file with this name that restyle did not write is in the output "
+                                   f"folder; move it or choose another --out", file=lm)
         inp.reference_digest()  # a missing reference frame is refused before anything is written
         return settings
 
