@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -45,6 +46,7 @@ import numpy as np
 
 from .. import contract, events
 from ..errors import InputError
+from ..look_match import ColourStats, LookMatch, reference_stats
 from ..renderers.base import DEFAULT_RENDERER, Renderer, get_renderer, read_prompt
 from ..renderers.prompt import Look
 from ..renderers.shading import preview_8bit
@@ -59,6 +61,8 @@ from .writers import (  # noqa: F401  (re-exported: the names' former home)
 OUT_PREFIX = "restyle_"
 PREVIEW_DIR = "preview"
 MP4_NAME = "preview.mp4"
+#: the look-matching transform of the shot (``--match-look``)
+LOOK_MATCH_NAME = "look_match.json"
 HEADER = "restyle/"
 
 
@@ -587,8 +591,14 @@ class RestyleJob:
     """
 
     def __init__(self, inputs: RestyleInputs, look: RestyleLook, out_dir: Path, *,
-                 previews: bool = True, mp4: bool = True, flicker: bool = True):
+                 previews: bool = True, mp4: bool = True, flicker: bool = True,
+                 match_look: Optional[os.PathLike] = None):
         self.inputs, self.look, self.out_dir = inputs, look, Path(out_dir)
+        # look matching (backend.look_match): reference statistics streamed once, before
+        # anything is written (an unreadable or empty reference is refused here)
+        self.match_look = Path(match_look) if match_look is not None else None
+        self._ref_stats = reference_stats(self.match_look) if self.match_look is not None else None
+        self._matcher: Optional[LookMatch] = None
         self.previews, self.mp4, self.flicker = previews, mp4, flicker
         self.gb_manifest = contract.read_manifest(inputs.gbuffer_dir)  # ContractError names it
         self.fps = _source_fps(self.gb_manifest, inputs.gbuffer_dir / "manifest.json")
@@ -624,6 +634,17 @@ class RestyleJob:
             # only itself and a merely touched one nothing
             "reference": inp.reference_dir is not None,
         }
+        if self._ref_stats is not None:  # another reference (or its content) re-renders
+            settings["match_look"] = self._ref_stats.to_dict()
+            lm = self.out_dir / LOOK_MATCH_NAME
+            if lm.exists() or lm.is_symlink():  # never replace a file this product did not write
+                try:
+                    ours = json.loads(lm.read_text()).get("method") == "monge-kantorovich-linear-log2"
+                except (OSError, ValueError, AttributeError):
+                    ours = False
+                if not ours or lm.is_symlink():
+                    raise JobError(f"{lm}: a file with this name that restyle did not write is in the output "
+                                   f"folder; move it or choose another --out", file=lm)
         inp.reference_digest()  # a missing reference frame is refused before anything is written
         return settings
 
@@ -656,6 +677,9 @@ class RestyleJob:
                        "fps": str(self.fps)},
             "inputs": self.fingerprints.cache,  # input file identity -> SHA-256 (resume checks)
             "outputs": {},  # folder-level files written (preview.mp4) -> SHA-256
+            "match_look": ({"reference": str(self.match_look.resolve()), "transform": LOOK_MATCH_NAME,
+                            "method": "Monge-Kantorovich linear colour transfer in log2 space"}
+                           if self.match_look is not None else None),
         }
 
     def run(self, *, overwrite: bool = False, cancel: Optional[threading.Event] = None) -> JobResult:
@@ -714,13 +738,36 @@ class RestyleJob:
         # they also need the previous source, which a resume does not have)
         prev = self._last.rgb if self._last is not None and self._last.number == n - 1 else None
         rgb = self.look.render(got.frame, n, path, self._time_s(n, got.frame), prev, got.reference)
-        self._last = _Rendered(n, rgb)
+        self._last = _Rendered(n, rgb)  # unmatched: what temporal renderers continue from
+        if self._ref_stats is not None:
+            rgb = self._look_matcher(rgb).apply(rgb)
         entry = {"source": path.name, "mean_rgb": _mean_rgb(rgb)}
         entry.update(self.look.renderer.last_info)
         frame = got.frame
         alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
         return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, self._header(path, shash, n),
                                           frame.combined), entry)
+
+    def _look_matcher(self, rgb: np.ndarray) -> LookMatch:
+        """The shot's fixed look-matching transform: read from ``look_match.json`` in the
+        output folder when an earlier run into it used the same reference (so a resume
+        maps frames identically), else estimated from ``rgb`` (the first frame rendered)
+        and saved there atomically."""
+        if self._matcher is not None:
+            return self._matcher
+        path = self.out_dir / LOOK_MATCH_NAME
+        ref = self._ref_stats.to_dict()
+        try:
+            old = json.loads(path.read_text())
+            if old.get("reference") == ref:
+                self._matcher = LookMatch.from_dict(old)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        if self._matcher is None:
+            self._matcher = LookMatch(ColourStats.of(rgb), self._ref_stats)
+            doc = dict(self._matcher.to_dict(), reference_path=str(self.match_look))
+            write_bytes_atomic(path, (json.dumps(doc, indent=1) + "\n").encode())
+        return self._matcher
 
     def _header(self, path: Path, shash: str, n: int) -> Dict[str, Any]:
         look = self.look
@@ -791,6 +838,7 @@ def restyle(
     flicker: bool = True,
     reference_dir: Optional[os.PathLike] = None,
     overwrite: bool = False,
+    match_look: Optional[os.PathLike] = None,
     progress: events.Progress = None,
     cancel: Optional[threading.Event] = None,
     stream=None,
@@ -811,6 +859,12 @@ def restyle(
             source shading against the original albedo, so albedo edits act fully.
         overwrite: replace the output of an earlier run with other settings in
             ``out_dir`` (refused otherwise).
+        match_look: a reference clip, image folder or image: the output's colour
+            statistics are aligned to it (:mod:`backend.look_match`, Monge-Kantorovich
+            linear transfer in log2 space, one fixed transform per shot, estimated from
+            the first frame rendered into ``out_dir`` and kept in ``look_match.json``).
+            Raises :class:`backend.look_match.LookMatchError` for an unreadable or
+            empty reference.
         progress: where events go: a callable taking an event dict, or a text stream
             for JSON lines (:mod:`backend.events`); ``None``: nothing is reported.
         cancel: a ``threading.Event``; setting it stops after the current frame
@@ -834,5 +888,6 @@ def restyle(
         out_dir = Path(out_dir)
         inputs = RestyleInputs.scan(gbuffer_dir, out_dir, frames, reference_dir)
         look = RestyleLook.create(prompt, renderer, renderer_options)
-        job = RestyleJob(inputs, look, out_dir, previews=previews, mp4=mp4, flicker=flicker)
+        job = RestyleJob(inputs, look, out_dir, previews=previews, mp4=mp4, flicker=flicker,
+                         match_look=match_look)
         return job.run(overwrite=overwrite, cancel=cancel)

@@ -45,6 +45,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--reference", default=None, metavar="DIR",
                    help="the unedited G-buffer folder GBUFFER_DIR was edited from: source "
                         "shading is recovered against its albedo, so albedo edits act fully")
+    p.add_argument("--match-look", default=None, metavar="REF",
+                   help="reference clip, image folder or image: align the output's colour statistics "
+                        "to it (Monge-Kantorovich linear transfer, one transform per shot)")
     p.add_argument("--no-mp4", action="store_true", help="skip the MP4 preview")
     p.add_argument("--overwrite", action="store_true",
                    help="when --out holds frames of an earlier restyle with other settings (prompt, "
@@ -67,5 +70,5 @@ def run(args) -> int:
         opts[key] = v
     restyle(args.gbuffer_dir, args.out, args.prompt, renderer=args.renderer,
             renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
-            reference_dir=args.reference, overwrite=args.overwrite, cancel=getattr(args, "cancel", None))
+            reference_dir=args.reference, match_look=args.match_look, overwrite=args.overwrite, cancel=getattr(args, "cancel", None))
     return 0
