@@ -162,6 +162,40 @@ def test_replaced_movie_at_the_same_path_is_not_resumed(tmp_path):
         _dec(clip, out)
 
 
+def test_movie_replaced_while_it_is_decomposed_stops_the_job(tmp_path):
+    """Fresh-eyes trial: a clip moved over (``mv``) while a decompose ran left frames decoded
+    from the old clip stamped with the new clip's fingerprint, so a resume kept them. Now
+    the movie is fingerprinted as opened, the swap stops the job at the next frame naming
+    the file, and ``--overwrite`` recomputes every frame from the current file."""
+    from footage_util import write_movie
+
+    clip = tmp_path / "clip.mp4"
+    write_movie(clip, [gradient_rgb(24, 32, t) for t in range(6)])
+    other = tmp_path / "other.mp4"
+    write_movie(other, [255 - gradient_rgb(24, 32, t) for t in range(6)])
+    old_fp = _sha(clip)[:16]
+    out = tmp_path / "out"
+    p = start_cli("decompose", clip, "--out", out, "--estimator", "tiny", "--estimator-option", "delay_s=0.5",
+                  "--max-size", "32", tiny=True)
+    for line in p.stdout:
+        if json.loads(line)["event"] == "progress":
+            os.replace(other, clip)  # what `mv other.mp4 clip.mp4` does
+            break
+    rest, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err  # the job failed at a frame, naming it and the file
+    assert "was replaced or modified while it was being decomposed" in err and str(clip) in err
+    man = contract.read_manifest(out)
+    assert man["complete"] is False
+    written = list(contract.list_frames(out).values())
+    assert written and all(contract.read_meta(f)["input_hash"] == old_fp for f in written)
+    with pytest.raises(JobError, match=r"input of \d+ decompose frame"):
+        _dec(clip, out)
+    res = _dec(clip, out, overwrite=True)
+    assert sorted(res.written) == [1, 2, 3, 4, 5, 6]
+    new_fp = _sha(clip)[:16]
+    assert all(contract.read_meta(f)["input_hash"] == new_fp for f in contract.list_frames(out).values())
+
+
 def test_touched_gbuffers_resume_a_restyle(tmp_path):
     gb = make_gbuffers(tmp_path / "gb", n=3, h=24, w=32)
     out = tmp_path / "rs"

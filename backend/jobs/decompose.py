@@ -91,11 +91,30 @@ def _input_fingerprints(info, out_dir) -> Tuple[Any, Dict[str, Any]]:
         old = {}
     fps = InputFingerprints(old.get("inputs") if isinstance(old, dict) else None)
     if info.kind == "movie":
+        # The movie is fingerprinted once, as opened: every frame decoded from it carries
+        # that fingerprint. A file moved over it or rewritten in place while the job runs
+        # (its identity changes) stops the job at the next frame, naming the file: frames
+        # decoded after that could mix two versions (fresh-eyes trial of issue 16).
+        from .fingerprint import file_identity
+
+        try:
+            fixed, ident0 = fps.of(info.path), file_identity(info.path)
+        except OSError:
+            fixed = ident0 = None
+
         def input_for(n: int) -> Optional[str]:
-            try:
-                return fps.of(info.path)
-            except OSError:
+            if fixed is None:
                 return None
+            try:
+                now = file_identity(info.path)
+            except OSError:
+                now = None
+            if now != ident0:
+                raise FootageError(f"{info.path} was replaced or modified while it was being decomposed "
+                                   f"(noticed at frame {n}); the frames written before it come from the "
+                                   "version opened at the start: run again with --overwrite to recompute "
+                                   "them from the current file", frame=n, file=info.path)
+            return fixed
     else:
         by_number = dict(zip(info.numbers, info.files))
 

@@ -44,6 +44,16 @@ def _identity(st: os.stat_result) -> Dict[str, int]:
             "mtime_ns": int(st.st_mtime_ns), "ctime_ns": int(st.st_ctime_ns)}
 
 
+def file_identity(path: os.PathLike) -> Dict[str, int]:
+    """Device, inode, size, modification and change time (ns) of ``path``: changes when the
+    file is replaced (moved over), rewritten or touched.
+
+    Raises:
+        OSError: the file cannot be stat'ed.
+    """
+    return _identity(os.stat(path))
+
+
 class InputFingerprints:
     """Content fingerprints of input files, with a stat-keyed cache.
 
