@@ -42,6 +42,7 @@ when known, the frame.
 """
 from __future__ import annotations
 
+import collections
 import os
 import re
 from dataclasses import dataclass, field
@@ -280,6 +281,16 @@ def sequence_numbers(files: Sequence[str]) -> List[int]:
     has one and they are distinct; otherwise ``1..N``."""
     nums = [_natural_number(Path(f).stem) for f in files]
     if len(files) > 1 and (None in nums or len(set(nums)) != len(nums)):
+        if None in nums:
+            why = f"{Path(files[nums.index(None)]).name} has no number"
+        else:
+            counts = collections.Counter(nums)
+            dup = next(n for n in nums if counts[n] > 1)
+            names = [Path(f).name for f, n in zip(files, nums) if n == dup][:2]
+            why = f"{' and '.join(names)} both have number {dup}"
+        _warn_once("numbers", f"{Path(files[0]).parent}: frame numbers cannot be taken from the file names "
+                   f"({why}); the {len(files)} files are numbered 1-{len(files)} in name order instead",
+                   files[0])
         return list(range(1, len(files) + 1))
     if len(files) == 1 and nums[0] is None:
         return [1]

@@ -643,3 +643,16 @@ def test_a_hand_edited_manifest_with_malformed_frames_still_resumes(tmp_path):
         (out / "manifest.json").write_text(json.dumps(man))
         res = _dec(src, out)  # the frames' own settings stamps say they are current
         assert res.written == [] and res.skipped == [1, 2] and res.manifest["complete"] is True
+
+
+def test_sequence_numbers_that_cannot_be_used_are_replaced_with_a_warning(tmp_path):
+    """Fresh-eyes trial: ``shot_003.png`` beside ``shot_0003.png`` (or ``shot_-002``) fell
+    back to 1..N without a word. The fallback is now announced, naming the clash."""
+    src = _sequence(tmp_path / "seq", [1, 2, 3])
+    write_image(src / "shot_003.png", gradient_rgb(24, 32, 7))
+    buf = io.StringIO()
+    res = decompose(src, tmp_path / "out", estimator="tiny", max_size=32, progress=buf)
+    assert sorted(res.written) == [1, 2, 3, 4]
+    warns = [e["message"] for e in events(buf) if e["event"] == "warning"]
+    assert any("frame numbers cannot be taken from the file names" in w and "both have number 3" in w
+               and "numbered 1-4 in name order" in w for w in warns), warns
