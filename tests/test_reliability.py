@@ -656,3 +656,17 @@ def test_sequence_numbers_that_cannot_be_used_are_replaced_with_a_warning(tmp_pa
     warns = [e["message"] for e in events(buf) if e["event"] == "warning"]
     assert any("frame numbers cannot be taken from the file names" in w and "both have number 3" in w
                and "numbered 1-4 in name order" in w for w in warns), warns
+
+
+def test_restyle_refuses_a_preview_folder_that_is_a_link(tmp_path):
+    """Fresh-eyes trial: ``--out/preview`` made a symlink to the input G-buffer folder (or
+    any user folder) had restyle write its PNGs there. Refused now, nothing written."""
+    gb = make_gbuffers(tmp_path / "gb")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "preview").symlink_to(gb, target_is_directory=True)
+    before = sorted(p.name for p in gb.iterdir())
+    with pytest.raises(JobError, match=r"preview is a link to .*gb.*real folder"):
+        restyle(gb, out, "fog", progress=io.StringIO())
+    assert sorted(p.name for p in gb.iterdir()) == before
+    assert not list(out.glob("restyle_*.exr"))

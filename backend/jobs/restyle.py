@@ -690,6 +690,13 @@ class RestyleJob:
             JobError, JobCancelled, InputError: see :func:`restyle`.
         """
         settings = self.settings()
+        pdir = Path(self.out_dir) / PREVIEW_DIR
+        if self.previews and (pdir.is_symlink() or (pdir.exists() and not pdir.is_dir())):
+            # a link would send our PNGs (and their clean-up) into someone else's folder,
+            # perhaps the input G-buffers (fresh-eyes trial of issue 16)
+            what = f"a link to {os.path.realpath(pdir)}" if pdir.is_symlink() else "not a folder"
+            raise JobError(f"{pdir} is {what}: restyle writes its PNG previews only into a real "
+                           "folder of its own; remove it or choose another --out")
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="restyle-io")
         self._reader = _Reader(self.inputs, self.use_reference, pool)
         self._previews = _Previews(self.out_dir, self.fps, pool, self.previews, self.mp4)
