@@ -104,8 +104,14 @@ def _header_size(path: str) -> Optional[Tuple[int, int]]:
             import OpenEXR
 
             with OpenEXR.File(path, header_only=True) as f:
-                (x0, y0), (x1, y1) = f.header()["dataWindow"]
-                return int(x1 - x0 + 1), int(y1 - y0 + 1)
+                # the decoded frame fills the display window; the data window is read too:
+                # the larger of the two is what memory must hold (fresh-eyes trial: a
+                # 100000^2 display window around a 16x16 data window got past the limit)
+                sizes = []
+                for key in ("dataWindow", "displayWindow"):
+                    (x0, y0), (x1, y1) = f.header()[key]
+                    sizes.append((int(x1 - x0 + 1), int(y1 - y0 + 1)))
+                return max(sizes, key=lambda wh: wh[0] * wh[1])
         from PIL import Image
 
         Image.MAX_IMAGE_PIXELS = None  # our own limit applies, with a message that says what to do

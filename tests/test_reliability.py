@@ -670,3 +670,18 @@ def test_restyle_refuses_a_preview_folder_that_is_a_link(tmp_path):
         restyle(gb, out, "fog", progress=io.StringIO())
     assert sorted(p.name for p in gb.iterdir()) == before
     assert not list(out.glob("restyle_*.exr"))
+
+
+def test_exr_with_a_huge_display_window_is_refused_before_decoding(tmp_path):
+    """Fresh-eyes trial: a 16x16 data window inside a 100000x100000 display window got past
+    the pixel limit and ran out of memory without naming the file."""
+    import OpenEXR
+
+    path = tmp_path / "huge_window.exr"
+    hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+           "dataWindow": ((0, 0), (15, 15)), "displayWindow": ((0, 0), (99999, 99999))}
+    rgb = {c: np.full((16, 16), 0.5, np.float32) for c in "RGB"}
+    with OpenEXR.File(hdr, rgb) as f:
+        f.write(str(path))
+    with pytest.raises(FootageError, match=r"huge_window\.exr: 100000x100000 .* larger than the"):
+        open_footage(path)
