@@ -249,12 +249,22 @@ _FRAME_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)\.exr$", re.IGNORECASE)
 
 
 def list_frames(folder: os.PathLike, prefix: str = FILE_PREFIX) -> Dict[int, Path]:
-    """Frame number -> path for every ``{prefix}NNNN.exr`` in ``folder``, sorted."""
-    out = {}
-    for p in Path(folder).iterdir():
+    """Frame number -> path for every ``{prefix}NNNN.exr`` in ``folder``, sorted.
+
+    Raises:
+        ContractError: two files name the same frame (``gbuffer_0001.exr`` and
+            ``gbuffer_001.exr``): which one is meant cannot be told, so neither is
+            silently dropped.
+    """
+    out: Dict[int, Path] = {}
+    for p in sorted(Path(folder).iterdir()):
         m = _FRAME_RE.match(p.name)
         if m and m.group("prefix") == prefix and not p.name.startswith("."):
-            out[int(m.group("num"))] = p
+            n = int(m.group("num"))
+            if n in out:
+                raise ContractError(f"{folder}: {out[n].name} and {p.name} are both frame {n}; "
+                                    "remove or rename one")
+            out[n] = p
     return dict(sorted(out.items()))
 
 

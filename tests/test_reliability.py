@@ -685,3 +685,14 @@ def test_exr_with_a_huge_display_window_is_refused_before_decoding(tmp_path):
         f.write(str(path))
     with pytest.raises(FootageError, match=r"huge_window\.exr: 100000x100000 .* larger than the"):
         open_footage(path)
+
+
+def test_two_files_for_one_gbuffer_frame_are_refused(tmp_path):
+    """Fresh-eyes trial: ``gbuffer_0001.exr`` beside ``gbuffer_001.exr`` -- restyle used one
+    and dropped the other silently, then said complete."""
+    import shutil
+
+    gb = make_gbuffers(tmp_path / "gb")
+    shutil.copy(gb / "gbuffer_0001.exr", gb / "gbuffer_001.exr")
+    with pytest.raises(contract.ContractError, match=r"gbuffer_0001\.exr and gbuffer_001\.exr are both frame 1"):
+        restyle(gb, tmp_path / "out", "fog", progress=io.StringIO())
