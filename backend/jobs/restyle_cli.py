@@ -34,7 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prompt", default="", help="look to render (default: neutral relight)")
     p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
     p.add_argument("--renderer", default=DEFAULT_RENDERER, help="renderer name (default: %(default)s)")
-    p.add_argument("--frames", help="1-based inclusive input frame numbers A-B (also A- or A)")
+    p.add_argument("--frames", help="inclusive frame numbers A-B (also A- or A), as in the G-buffer file names "
+                   "(the source frame numbers, e.g. 1001-1100)")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (diffusion renderers; default auto)")
     p.add_argument("--seed", type=int, default=None, help="seed (diffusion renderers)")
     p.add_argument("--steps", type=int, default=None, help="denoising steps (diffusion renderers)")
