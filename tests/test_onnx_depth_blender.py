@@ -31,6 +31,10 @@ def addon():
     yield mod
     prefs = bpy.context.preferences.addons[util.PACKAGE].preferences
     prefs.model_dir, prefs.offline_mode = "", False
+    # later in-process tests get the scene's defaults back (the embedded estimator, ...)
+    s = bpy.context.scene.gbuffer_editor
+    for key in ("estimator", "output_dir", "max_size", "use_scene_range", "stabilize"):
+        s.property_unset(key)
     util.disable_addon()
 
 
