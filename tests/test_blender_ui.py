@@ -814,9 +814,21 @@ def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
     value = compat.new_value_node(tree, 0.0, "Roughness 0")
     tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Roughness").inputs[0])
     assert not compositor.edits_untouched(tree)
+    assert compositor.changed_passes(tree) == ["Roughness"]
+    n_nodes = len(tree.nodes)
     with bpy.context.temp_override(scene=sc):
         assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
-    assert (tmp_path / "runs" / "restyle_002" / restyle.EDITED_DIR / "gbuffer_0002.exr").exists()
+    edited = tmp_path / "runs" / "restyle_002" / restyle.EDITED_DIR
+    assert (edited / "gbuffer_0002.exr").exists()
+    # only Roughness was re-rendered; the other passes are the source frame's own, bit for bit
+    assert contract.read_manifest(edited)["edited_passes"] == ["Roughness"]
+    for n in (2, 3):
+        src, out = (contract.read_frame(contract.frame_path(d, n), validate=True) for d in (gb, edited))
+        assert np.all(out.roughness == 0.0) and out.meta["edited"] is True
+        for name in ("combined", "depth", "normal", "albedo", "metallic"):
+            np.testing.assert_array_equal(getattr(out, name), getattr(src, name))
+    assert len(tree.nodes) == n_nodes and not any(nd.name.startswith("G-buffer bake") for nd in tree.nodes)
+    assert not (edited / "_render").exists()
     tree.nodes.remove(value)
     r_in, r_out = compositor.find_node(tree, "in", "Roughness"), compositor.find_node(tree, "out", "Roughness")
     tree.links.new(r_in.outputs[0], r_out.inputs[0])
