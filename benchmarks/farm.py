@@ -119,7 +119,7 @@ def throughput(tmp: Path, frames: int = 96, chunk: int = 12, overlap: int = 8) -
     for name, workers, cpus, head_cpus in (("Ray 1 node (2 CPUs)", 0, 2, 2),
                                            ("Ray 3 nodes on loopback (1 CPU each, sharing 2 cores)", 2, 1, 1)):
         root = Path(tempfile.mkdtemp(prefix="gbbench_", dir="/tmp"))
-        c = LoopbackCluster(root, workers=workers, cpus=cpus, head_cpus=head_cpus, port=6395,
+        c = LoopbackCluster(root, workers=workers, cpus=cpus, head_cpus=head_cpus,
                             env={"PYTHONPATH": str(ROOT)})
         try:
             c.start(timeout=120)
