@@ -28,7 +28,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -633,8 +633,67 @@ def write_manifest(out_dir: os.PathLike, manifest: Dict[str, Any]) -> Path:
     return path
 
 
+#: hidden folder of a farm job's manifest parts (``A-B.json``, one per chunk; see
+#: :mod:`backend.jobs.parts`)
+PARTS_DIR = ".gbuffer_parts"
+
+
+def read_parts(out_dir: os.PathLike) -> List[Tuple[Path, Dict[str, Any]]]:
+    """The manifest parts of a folder (``.gbuffer_parts/A-B.json``), ordered by range.
+
+    Raises:
+        ContractError: a part that is not a JSON object (naming it).
+    """
+    d = Path(out_dir) / PARTS_DIR
+    if not d.is_dir():
+        return []
+    found = []
+    for f in d.glob("*.json"):
+        m = re.fullmatch(r"(\d+)-(\d+)\.json", f.name)
+        if not m:
+            continue
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ContractError(f"{f}: not a valid manifest part ({e}); remove it and re-run its chunk",
+                                file=f) from None
+        if not isinstance(data, dict):
+            raise ContractError(f"{f}: not a valid manifest part (not a JSON object)", file=f)
+        found.append(((int(m.group(1)), int(m.group(2))), f, data))
+    return [(f, data) for _, f, data in sorted(found, key=lambda t: t[0])]
+
+
+def assemble_parts(parts: List[Tuple[Path, Dict[str, Any]]], base: Optional[Dict[str, Any]] = None
+                   ) -> Dict[str, Any]:
+    """One manifest from manifest parts (and ``base``, a merged ``manifest.json``, whose
+    frames are kept when its settings hash is the parts'): top-level fields of the last
+    part, the union of the frame entries (ordered), ``outputs`` and ``inputs`` merged.
+    Parts with another settings hash than the last one are left out. ``{}`` for none."""
+    if not parts:
+        return dict(base or {})
+    shash = parts[-1][1].get("settings_hash")
+    docs = ([base] if base and base.get("settings_hash") == shash else []) + \
+        [d for _, d in parts if d.get("settings_hash") == shash]
+    out = {k: v for k, v in parts[-1][1].items() if k != "part"}
+    frames: Dict[int, Any] = {}
+    for d in docs:
+        for key in ("outputs", "inputs"):
+            if isinstance(d.get(key), dict):
+                merged = dict(out.get(key) or {})
+                merged.update(d[key])
+                out[key] = merged
+        for e in d.get("frames") or ():
+            if isinstance(e, dict) and isinstance(e.get("frame"), int):
+                frames[e["frame"]] = e
+    out["frames"] = [frames[n] for n in sorted(frames)]
+    out["complete"] = False
+    return out
+
+
 def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
-    """Read ``manifest.json`` of a contract folder; ``{}`` when absent.
+    """Read ``manifest.json`` of a contract folder; ``{}`` when absent. A farm job's
+    folder with manifest parts but no merged ``manifest.json`` yet is read "on read":
+    its parts assembled in memory (:func:`assemble_parts`, ``complete: false``).
 
     Raises:
         ContractError: the file is not JSON, or not a JSON object (naming it).
@@ -642,7 +701,7 @@ def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
     """
     p = Path(out_dir) / "manifest.json"
     if not p.exists():
-        return {}
+        return assemble_parts(read_parts(out_dir)) if (Path(out_dir) / PARTS_DIR).is_dir() else {}
     with open(p, encoding="utf-8") as f:
         text = f.read()
     try:

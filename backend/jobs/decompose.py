@@ -179,6 +179,12 @@ class _Shot:
     last: Optional[int]
     estimator: str
     input_for: Any = None  # frame number -> input fingerprint (backend.jobs.fingerprint)
+    #: farm chunk (``--warmup K``): the first frame whose temporal state is computed
+    #: (K frames before ``first``, never written); ``None``: today's behaviour (seed from
+    #: the previous frame's file when this run did not compute it)
+    warm_from: Optional[int] = None
+    #: with ``warm_from``: whether frame ``first`` will be computed (else the warmup is skipped)
+    warm_needed: bool = True
 
     def frame_meta(self, sf, number: int) -> Dict[str, Any]:
         info = self.src.info
@@ -203,12 +209,16 @@ class _Shot:
 
     def _compute(self, sf, number: int) -> contract.GBufferFrame:
         """The temporal state continues from the previous frame's file when this run did
-        not compute it (resume, farm chunk)."""
+        not compute it (resume). A farm chunk (``warm_from`` set) seeds only from a frame of
+        its own range (its own earlier, identical computation: resume within the chunk);
+        its first frame continues from the warmup frames instead, never from another
+        chunk's file, so the result does not depend on which chunk finished first."""
         dec = self.decomposer
         if dec.last_number != number - 1:
             dec.reset()
             prev = contract.frame_path(self.out_dir, number - 1)
-            if number > 1 and prev.exists():
+            own = self.warm_from is None or number - 1 >= self.first
+            if number > 1 and own and prev.exists():
                 dec.seed(contract.read_frame(prev), number - 1)
         return dec.frame(sf.rgb, alpha=sf.alpha, number=number, meta=self.frame_meta(sf, number))
 
@@ -218,6 +228,10 @@ class _Shot:
     def tasks(self) -> Iterator[Tuple[int, Any]]:
         for sf in self.src:
             number = sf.number
+            if self.warm_from is not None and self.warm_from <= number < self.first:
+                if self.warm_needed:  # warmup: temporal state only, never written
+                    self.compute(sf, number)
+                continue
             if number < self.first:
                 continue
             if self.last is not None and number > self.last:
@@ -492,6 +506,8 @@ def decompose(
     max_size: Optional[int] = None,
     stream=None,
     progress_bar: Optional[bool] = None,
+    warmup: Optional[int] = None,
+    manifest_part: bool = False,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -527,18 +543,33 @@ def decompose(
         max_size, stream, progress_bar: deprecated: ``max_size`` is the old name of
             ``processing_resolution`` (a positive value; ``None`` = default), ``stream``
             the old name of ``progress``; ``progress_bar`` is ignored.
+        warmup: farm chunk overlap K >= 0 (``--warmup``): the temporal state (depth
+            alignment, stabilisation) starts fresh K source frames before the first frame
+            of ``frames`` (clamped to the clip's first frame); those frames are computed
+            but never written, and the chunk never seeds from another chunk's file. Enters
+            the settings hash as ``"warmup": K`` (so frames of another overlap are refused);
+            ``None`` (default): today's behaviour, hash unchanged.
+        manifest_part: farm chunk mode (``--manifest-part``): no lock; the manifest goes to
+            ``OUT/.gbuffer_parts/A-B.json`` (:mod:`backend.jobs.parts`), merged later by
+            ``python -m backend farm merge OUT``. Not with ``overwrite`` or ``cameras``.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
 
     Raises:
-        FootageError, JobError, JobCancelled, ValueError (bad arguments), KeyError
-        (unknown estimator).
+        FootageError, JobError, JobCancelled, ValueError (bad arguments, e.g. a negative
+        ``warmup``), KeyError (unknown estimator).
     """
     if processing_resolution is None and max_size is not None:
         processing_resolution = max_size
     with events.reporting(progress if progress is not None else stream):
         first, last = parse_frames(frames)
+        if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
+            raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
+                             "computed before the chunk)")
+        if cameras is not None and (warmup is not None or manifest_part):
+            raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
+                             "run camera-tracked shots on one machine")
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
@@ -561,19 +592,72 @@ def decompose(
             else:
                 shot = _Shot(src, dec, Path(out_dir), first, last, estimator)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
+            chunk, part = None, None
+            if warmup is not None or manifest_part:
+                chunk, part = _chunk_frames(info, first, last, frames)
+            if warmup is not None:
+                settings["warmup"] = warmup
+                shot.warm_from = _warm_from(info, chunk[0] if chunk else first, warmup)
+                shot.warm_needed = not _is_current(contract.frame_path(out_dir, chunk[0] if chunk else first),
+                                                   settings, shot.input_for)
             result = run_job(
                 out_dir, shot.tasks(), settings=settings, total=total,
                 inputs=[info.path] + list(info.files[:1]) + ([cameras] if cameras is not None else []),
                 job="decompose", manifest=manifest,
                 read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
                 input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
+                numbers=chunk, part=part if manifest_part else None,
             )
+            if manifest_part:  # shot-level summaries are the merge's (backend.farm.merge)
+                return result
             _provenance_summary(result)
             if stabilize and cameras is None:
                 _flicker_summary(result)
             if cameras is not None:
                 _multiview_summary(result)
             return result
+
+
+def _chunk_frames(info, first: int, last: Optional[int], spec: Optional[str]):
+    """``(frame numbers of the chunk, (A, B))`` for a farm chunk over ``first..last``.
+
+    Raises:
+        ValueError: the clip's length is unknown and the range is open.
+    """
+    nums = info.frame_numbers()
+    if nums is None:
+        if last is None:
+            raise ValueError(f"{info.path}: the clip's length is unknown: a farm chunk needs --frames A-B")
+        chunk = list(range(max(first, 1), last + 1))
+    else:
+        chunk = [n for n in nums if n >= first and (last is None or n <= last)]
+    if not chunk:
+        raise FootageError(f"{info.path}: --frames {spec} holds no frame", file=info.path)
+    return chunk, (chunk[0], chunk[-1])
+
+
+def _warm_from(info, first: int, k: int) -> int:
+    """The source frame number K frames before ``first`` (clamped to the clip's first)."""
+    nums = info.frame_numbers()
+    if nums is None:
+        return max(1, first - k)
+    i = next((i for i, n in enumerate(nums) if n >= first), len(nums))
+    return nums[max(0, i - k)] if nums else first
+
+
+def _is_current(path: Path, settings: Dict[str, Any], input_for) -> bool:
+    """``path`` exists and carries these settings and its input's fingerprint (resume)."""
+    from .runner import settings_hash
+
+    try:
+        if not path.exists() or read_settings_hash(path) != settings_hash(settings):
+            return False
+        m = contract._FRAME_RE.match(path.name)
+        now = input_for(int(m.group("num"))) if (m and input_for is not None) else None
+        stored = read_input_hash(path)
+        return stored is None or now is None or stored == now
+    except Exception:  # noqa: BLE001 - unreadable: recomputed
+        return False
 
 
 def parse_options(items) -> Dict[str, Any]:

@@ -25,6 +25,19 @@ def resolution_arg(text: str) -> int:
 max_size_arg = resolution_arg
 
 
+def add_farm_chunk_args(p: argparse.ArgumentParser) -> None:
+    """``--warmup K`` and ``--manifest-part`` (farm chunks; decompose and restyle)."""
+    g = p.add_argument_group("farm chunk", "How a farm runs one chunk of a shot (see docs/farm_ray.md)")
+    g.add_argument("--warmup", type=int, default=None, metavar="K",
+                   help="temporal state starts fresh K frames before the first of --frames (clamped to the "
+                        "clip's first frame); they are computed, never written; never seeds from another "
+                        "chunk's file. Enters the settings hash. Default: off (continue from the previous "
+                        "frame's file)")
+    g.add_argument("--manifest-part", action="store_true",
+                   help="no lock: write the chunk's manifest part OUT/.gbuffer_parts/A-B.json (atomic) "
+                        "instead of manifest.json; 'python -m backend farm merge OUT' assembles it")
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``decompose`` subcommand on an argparse ``subparsers`` object."""
     p = subparsers.add_parser(
@@ -60,6 +73,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "source's fine detail in it when the estimator ran below full size)")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
+    add_farm_chunk_args(p)
     mv = p.add_argument_group(
         "measured geometry (camera-tracked shots)",
         "With --cameras, depth is measured from parallax between frames (plane-sweep stereo) and "
@@ -78,16 +92,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def run(args) -> int:
-    """Run the parsed ``decompose`` command; returns the exit code (0)."""
-    decompose(
-        args.input, args.out, frames=args.frames, estimator=args.estimator,
+def kwargs(args) -> dict:
+    """Keyword arguments of :func:`decompose` (after ``input`` and ``out``) from parsed args."""
+    return dict(
+        frames=args.frames, estimator=args.estimator,
         estimator_options=parse_options(args.estimator_option),
         processing_resolution=args.processing_resolution, device=args.device,
         stabilize=args.stabilize, strength=args.stabilize_strength,
         colorspace=args.colorspace, hfov_deg=args.hfov, albedo_detail=args.albedo_detail,
-        overwrite=args.overwrite, cancel=getattr(args, "cancel", None), cameras=args.cameras,
+        overwrite=args.overwrite, cameras=args.cameras,
         multiview={"neighbours": args.mv_neighbours, "window": args.mv_window,
                    "processing_width": args.mv_resolution},
+        warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
     )
+
+
+def run(args) -> int:
+    """Run the parsed ``decompose`` command; returns the exit code (0)."""
+    decompose(args.input, args.out, cancel=getattr(args, "cancel", None), **kwargs(args))
     return 0

@@ -592,8 +592,15 @@ class RestyleJob:
 
     def __init__(self, inputs: RestyleInputs, look: RestyleLook, out_dir: Path, *,
                  previews: bool = True, mp4: bool = True, flicker: bool = True,
-                 match_look: Optional[os.PathLike] = None):
+                 match_look: Optional[os.PathLike] = None, warmup: Optional[int] = None,
+                 manifest_part: bool = False):
         self.inputs, self.look, self.out_dir = inputs, look, Path(out_dir)
+        #: farm chunk (see :func:`restyle`): warmup frames, and the manifest part instead
+        #: of manifest.json (no MP4 and no flicker metric per chunk: the merge makes them)
+        self.warmup, self.manifest_part = warmup, manifest_part
+        self._mp4_wanted = mp4
+        if manifest_part:
+            mp4 = flicker = False
         # look matching (backend.look_match): reference statistics streamed once, before
         # anything is written (an unreadable or empty reference is refused here)
         self.match_look = Path(match_look) if match_look is not None else None
@@ -646,6 +653,8 @@ class RestyleJob:
                     raise JobError(f"{lm}: a file with this name that restyle did not write is in the output "
                                    f"folder; move it or choose another --out", file=lm)
         inp.reference_digest()  # a missing reference frame is refused before anything is written
+        if self.warmup is not None:
+            settings["warmup"] = self.warmup
         return settings
 
     def input_for(self, n: int) -> Optional[str]:
@@ -711,7 +720,8 @@ class RestyleJob:
                              read_input=read_input_hash, expected=list(self.inputs.all_files),
                              numbers=list(self.inputs.files), throttle=False, before_done=self._finish,
                              on_frame=lambda n, entry: self._previews.frame_recorded(n),
-                             leftovers=[".tmp_preview_*.mp4", f"{PREVIEW_DIR}/.tmp_{OUT_PREFIX}*"])
+                             leftovers=[".tmp_preview_*.mp4", f"{PREVIEW_DIR}/.tmp_{OUT_PREFIX}*"],
+                             part=(min(self.inputs.files), max(self.inputs.files)) if self.manifest_part else None)
         except BaseException:
             self._previews.discard()
             raise
@@ -722,8 +732,26 @@ class RestyleJob:
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
         """``(frame number, work)`` for :func:`backend.jobs.runner.run_job`."""
+        self._warm()
         for n in self.inputs.files:
             yield n, functools.partial(self._render_frame, n)
+
+    def _warm(self) -> None:
+        """``warmup`` K: a temporal renderer (``uses_previous_output``) renders the K input
+        frames before the first one (never written), so the chunk's first frame gets the
+        ``prev`` an unchunked run gives it. Renderers that are not temporal need nothing."""
+        if not self.warmup or not self.look.renderer.uses_previous_output:
+            return
+        order = sorted(self.inputs.all_files)
+        first = self.inputs.first
+        i = order.index(first)
+        for n in order[max(0, i - self.warmup):i]:
+            path = self.inputs.all_files[n]
+            frame = _Reader._read(n, path)
+            ref = (_Reader._read(n, self.inputs.ref_files[n])
+                   if self.use_reference and n in self.inputs.ref_files else None)
+            prev = self._last.rgb if self._last is not None and self._last.number == n - 1 else None
+            self._last = _Rendered(n, self.look.render(frame, n, path, self._time_s(n, frame), prev, ref))
 
     def _time_s(self, n: int, frame: contract.GBufferFrame) -> float:
         """The frame's time: its header timestamp, else from the frame number and fps."""
@@ -817,8 +845,17 @@ class RestyleJob:
 
         def record(rel: str, sha: str) -> None:  # checksum in the manifest before the file is in place
             outputs[rel] = sha
-            contract.write_manifest(self.out_dir, man)
+            if not self.manifest_part:  # a chunk: its part is saved by the runner right after
+                contract.write_manifest(self.out_dir, man)
 
+        if self.manifest_part:
+            mine = [n for n in done if n in self.inputs.files]
+            self._previews.finish(mine, record)  # PNGs only (no MP4 per chunk)
+            man["preview_mp4_wanted"] = self._mp4_wanted
+            if self.out_of_range:
+                man["inputs_out_of_range"] = {k: _ranges(sorted(v)) for k, v in self.out_of_range.items()}
+            result.manifest = man
+            return result
         if self._previews.finish(done, record):
             man["preview_mp4"] = MP4_NAME
         if self.out_of_range:
@@ -850,6 +887,8 @@ def restyle(
     cancel: Optional[threading.Event] = None,
     stream=None,
     progress_bar: Optional[bool] = None,
+    warmup: Optional[int] = None,
+    manifest_part: bool = False,
 ) -> JobResult:
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
 
@@ -878,6 +917,13 @@ def restyle(
             (:class:`backend.jobs.runner.JobCancelled`).
         stream, progress_bar: deprecated: ``stream`` is the old name of ``progress``;
             ``progress_bar`` is ignored.
+        warmup: farm chunk overlap K >= 0 (``--warmup``): a temporal renderer renders the
+            K frames before the first of ``frames`` (never written); enters the settings
+            hash as ``"warmup": K``. ``None``: today's behaviour.
+        manifest_part: farm chunk mode (``--manifest-part``): no lock, the manifest part
+            ``OUT/.gbuffer_parts/A-B.json`` instead of manifest.json, PNG previews but no
+            ``preview.mp4`` nor flicker metric (``python -m backend farm merge OUT`` makes
+            them); not with ``overwrite``.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -894,7 +940,12 @@ def restyle(
     with events.reporting(progress if progress is not None else stream):
         out_dir = Path(out_dir)
         inputs = RestyleInputs.scan(gbuffer_dir, out_dir, frames, reference_dir)
+        if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
+            raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0")
+        if match_look is not None and (warmup is not None or manifest_part):
+            raise ValueError("--match-look is not supported in farm chunks (--warmup, --manifest-part) yet: "
+                             "each chunk would estimate its own transform")
         look = RestyleLook.create(prompt, renderer, renderer_options)
         job = RestyleJob(inputs, look, out_dir, previews=previews, mp4=mp4, flicker=flicker,
-                         match_look=match_look)
+                         match_look=match_look, warmup=warmup, manifest_part=manifest_part)
         return job.run(overwrite=overwrite, cancel=cancel)

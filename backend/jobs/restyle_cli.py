@@ -54,12 +54,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="when --out holds frames of an earlier restyle with other settings (prompt, "
                         "renderer, edited G-buffers), remove them, their previews and manifest first; "
                         "without it that is refused. Frames with the same settings are kept (resume)")
+    from .decompose_cli import add_farm_chunk_args
+
+    add_farm_chunk_args(p)
     p.set_defaults(func=run)
     return p
 
 
-def run(args) -> int:
-    """Run the parsed ``restyle`` command; returns the exit code (0)."""
+def kwargs(args) -> dict:
+    """Keyword arguments of :func:`restyle` (after the folders and the prompt) from parsed args."""
     opts = dict(args.option)
     for key in DIFFUSION_OPTIONS:
         v = getattr(args, key)
@@ -69,7 +72,12 @@ def run(args) -> int:
             sys.stderr.write(f"note: --{key} is ignored by the {args.renderer} renderer\n")
             continue
         opts[key] = v
-    restyle(args.gbuffer_dir, args.out, args.prompt, renderer=args.renderer,
-            renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
-            reference_dir=args.reference, match_look=args.match_look, overwrite=args.overwrite, cancel=getattr(args, "cancel", None))
+    return dict(renderer=args.renderer, renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
+                reference_dir=args.reference, match_look=args.match_look, overwrite=args.overwrite,
+                warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False))
+
+
+def run(args) -> int:
+    """Run the parsed ``restyle`` command; returns the exit code (0)."""
+    restyle(args.gbuffer_dir, args.out, args.prompt, cancel=getattr(args, "cancel", None), **kwargs(args))
     return 0

@@ -421,6 +421,9 @@ class _ManifestBook:
         self.runlock = _RunLock(out)
         self.saved_at = time.monotonic()
         self.dirty = False
+        #: farm chunk mode (``run_job(part=...)``): ``(A, B, chunk frame numbers)``; the
+        #: book then writes ``.gbuffer_parts/A-B.json`` without any lock, never manifest.json
+        self.part: Optional[Tuple[int, int, List[int]]] = None
 
     finishing = False
 
@@ -450,6 +453,9 @@ class _ManifestBook:
     def save(self, at: Optional[int]) -> None:
         """Write the manifest, first adopting entries another job with the same settings
         wrote meanwhile (a farm chunk of the same shot into the same folder)."""
+        if self.part is not None:
+            self.save_part(at)
+            return
         with _manifest_lock(self.out):
             self.save_locked(at)
             if self.finishing:
@@ -479,6 +485,31 @@ class _ManifestBook:
             self.data["frames_expected"] = None if self.expected is None else len(self.expected)
             self.data["frames_missing"] = _ranges([n for n in self.expected or () if n not in self.frames])
         _write_manifest(self.out, self.data, at)
+        self.saved_at = time.monotonic()
+        self.dirty = False
+
+    def save_part(self, at: Optional[int]) -> None:
+        """Farm chunk mode: write this chunk's manifest part atomically (no lock): the
+        chunk's frame entries, ``part`` (range, frames, complete) and ``shot_frames``
+        (every frame of the shot, for the merge's completeness check)."""
+        from .parts import write_part
+
+        first, last, numbers = self.part
+        mine = [n for n in numbers if n in self.frames and Path(self.path_for(n)).exists()]
+        missing = [n for n in numbers if n not in mine]
+        self.data["frames"] = [self.frames[n] for n in mine]
+        self.data["complete"] = False  # only the merged manifest.json says complete
+        self.data["part"] = {"first": first, "last": last, "frames": len(numbers),
+                             "missing": _ranges(missing), "complete": self.finishing and not missing}
+        if self.expected is not None:
+            self.data["shot_frames"] = _ranges(self.expected)
+        for key in ("frames_expected", "frames_missing"):
+            self.data.pop(key, None)
+        try:
+            write_part(self.out, first, last, self.data)
+        except OSError as e:
+            raise JobError(f"cannot write the manifest part of frames {first}-{last} in {self.out}: "
+                           f"{_oserror_text(e)}", frame=at, file=self.out) from e
         self.saved_at = time.monotonic()
         self.dirty = False
 
@@ -757,7 +788,7 @@ class FrameRun:
         finally:
             if self.writer is not None:
                 self.writer.shutdown(wait=True)
-            if self.current is not _FINISHED:
+            if self.current is not _FINISHED and self.book.part is None:
                 with _manifest_lock(self.out):
                     self.book.runlock.release()
                     self.book.drop_claim()
@@ -806,6 +837,7 @@ def run_job(
     numbers: Optional[Sequence[int]] = None,
     before_done: Optional[Callable[[JobResult], None]] = None,
     leftovers: Sequence[str] = (),
+    part: Optional[Tuple[int, int]] = None,
 ) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
@@ -858,6 +890,15 @@ def run_job(
         leftovers: glob patterns (relative to ``out_dir``) of the job's own hidden
             temporaries a hard kill can leave (``.tmp_preview_*.mp4``); removed at start
             when no other job is writing into the folder (``.tmp_manifest*`` always are).
+        part: ``(A, B)``: farm chunk mode (``--manifest-part``, see
+            :mod:`backend.jobs.parts`). No ``flock`` anywhere: instead of
+            ``manifest.json`` the run writes ``OUT/.gbuffer_parts/A-B.json`` atomically
+            (temporary file + rename) with the entries of its frames ``numbers``; one
+            merge step (:func:`backend.jobs.parts.merge`) assembles ``manifest.json``.
+            Refused (:class:`JobError`): a part of the folder written with other settings,
+            or a part whose range overlaps ``A-B`` without being it (another chunking);
+            ``overwrite`` is refused (``ValueError``). ``leftovers`` are not removed
+            (other chunks may be writing).
 
     Returns:
         :class:`JobResult`.
@@ -873,6 +914,13 @@ def run_job(
     path_for = path_for or (lambda n: contract.frame_path(out, n))
     shash = settings_hash(settings)
     with events.reporting(progress if progress is not None else stream):
+        if part is not None:
+            return _run_part(out, tasks, part, settings=settings, shash=shash, total=total, job=job,
+                             path_for=path_for, manifest=manifest, read_hash=read_hash, cancel=cancel,
+                             on_frame=on_frame, overwrite=overwrite, companions=companions,
+                             extra_outputs=extra_outputs, input_for=input_for, read_input=read_input,
+                             expected=expected, throttle=throttle, t0=t0,
+                             numbers=numbers if numbers is not None else expected, before_done=before_done)
         with _manifest_lock(out):
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
@@ -906,3 +954,28 @@ def run_job(
                 lock.release()
                 raise
         return run.run(tasks)
+
+
+def _run_part(out: Path, tasks, part: Tuple[int, int], *, settings, shash, total, job, path_for, manifest,
+              read_hash, cancel, on_frame, overwrite, companions, extra_outputs, input_for, read_input,
+              expected, throttle, t0, numbers, before_done) -> JobResult:
+    """:func:`run_job` in farm chunk mode (``part``): no lock, the manifest part only."""
+    from .parts import clean_part_temporaries, folder_view
+
+    first, last = int(part[0]), int(part[1])
+    if overwrite:
+        raise ValueError("--overwrite cannot be combined with --manifest-part: farm chunks never remove "
+                         "other chunks' files; empty the folder (or choose another --out) first")
+    old = folder_view(out, shash, job, (first, last))  # JobError: other settings / other chunking
+    chunk = [n for n in (numbers if numbers is not None else range(first, last + 1)) if first <= n <= last]
+    check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
+                           overwrite=False, companions=companions, extra_outputs=extra_outputs,
+                           read_input=read_input, input_for=input_for, numbers=chunk)
+    run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
+                   read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
+                   input_for=input_for, read_input=read_input, expected=expected, throttle=throttle)
+    run.book.part = (first, last, chunk)
+    run.before_done = before_done
+    clean_part_temporaries(out, first, last)
+    run.book.save_part(None)  # claim: the part names these settings before the first frame
+    return run.run(tasks)

@@ -1,0 +1,10 @@
+"""Farm integration: run a shot's chunks on engines studios already run.
+
+* :mod:`backend.farm.merge` -- ``python -m backend farm merge OUT``: one ``manifest.json``
+  from the chunks' manifest parts (:mod:`backend.jobs.parts`).
+* :mod:`backend.farm.plan` -- chunking a shot (``--chunk N --overlap K``) and its checks.
+* :mod:`backend.farm.ray_engine` -- ``python -m backend farm ray|local decompose|restyle``.
+
+Nothing here imports an engine at module level: Ray is an optional dependency (the farm
+extra, never in the extension zip) and is imported only when a Ray job starts.
+"""

@@ -1,0 +1,57 @@
+"""``python -m backend farm ...``: farm commands.
+
+* ``farm merge OUT [--frames A-B]``: assemble ``manifest.json`` from the chunks'
+  manifest parts; prints one JSON line (``{"event": "merged", ...}``); exit 0 when every
+  wanted frame is present, 1 naming the missing frames otherwise.
+* ``farm local decompose|restyle <usual args> --chunk N --overlap K``: the farm plan,
+  chunks run one after another in this process (the single-process reference).
+* ``farm ray decompose|restyle <usual args> --chunk N --overlap K --address ADDR
+  [--connect-timeout S]``: the same plan on a Ray cluster (:mod:`backend.farm.ray_engine`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import events
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``farm`` subcommand on an argparse ``subparsers`` object."""
+    p = subparsers.add_parser("farm", help="farm jobs: Ray, a local reference run, merging manifest parts",
+                              description="Run a shot as chunks on a farm engine (see docs/farm_ray.md).")
+    sub = p.add_subparsers(dest="farm_command", metavar="FARM_COMMAND")
+    sub.required = True
+    m = sub.add_parser("merge", help="assemble manifest.json from the chunks' manifest parts",
+                       description="Assemble OUT/manifest.json from OUT/.gbuffer_parts/*.json (atomic). "
+                                   "Exit 0 when every wanted frame is present, 1 naming the missing ones.")
+    m.add_argument("out", help="the farm job's output folder")
+    m.add_argument("--frames", help="the frames the job was asked for, A-B (default: the whole shot)")
+    m.set_defaults(func=run_merge)
+    import importlib.util
+
+    if importlib.util.find_spec(__package__ + ".engine_cli") is not None:  # the engines (optional module)
+        from . import engine_cli
+
+        engine_cli.add_engines(sub)
+    return p
+
+
+def run_merge(args) -> int:
+    """``farm merge``: one JSON summary line; exit 1 when wanted frames are missing."""
+    from ..jobs.decompose import parse_frames
+    from .merge import merge
+
+    wanted = None
+    if args.frames:
+        first, last = parse_frames(args.frames)
+        if last is None:
+            raise ValueError("farm merge --frames: expected A-B")
+        wanted = list(range(first, last + 1))
+    summary = merge(args.out, wanted)
+    events.emit(summary)
+    if summary["missing"]:
+        sys.stderr.write(f"error: {args.out}: frames {summary['missing']} are missing; re-run their chunks "
+                         f"(a re-run resumes), then merge again\n")
+        return 1
+    return 0

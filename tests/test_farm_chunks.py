@@ -1,0 +1,187 @@
+"""Farm chunks without a cluster (issue 18): ``--warmup``, ``--manifest-part``,
+``farm merge``, the chunk plan's refusals and ``farm local``.
+
+Real decompose/restyle runs of dolphins.mp4 at a tiny processing resolution (64 px);
+no mocks. The Ray cluster test is tests/test_farm_ray.py.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from backend import contract
+from backend.jobs.decompose import decompose
+from backend.jobs.restyle import restyle
+from backend.jobs.runner import RUN_LOCK, JobError
+from cli_util import events, last_event, run_cli
+
+RES = 64
+
+
+def _chunk(src, out, frames, warmup=2, **kw):
+    return decompose(src, out, frames=frames, processing_resolution=RES, warmup=warmup, manifest_part=True, **kw)
+
+
+def _exrs(folder, prefix="gbuffer_"):
+    return {p.name: p.read_bytes() for p in sorted(Path(folder).glob(f"{prefix}*.exr"))}
+
+
+def test_chunks_in_any_order_are_byte_identical_and_write_parts_only(footage, tmp_path):
+    src = footage("dolphins")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for frames in ("1-4", "5-8"):
+        _chunk(src, a, frames)
+    for frames in ("5-8", "1-4"):  # the other order: the second chunk never seeds from the first's files
+        _chunk(src, b, frames)
+    assert _exrs(a) == _exrs(b) and len(_exrs(a)) == 8
+    for out in (a, b):
+        assert not (out / "manifest.json").exists()  # chunks never write it
+        assert not (out / RUN_LOCK).exists()  # no flock lock file
+        assert sorted(p.name for p in (out / contract.PARTS_DIR).glob("*.json")) == ["1-4.json", "5-8.json"]
+        part = json.loads((out / contract.PARTS_DIR / "5-8.json").read_text())
+        assert part["part"] == {"first": 5, "last": 8, "frames": 4, "missing": "", "complete": True}
+        assert part["settings"]["warmup"] == 2
+        assert [e["frame"] for e in part["frames"]] == [5, 6, 7, 8]
+    # "on read": the folder's manifest is assembled from the parts
+    man = contract.read_manifest(a)
+    assert [e["frame"] for e in man["frames"]] == list(range(1, 9)) and man["complete"] is False
+
+
+def test_warmup_changes_the_first_frame_of_a_chunk_only_by_its_start(footage, tmp_path):
+    """Frame 5 of chunk 5-8 with warmup 4 equals frame 5 of chunk 1-8 with warmup 0
+    (both start the temporal state at frame 1)."""
+    src = footage("dolphins")
+    _chunk(src, tmp_path / "w4", "5-8", warmup=4)
+    _chunk(src, tmp_path / "w0", "1-8", warmup=0)
+    a = contract.read_frame(tmp_path / "w4" / "gbuffer_0005.exr")
+    b = contract.read_frame(tmp_path / "w0" / "gbuffer_0005.exr")
+    assert (a.depth == b.depth).all()
+
+
+def test_resume_inside_a_chunk_is_byte_identical(footage, tmp_path):
+    src = footage("dolphins")
+    _chunk(src, tmp_path / "a", "1-6")
+    before = _exrs(tmp_path / "a")
+    for n in (4, 5):
+        (tmp_path / "a" / f"gbuffer_{n:04d}.exr").unlink()
+    r = _chunk(src, tmp_path / "a", "1-6")
+    assert r.written == [4, 5] and r.skipped == [1, 2, 3, 6]
+    assert _exrs(tmp_path / "a") == before
+
+
+def test_other_settings_or_other_chunking_in_one_folder_refused(footage, tmp_path):
+    src = footage("dolphins")
+    out = tmp_path / "o"
+    _chunk(src, out, "1-4")
+    with pytest.raises(JobError, match="other settings"):
+        _chunk(src, out, "5-8", warmup=3)  # another overlap
+    with pytest.raises(JobError, match="other settings"):
+        decompose(src, out, frames="5-8", processing_resolution=96, warmup=2, manifest_part=True)
+    with pytest.raises(JobError, match="overlaps the part 1-4"):
+        _chunk(src, out, "3-6")  # another chunking
+    with pytest.raises(ValueError, match="--overwrite cannot be combined"):
+        _chunk(src, out, "5-8", overwrite=True)
+
+
+def test_merge_cli_complete_missing_and_on_read(footage, tmp_path):
+    src = footage("dolphins")
+    out = tmp_path / "o"
+    for frames in ("1-3", "4-6"):
+        r = run_cli("decompose", src, "--out", out, "--frames", frames, "--warmup", "1", "--manifest-part",
+                    "--processing-resolution", RES)
+        assert r.returncode == 0, r.stderr
+        assert last_event(r.stdout)["event"] == "done"
+    r = run_cli("farm", "merge", out, "--frames", "1-6")
+    assert r.returncode == 0, r.stderr
+    (summary,) = events(r.stdout)
+    assert summary["event"] == "merged" and summary["frames"] == 6 and summary["missing"] == ""
+    assert summary["complete"] is False  # the clip has 59 frames
+    man = json.loads((out / "manifest.json").read_text())
+    assert [e["frame"] for e in man["frames"]] == list(range(1, 7))
+    assert man["frames_expected"] == 59 and man["frames_missing"] == "7-59" and man["complete"] is False
+    (out / "gbuffer_0005.exr").unlink()
+    r = run_cli("farm", "merge", out, "--frames", "1-6")
+    assert r.returncode == 1 and "frames 5 are missing" in r.stderr
+    assert events(r.stdout)[0]["missing"] == "5"
+    r = run_cli("farm", "merge", tmp_path / "empty")
+    assert r.returncode == 1 and "no manifest parts" in r.stderr
+
+
+def test_restyle_chunks_make_previews_and_merge_makes_the_mp4(footage, tmp_path):
+    src = footage("dolphins")
+    gb = tmp_path / "gb"
+    _chunk(src, gb, "1-6")
+    out = tmp_path / "r"
+    for frames in ("4-6", "1-3"):
+        restyle(gb, out, "dense fog", frames=frames, warmup=1, manifest_part=True)
+    assert not (out / "preview.mp4").exists() and not (out / "manifest.json").exists()
+    assert len(list((out / "preview").glob("restyle_*.png"))) == 6
+    r = run_cli("farm", "merge", out)
+    # the G-buffer folder holds frames 1-6 only: the whole shot is there
+    assert r.returncode == 0, r.stderr
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["complete"] is True and man["preview_mp4"] == "preview.mp4" and (out / "preview.mp4").stat().st_size
+    assert "flicker" in man and man["outputs"]["preview.mp4"]
+
+
+def test_farm_local_plan_refusals(footage, tmp_path):
+    src = footage("dolphins")
+    base = ["farm", "local", "decompose", src, "--out", tmp_path / "o", "--processing-resolution", RES]
+    r = run_cli(*base, "--chunk", "2", "--overlap", "4")
+    assert r.returncode == 2 and "--chunk 2 is below the temporal overlap --overlap 4" in r.stderr
+    r = run_cli(*base, "--chunk", "4", "--overlap", "2", "--frames", "70-80")
+    assert r.returncode == 2 and "starts past the end: the clip has 59 frame(s)" in r.stderr
+    r = run_cli(*base, "--chunk", "4", "--overlap", "2", "--warmup", "3")
+    assert r.returncode == 2 and "set by the farm job per chunk" in r.stderr
+    r = run_cli(*base, "--chunk", "4", "--overlap", "2", "--overwrite")
+    assert r.returncode == 2 and "--overwrite is not supported by farm jobs" in r.stderr
+    assert not (tmp_path / "o").exists()  # refused before the folder was touched
+
+
+def test_farm_local_runs_the_plan_and_merges(footage, tmp_path):
+    src = footage("dolphins")
+    out = tmp_path / "o"
+    args = ["farm", "local", "decompose", src, "--out", out, "--frames", "1-6", "--chunk", "4", "--overlap", "2",
+            "--processing-resolution", RES]
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    evs = events(r.stdout)
+    assert evs[0]["event"] == "start" and evs[0]["chunks"] == 2
+    assert [e["frame"] for e in evs if e["event"] == "progress"] == list(range(1, 7))
+    assert evs[-2]["event"] == "merged" and evs[-1]["event"] == "done" and evs[-1]["written"] == 6
+    assert sorted(p.name for p in (out / contract.PARTS_DIR).glob("*.json")) == ["1-4.json", "5-6.json"]
+    r = run_cli(*args)  # a re-run resumes every frame
+    assert r.returncode == 0 and events(r.stdout)[-1]["skipped"] == 6
+    r = run_cli(*[a if a != "2" else "3" for a in args])  # another overlap, same folder
+    assert r.returncode == 1 and "another farm job with other settings (overlap)" in r.stderr
+
+
+def test_overlap_chain_is_byte_identical_to_an_unchunked_run(footage, tmp_path):
+    src = footage("dolphins")
+    plain = decompose(src, tmp_path / "plain", frames="1-7", processing_resolution=RES)
+    r = run_cli("farm", "local", "decompose", src, "--out", tmp_path / "chain", "--frames", "1-7", "--chunk", "3",
+                "--overlap", "chain", "--processing-resolution", RES)
+    assert r.returncode == 0, r.stderr
+    assert events(r.stdout)[0]["overlap"] == "chain"
+    assert _exrs(tmp_path / "chain") == _exrs(tmp_path / "plain") and len(_exrs(tmp_path / "plain")) == 7
+    man = json.loads((tmp_path / "chain" / "manifest.json").read_text())
+    assert man["settings_hash"] == plain.settings_hash  # no warmup in the hash: the unchunked run's
+
+
+def test_ray_missing_is_one_clear_line(footage, tmp_path):
+    """Without ray (import blocked, as on a machine without the farm extra)."""
+    import subprocess
+    import sys
+
+    from cli_util import REPO, cli_env
+
+    code = ("import sys; sys.modules['ray'] = None; from backend.cli import main; "
+            f"sys.exit(main(['farm', 'ray', 'decompose', {str(footage('dolphins'))!r}, '--out', "
+            f"{str(tmp_path / 'o')!r}, '--chunk', '4', '--overlap', '2', '--address', '127.0.0.9:1']))")
+    r = subprocess.run([sys.executable, "-c", code], env=cli_env(), cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip() == "error: ray is not installed: pip install ray==2.60.0"
