@@ -93,6 +93,9 @@ DEFAULT_MODEL = "black-forest-labs/FLUX.2-klein-4B"
 PIPELINE_CLASS = "Flux2KleinPipeline"
 #: component folder -> the class the pipeline needs there (checked before loading)
 COMPONENT_CLASSES = {"transformer": "Flux2Transformer2DModel", "vae": "AutoencoderKLFlux2"}
+#: what Preferences > Models downloads of the repository: the diffusers folders only (safetensors),
+#: not the single-file checkpoints at its top level
+DOWNLOAD_FILES = ("model_index.json", "*/*.json", "*/*.txt", "*/*.jinja", "*/*.safetensors", "tokenizer/*")
 DEFAULT_SUFFIX = ("Keep the exact composition, camera angle, framing, layout and every object in place; "
                   "change only materials, lighting and surface detail to look like a real photograph.")
 EMPTY_PROMPT = "A photorealistic photograph of this scene."
