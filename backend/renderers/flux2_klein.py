@@ -309,11 +309,11 @@ class Flux2KleinRenderer(Renderer):
     def _load(self):
         if self._pipe is not None:
             return
+        folder = self.model_folder()  # refusals first, before the slow torch/diffusers import
+        check_model_folder(folder, self.model)
         import torch
         from diffusers import Flux2KleinPipeline
 
-        folder = self.model_folder()
-        check_model_folder(folder, self.model)
         device = self._torch_device()
         if self.dtype_name == "auto":
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -326,10 +326,14 @@ class Flux2KleinRenderer(Renderer):
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ModelNotAvailable(f"cannot load FLUX.2 [klein] from {folder} (safetensors only, offline): "
                                     f"{reason}; download it again in Preferences > Models") from e
-        if self.cpu_offload and device.type == "cuda":
-            pipe.enable_model_cpu_offload(device=device)
-        else:
-            pipe = pipe.to(device)
+        try:
+            if self.cpu_offload and device.type == "cuda":
+                pipe.enable_model_cpu_offload(device=device)
+            else:
+                pipe = pipe.to(device)
+        except torch.OutOfMemoryError as e:
+            raise JobError(f"CUDA out of memory loading FLUX.2 [klein] onto {device} in {dtype}: set --option "
+                           "cpu_offload=true (Blender: a GPU with more memory, or close other GPU programs)") from e
         if self.vae_tiling:
             pipe.vae.enable_tiling()
         pipe.set_progress_bar_config(disable=True)
