@@ -227,3 +227,38 @@ def test_cuda_out_of_memory_is_one_line_and_keeps_written_frames(models, tmp_pat
     msg = str(ei.value)
     assert "\n" not in msg and "out of memory" in msg and "cpu_offload=true" in msg and "frame 3" in msg
     assert sorted(p.name for p in out.glob("restyle_*.exr")) == ["restyle_0001.exr", "restyle_0002.exr"]
+
+
+def test_img2img_start_latent_and_schedule_are_the_documented_ones(models):
+    """The transformer's first input is the packed ``(1 - s0) * x0 + s0 * noise`` of the
+    VAE-encoded padded init, and the pipeline ran the tail of its own shifted schedule."""
+    import math
+
+    from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu
+
+    from backend.colour import linear_to_srgb
+
+    f = sphere_frames(40, 56, 1)[0]                             # padded to 48x64: 3x4 latent tokens
+    r = _renderer(models, steps=4, strength=0.5, init="source", seed=11)
+    seen = []
+    r._load()
+    handle = r._pipe.transformer.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs["hidden_states"].detach().clone()), with_kwargs=True)
+    try:
+        r.render(f, "a harbour")
+    finally:
+        handle.remove()
+    assert len(seen) == 2                      # strength 0.5 of 4 steps: 2 steps
+    mu = compute_empirical_mu(image_seq_len=3 * 4, num_steps=4)
+    shifted = [math.exp(mu) / (math.exp(mu) + (1 / t - 1)) for t in (0.5, 0.25)]  # exponential time shift
+    np.testing.assert_allclose(r._pipe.scheduler.sigmas.numpy(), shifted + [0.0], rtol=1e-5)
+    s0 = shifted[0]
+    assert r.last_info["sigma_start"] == pytest.approx(s0, abs=1e-6)
+    srgb, _ = pad_to_multiple(np.clip(linear_to_srgb(np.clip(f.combined[..., :3], 0, 1)), 0, 1), 16)
+    x = torch.from_numpy(np.ascontiguousarray(srgb)).permute(2, 0, 1)[None] * 2 - 1
+    with torch.no_grad():
+        x0 = r._pipe._encode_vae_image(x, generator=None)
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(11))
+    start = (1 - s0) * x0 + s0 * noise                          # (1, C, 3, 4)
+    packed = start.reshape(1, start.shape[1], -1).permute(0, 2, 1)
+    torch.testing.assert_close(seen[0], packed, rtol=1e-5, atol=1e-5)
