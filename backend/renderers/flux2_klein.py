@@ -76,7 +76,6 @@ transfer (clipped to ``[0, 1]``) and the output decoded back to scene-linear Rec
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
