@@ -46,6 +46,7 @@ def model_specs() -> Tuple[ModelSpec, ...]:
     from ..backend.estimators import marigold as mg
     from ..backend.estimators import onnx_depth as od
     from ..backend.renderers import controlnet as cn
+    from ..backend.renderers import flux2_klein as fk
 
     depth, normals, iid = mg.DEPTH_MODEL, mg.NORMALS_MODEL, mg.INTRINSICS_MODEL
     sd, cn_depth, cn_normal = cn.DEFAULT_BASE_MODEL, cn.DEFAULT_DEPTH_MODEL, cn.DEFAULT_NORMAL_MODEL
@@ -57,6 +58,8 @@ def model_specs() -> Tuple[ModelSpec, ...]:
         ModelSpec("sd15", "Stable Diffusion 1.5", sd, "renderer 'controlnet'", _SD_FILES),
         ModelSpec("controlnet_depth", "ControlNet Depth (SD 1.5)", cn_depth, "renderer 'controlnet'"),
         ModelSpec("controlnet_normal", "ControlNet Normal (SD 1.5)", cn_normal, "renderer 'controlnet'"),
+        ModelSpec("flux2_klein_4b", "FLUX.2 [klein] 4B (GPU, ~13 GB VRAM; bf16)", fk.DEFAULT_MODEL,
+                  "renderer 'flux2-klein'", fk.DOWNLOAD_FILES, licence="Apache-2.0", size="~16 GB"),
         *(ModelSpec(m.key, f"{m.label} (ONNX)", m.repo_id, f"estimator '{m.key}'",
                     (m.files["fp32"],) + tuple(m.extra_files), marker=m.files["fp32"], licence=m.licence,
                     size=f"{m.sizes_mb['fp32']:.0f} MB") for m in od.MODELS.values()),

@@ -41,6 +41,10 @@ _RENDERERS: Dict[str, dict] = {
                    "packages": ("torch", "diffusers", "transformers"),
                    "models": ("stable-diffusion-v1-5/stable-diffusion-v1-5", "lllyasviel/control_v11f1p_sd15_depth",
                               "lllyasviel/control_v11p_sd15_normalbae"), "gpu": True},
+    "flux2-klein": {"summary": "FLUX.2 [klein] 4B img2img (Apache-2.0, ~16 GB download, ~13 GB VRAM): a "
+                               "photoreal restyle that keeps the composition, 4 steps",
+                    "packages": ("torch", "diffusers", "transformers"),
+                    "models": ("black-forest-labs/FLUX.2-klein-4B",), "gpu": True},
 }
 #: where an artist gets what is missing (the add-on's preferences)
 PACKAGES_WHERE = "Preferences > Add-ons > G-Buffer Editor > Diffusion packages"
