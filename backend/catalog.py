@@ -33,6 +33,13 @@ _ESTIMATORS: Dict[str, dict] = {
                                 "packages": ("onnxruntime",),
                                 "models": (("onnx-community/depth-anything-v2-small", "onnx/model.onnx"),),
                                 "gpu": False},
+    "video-depth-anything-small": {"summary": "Video Depth Anything Small (Apache-2.0, ONNX Runtime, no torch): "
+                                              "consistent relative depth over the shot in overlapping 32-frame "
+                                              "windows, normals from it, materials from the embedded network; "
+                                              "needs an ONNX export in the models folder (none is published)",
+                                   "packages": ("onnxruntime",),
+                                   "models": (("depth-anything/Video-Depth-Anything-Small", "onnx/model.onnx"),),
+                                   "gpu": False},
 }
 _RENDERERS: Dict[str, dict] = {
     "embedded": {"summary": "physically based relighting + atmosphere, numpy, CPU; a list of "
