@@ -143,8 +143,8 @@ def _copy_tree(src_root: Path, dst_root: Path) -> None:
             and not (rel == Path(".") and d in _PRUNE_TOP)
         )
         for name in filenames:
-            if name.endswith(".pyc"):
-                continue
+            if name.endswith(".pyc") or (rel == Path(".") and name in _PRUNE_TOP):
+                continue  # (a git worktree's `.git` is a file)
             # Copy, never hard-link: the staged manifest is rewritten in place.
             (dst_root / rel).mkdir(parents=True, exist_ok=True)
             shutil.copy2(Path(dirpath) / name, dst_root / rel / name)
