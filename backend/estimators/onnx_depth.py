@@ -78,6 +78,10 @@ PROVIDER_PREFERENCE = ("CUDAExecutionProvider", "CoreMLExecutionProvider", "DmlE
                        "CPUExecutionProvider")
 _GPU_PROVIDERS = PROVIDER_PREFERENCE[:3]
 
+#: models a release zip carries (``./dev build --with-models``, tools/build_extension.py): a
+#: Hugging Face cache folder at the extension's root, read before the models folder
+BUNDLED_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+
 #: where the user gets a missing model (the add-on's preferences)
 GET_IT = ("download it in Blender (Edit > Preferences > Add-ons > G-Buffer Editor > Models, "
           "with online access on and offline mode off) or run once with network access")
@@ -258,6 +262,7 @@ def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.Pat
                  local_files_only: Optional[bool] = None, revision: Optional[str] = None) -> Path:
     """Local path of ``filename`` of ``model``'s repository, downloading it when allowed.
 
+    A copy bundled in the release zip (:data:`BUNDLED_MODELS_DIR`) is used first.
     Uses ``huggingface_hub.hf_hub_download`` (``local_files_only`` when offline, see
     :func:`offline_requested`); without ``huggingface_hub``, reads the cache layout
     (:func:`cached_file`), offline only.
@@ -270,6 +275,9 @@ def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.Pat
     offline = offline_requested(local_files_only)
     folder = Path(cache_dir) if cache_dir else default_cache_dir()
     what = f"{model.label} ({model.repo_id}: {filename})"
+    bundled = cached_file(BUNDLED_MODELS_DIR, model.repo_id, filename, revision)
+    if bundled is not None:  # a release zip's own copy: never downloaded, never stale
+        return bundled
     if not model.published:
         hit = cached_file(folder, model.repo_id, filename, revision)
         if hit is not None:
