@@ -87,20 +87,22 @@ def _folder_size(folder: Path) -> int:
 def model_status(spec: ModelSpec, cache: Optional[os.PathLike]) -> Tuple[bool, int]:
     """``(present, size in bytes)`` of a model.
 
-    Bundled: the weights file. Downloaded: a snapshot folder in ``cache``
+    Bundled: the weights file. Downloaded: a snapshot folder in ``cache`` (or in the zip's
+    own ``models/`` folder)
     (``models--<org>--<name>/snapshots/<rev>/``) holding a ``model_index.json`` or
     ``config.json``; the size is that of the repository's folder (blobs).
     """
     if not spec.repo_id:
         p = embedded_weights()
         return (True, p.stat().st_size) if p.exists() else (False, 0)
-    if not cache:
-        return False, 0
-    repo = Path(cache) / ("models--" + spec.repo_id.replace("/", "--"))
-    snaps = repo / "snapshots"
     markers = (spec.marker,) if spec.marker else ("model_index.json", "config.json")
-    present = snaps.is_dir() and any((s / m).exists() for s in snaps.iterdir() for m in markers)
-    return present, _folder_size(repo) if repo.is_dir() else 0
+    # the models folder, then a copy the release zip carries (./dev build --with-models)
+    for folder in ([Path(cache)] if cache else []) + [Path(__file__).resolve().parent.parent / "models"]:
+        repo = folder / ("models--" + spec.repo_id.replace("/", "--"))
+        snaps = repo / "snapshots"
+        if snaps.is_dir() and any((s / m).exists() for s in snaps.iterdir() for m in markers):
+            return True, _folder_size(repo)
+    return False, 0
 
 
 def human_size(n: int) -> str:
