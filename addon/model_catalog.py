@@ -39,6 +39,8 @@ class ModelSpec:
     #: licence of the weights and published download size, shown in the preferences ("" = not shown)
     licence: str = ""
     size: str = ""
+    #: GPU memory guidance shown in the preferences ("" = not shown)
+    vram: str = ""
 
 
 def model_specs() -> Tuple[ModelSpec, ...]:
@@ -46,6 +48,7 @@ def model_specs() -> Tuple[ModelSpec, ...]:
     from ..backend.estimators import marigold as mg
     from ..backend.estimators import onnx_depth as od
     from ..backend.renderers import controlnet as cn
+    from ..backend.renderers import wan_vace as wan
 
     depth, normals, iid = mg.DEPTH_MODEL, mg.NORMALS_MODEL, mg.INTRINSICS_MODEL
     sd, cn_depth, cn_normal = cn.DEFAULT_BASE_MODEL, cn.DEFAULT_DEPTH_MODEL, cn.DEFAULT_NORMAL_MODEL
@@ -57,6 +60,8 @@ def model_specs() -> Tuple[ModelSpec, ...]:
         ModelSpec("sd15", "Stable Diffusion 1.5", sd, "renderer 'controlnet'", _SD_FILES),
         ModelSpec("controlnet_depth", "ControlNet Depth (SD 1.5)", cn_depth, "renderer 'controlnet'"),
         ModelSpec("controlnet_normal", "ControlNet Normal (SD 1.5)", cn_normal, "renderer 'controlnet'"),
+        ModelSpec("wan_vace_1_3b", "Wan2.1 VACE 1.3B (video restyle)", wan.DEFAULT_MODEL, "renderer 'wan-vace'",
+                  licence="Apache-2.0", size="~20 GB (estimate)", vram="GPU with 8+ GB VRAM at 480p"),
         *(ModelSpec(m.key, f"{m.label} (ONNX)", m.repo_id, f"estimator '{m.key}'",
                     (m.files["fp32"],) + tuple(m.extra_files), marker=m.files["fp32"], licence=m.licence,
                     size=f"{m.sizes_mb['fp32']:.0f} MB") for m in od.MODELS.values()),
