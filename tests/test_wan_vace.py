@@ -241,5 +241,6 @@ def test_options_capabilities_and_out_of_memory_message(cache):
     msg = str(err)
     assert "\n" not in msg and "window=N" in msg and "cpu_offload=true" in msg and "832x480" in msg
     assert out_of_memory_error(RuntimeError("shape mismatch"), "x") is None
+    assert "window=N" in str(out_of_memory_error(MemoryError(), "x"))
     with pytest.raises(ModelNotAvailable, match="not in the models folder"):
         WanVaceRenderer(cache_dir=str(cache / "nothing"), local_files_only=True).describe("x")

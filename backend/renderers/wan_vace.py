@@ -112,12 +112,12 @@ def temporal_length(n: int, factor: int = TEMPORAL_FACTOR) -> int:
 
 
 def out_of_memory_error(e: BaseException, what: str) -> Optional[OutOfMemory]:
-    """An :class:`OutOfMemory` naming the settings to lower when ``e`` is a device
-    out-of-memory error (``torch.cuda.OutOfMemoryError`` or a RuntimeError saying so),
-    else ``None``."""
+    """An :class:`OutOfMemory` naming the settings to lower when ``e`` is an
+    out-of-memory error (``torch.cuda.OutOfMemoryError``, a RuntimeError saying so, a
+    host ``MemoryError``), else ``None``."""
     import torch
 
-    oom = isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())) or (
+    oom = isinstance(e, (MemoryError, getattr(torch.cuda, "OutOfMemoryError", MemoryError))) or (
         isinstance(e, RuntimeError) and "out of memory" in str(e).lower())
     if not oom:
         return None
