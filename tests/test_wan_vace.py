@@ -164,6 +164,17 @@ def test_resume_after_cancel_is_byte_identical(cli_run, cache, gb, tmp_path):
         assert preview_path(out, n).read_bytes() == preview_path(ref_out, n).read_bytes(), n
 
 
+def test_frames_range_gives_the_same_frames(cli_run, cache, gb, tmp_path):
+    """Windows are laid over the whole clip: rendering --frames 5-6 reads frames outside
+    the range for its windows and writes exactly the full run's frames."""
+    ref_out, _ = cli_run
+    res = restyle(gb, tmp_path / "o", PROMPT, renderer="wan-vace", renderer_options=_opts(cache), frames="5-6",
+                  progress=io.StringIO())
+    assert sorted(res.written) == [5, 6]
+    for n in (5, 6):
+        assert output_path(tmp_path / "o", n).read_bytes() == output_path(ref_out, n).read_bytes(), n
+
+
 def test_offline_refusal_when_model_missing(gb, tmp_path):
     empty = tmp_path / "models"
     empty.mkdir()

@@ -25,7 +25,8 @@ MP4 and the manifest (without it, a folder holding frames written with other set
 is refused; :mod:`backend.jobs.outputs`).
 
 Whole-clip renderers (``Renderer.window > 0``, e.g. ``wan-vace``) render overlapping
-windows of frames, blended in scene-linear light (:mod:`backend.jobs.windows`); each frame
+windows of frames laid over the whole clip (so ``--frames`` does not change a frame's
+value), blended in scene-linear light (:mod:`backend.jobs.windows`); each frame
 is still written, recorded and resumed on its own as above (a window whose frames are all
 done is not rendered again; a partly done one is, and only its missing frames are
 written).
@@ -262,7 +263,7 @@ class RestyleInputs:
         Raises:
             JobError: naming the frame and its file.
         """
-        path = self.files[n]
+        path = self.all_files[n]
         if self.size is not None and frame.shape != self.size:
             (h, w), (h0, w0) = frame.shape, self.size
             raise JobError(f"G-buffer frame {n} ({path}) is {w}x{h} but frame {self.first} "
@@ -445,7 +446,7 @@ class _Reader:
         Raises:
             JobError: a file that is not a contract frame (naming file and frame).
         """
-        frame = self._read(n, self.inputs.files[n])
+        frame = self._read(n, self.inputs.all_files[n])
         bad = next((name for name, arr in frame.arrays().items() if not contract.all_finite(arr)), None)
         ref = self._read(n, self.inputs.ref_files[n]) if self.use_reference else None
         return _InputFrame(frame, bad, ref, out_of_range(frame) if bad is None else {})
@@ -642,8 +643,9 @@ class RestyleJob:
         self._previews: Optional[_Previews] = None
         self._windows: Optional[WindowBlender] = None  # whole-clip renderers (window > 0)
         if look.renderer.window > 0:
-            self._windows = WindowBlender(list(inputs.files), look.renderer.window, look.renderer.window_overlap,
-                                          self._render_window)
+            # laid over the whole clip, so a frame's value does not depend on --frames
+            self._windows = WindowBlender(sorted(inputs.all_files), look.renderer.window,
+                                          look.renderer.window_overlap, self._render_window)
         from .fingerprint import InputFingerprints
 
         try:
@@ -803,7 +805,7 @@ class RestyleJob:
             got = self._reader.read(m)
             self.inputs.check_frame(m, got.frame, got.bad_pass)
             frames.append(got.frame)
-            paths.append(self.inputs.files[m])
+            paths.append(self.inputs.all_files[m])
         times = [self._time_s(m, f) for m, f in zip(numbers, frames)]
         return self.look.render_window(frames, numbers, paths, times)
 
