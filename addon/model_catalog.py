@@ -39,6 +39,8 @@ class ModelSpec:
     #: licence of the weights and published download size, shown in the preferences ("" = not shown)
     licence: str = ""
     size: str = ""
+    #: GPU memory guidance shown in the preferences ("" = not shown)
+    vram: str = ""
 
 
 def model_specs() -> Tuple[ModelSpec, ...]:
@@ -47,6 +49,7 @@ def model_specs() -> Tuple[ModelSpec, ...]:
     from ..backend.estimators import onnx_depth as od
     from ..backend.renderers import controlnet as cn
     from ..backend.renderers import flux2_klein as fk
+    from ..backend.renderers import wan_vace as wan
 
     depth, normals, iid = mg.DEPTH_MODEL, mg.NORMALS_MODEL, mg.INTRINSICS_MODEL
     sd, cn_depth, cn_normal = cn.DEFAULT_BASE_MODEL, cn.DEFAULT_DEPTH_MODEL, cn.DEFAULT_NORMAL_MODEL
@@ -60,6 +63,8 @@ def model_specs() -> Tuple[ModelSpec, ...]:
         ModelSpec("controlnet_normal", "ControlNet Normal (SD 1.5)", cn_normal, "renderer 'controlnet'"),
         ModelSpec("flux2_klein_4b", "FLUX.2 [klein] 4B (GPU, ~13 GB VRAM; bf16)", fk.DEFAULT_MODEL,
                   "renderer 'flux2-klein'", fk.DOWNLOAD_FILES, licence="Apache-2.0", size="~16 GB"),
+        ModelSpec("wan_vace_1_3b", "Wan2.1 VACE 1.3B (video restyle)", wan.DEFAULT_MODEL, "renderer 'wan-vace'",
+                  licence="Apache-2.0", size="~20 GB (estimate)", vram="GPU with 8+ GB VRAM at 480p"),
         *(ModelSpec(m.key, f"{m.label} (ONNX)", m.repo_id, f"estimator '{m.key}'",
                     (m.files["fp32"],) + tuple(m.extra_files), marker=m.files["fp32"], licence=m.licence,
                     size=f"{m.sizes_mb['fp32']:.0f} MB") for m in od.MODELS.values()),

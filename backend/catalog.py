@@ -52,6 +52,10 @@ _RENDERERS: Dict[str, dict] = {
                                "photoreal restyle that keeps the composition, 4 steps",
                     "packages": ("torch", "diffusers", "transformers"),
                     "models": ("black-forest-labs/FLUX.2-klein-4B",), "gpu": True},
+    "wan-vace": {"summary": "Wan2.1 VACE 1.3B video restyle of whole windows of frames, G-buffer depth (or "
+                            "normals) as the control video, free-form prompts; a GPU with 8+ GB VRAM at 480p",
+                 "packages": ("torch", "diffusers", "transformers"),
+                 "models": ("Wan-AI/Wan2.1-VACE-1.3B-diffusers",), "gpu": True},
 }
 #: where an artist gets what is missing (the add-on's preferences)
 PACKAGES_WHERE = "Preferences > Add-ons > G-Buffer Editor > Diffusion packages"
