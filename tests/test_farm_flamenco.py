@@ -77,7 +77,7 @@ def test_one_task_per_chunk_merge_after_chunks_restyle_after_decompose_merge():
                           "--manifest-part", "--estimator", "embedded"]
     (cmd,) = tasks["restyle-9-10"]["commands"]
     assert _argv(cmd) == ["{blender}", "{blenderArgs}", "/shots/a.blend", "--command", "gbuffer_editor",
-                          "restyle", "/o/gb", "--out", "/o/rs", "--frames", "9-10", "--warmup", "2",
+                          "restyle", "/o/gb", "--no-edits", "--out", "/o/rs", "--frames", "9-10", "--warmup", "2",
                           "--manifest-part", "--renderer", "embedded", "--prompt", "dense fog"]
     (cmd,) = tasks["merge-restyle"]["commands"]
     assert _argv(cmd) == ["python3", "/repo/backend", "farm", "merge", "/o/rs", "--frames", "1-10"]

@@ -106,6 +106,8 @@ def test_chunk_steps_and_dependencies():
                 assert step["script"] == combined[name]["script"], name
     assert dec["Validate"] == combined["Validate"]
     assert rs["RestyleChunks"]["dependencies"] == [{"dependsOn": "Validate"}]
+    rs_script = combined["RestyleChunks"]["script"]["embeddedFiles"][0]["data"]
+    assert 'restyle "$GB_GBUFFER_DIR" --no-edits' in rs_script  # the edit bake is not chunk-aware
     scene = {s["name"]: s for s in _load("scene_export.yaml")["steps"]}
     assert "--command gbuffer_editor export-scene" in scene["ExportChunks"]["script"]["embeddedFiles"][0]["data"]
 

@@ -8,7 +8,7 @@
 //   decompose A-B:  {blender} {blenderArgs} FILE.blend --command gbuffer_editor decompose
 //                   INPUT --out GBUFFER_DIR --frames A-B --warmup K --manifest-part [...]
 //   merge:          PYTHON BACKEND_ROOT/backend farm merge GBUFFER_DIR --frames FIRST-LAST
-//   restyle A-B:    ... --command gbuffer_editor restyle GBUFFER_DIR --out RESTYLE_DIR
+//   restyle A-B:    ... --command gbuffer_editor restyle GBUFFER_DIR --no-edits --out RESTYLE_DIR
 //                   --frames A-B --warmup K --manifest-part --prompt P [...]
 //   merge:          PYTHON BACKEND_ROOT/backend farm merge RESTYLE_DIR --frames FIRST-LAST
 //
@@ -57,7 +57,7 @@ const JOB_TYPE = {
         { key: "blender_cmd", type: "string", default: "{blender}", visible: false },
         { key: "blender_args", type: "string", default: "{blenderArgs}", visible: false },
         { key: "blendfile", type: "string", required: false, default: "", visible: false,
-          description: "The submitted .blend (its compositor setup and material edits)" },
+          description: "The submitted .blend, opened by the blender runner" },
     ],
 };
 
@@ -136,7 +136,8 @@ function chunkCommand(s, stage, c) {
         exeArgs: s.blender_args,
         argsBefore: [],
         blendfile: s.blendfile || "",
-        args: ["--command", "gbuffer_editor", stage, src, ...rest],
+        // restyle: --no-edits, the headless material-edit bake is not chunk-aware (docs/farm.md)
+        args: ["--command", "gbuffer_editor", stage, src, ...(stage === "restyle" ? ["--no-edits"] : []), ...rest],
     });
 }
 
