@@ -125,3 +125,35 @@ def test_restyle_chunks_make_previews_and_merge_makes_the_mp4(footage, tmp_path)
     man = json.loads((out / "manifest.json").read_text())
     assert man["complete"] is True and man["preview_mp4"] == "preview.mp4" and (out / "preview.mp4").stat().st_size
     assert "flicker" in man and man["outputs"]["preview.mp4"]
+
+
+def test_farm_local_plan_refusals(footage, tmp_path):
+    src = footage("dolphins")
+    base = ["farm", "local", "decompose", src, "--out", tmp_path / "o", "--processing-resolution", RES]
+    r = run_cli(*base, "--chunk", "2", "--overlap", "4")
+    assert r.returncode == 2 and "--chunk 2 is below the temporal overlap --overlap 4" in r.stderr
+    r = run_cli(*base, "--chunk", "4", "--overlap", "2", "--frames", "70-80")
+    assert r.returncode == 2 and "starts past the end: the clip has 59 frame(s)" in r.stderr
+    r = run_cli(*base, "--chunk", "4", "--overlap", "2", "--warmup", "3")
+    assert r.returncode == 2 and "set by the farm job per chunk" in r.stderr
+    r = run_cli(*base, "--chunk", "4", "--overlap", "2", "--overwrite")
+    assert r.returncode == 2 and "--overwrite is not supported by farm jobs" in r.stderr
+    assert not (tmp_path / "o").exists()  # refused before the folder was touched
+
+
+def test_farm_local_runs_the_plan_and_merges(footage, tmp_path):
+    src = footage("dolphins")
+    out = tmp_path / "o"
+    args = ["farm", "local", "decompose", src, "--out", out, "--frames", "1-6", "--chunk", "4", "--overlap", "2",
+            "--processing-resolution", RES]
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    evs = events(r.stdout)
+    assert evs[0]["event"] == "start" and evs[0]["chunks"] == 2
+    assert [e["frame"] for e in evs if e["event"] == "progress"] == list(range(1, 7))
+    assert evs[-2]["event"] == "merged" and evs[-1]["event"] == "done" and evs[-1]["written"] == 6
+    assert sorted(p.name for p in (out / contract.PARTS_DIR).glob("*.json")) == ["1-4.json", "5-6.json"]
+    r = run_cli(*args)  # a re-run resumes every frame
+    assert r.returncode == 0 and events(r.stdout)[-1]["skipped"] == 6
+    r = run_cli(*[a if a != "2" else "3" for a in args])  # another overlap, same folder
+    assert r.returncode == 1 and "another farm job with other settings (overlap)" in r.stderr

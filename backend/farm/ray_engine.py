@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from .. import events
 from ..errors import JobError
 
 RAY_VERSION = "2.60.0"
@@ -38,6 +39,11 @@ RAY_MISSING = f"ray is not installed: pip install ray=={RAY_VERSION}"
 PROBE_TIMEOUT_S = 120.0
 #: the repository root holding the ``backend`` package (PYTHONPATH of the workers)
 BACKEND_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+#: Ray errors meaning a node (or its worker) is gone, not that the task failed
+_NODE_GONE = ("TaskUnschedulableError", "NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError",
+              "RaySystemError")
 
 
 def import_ray():
@@ -173,13 +179,20 @@ class RayEngine:
             refs[probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
                 plan.out, plan.token, addr)] = addr
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
-        if pending:
-            raise JobError(f"worker node {refs[pending[0]]} did not answer the output-folder check within "
-                           f"{PROBE_TIMEOUT_S:g} s", file=plan.out)
+        alive = {addr for _, addr in self.nodes()}
+        for r in pending:
+            if refs[r] in alive:
+                raise JobError(f"worker node {refs[r]} did not answer the output-folder check within "
+                               f"{PROBE_TIMEOUT_S:g} s", file=plan.out)
         for r in ready:
             try:
                 ray.get(r)
             except Exception as e:  # noqa: BLE001 - the probe's JobError names the node
+                if type(e).__name__ in _NODE_GONE or refs[r] not in {a for _, a in self.nodes()}:
+                    # the node left the cluster (Ray had not marked it dead yet): it runs no chunk
+                    events.warning(f"worker node {refs[r]} left the cluster during the output-folder check; "
+                                   f"its chunks run on the other nodes")
+                    continue
                 raise JobError(_cause(e), file=plan.out) from None
 
     # ------------------------------------------------------------------------ run
