@@ -6,7 +6,8 @@ on 10 frames of dolphins.mp4 with the plain-CLI runner (`python -m backend`) and
 frames are byte-identical to `python -m backend farm local` with the same chunk/overlap
 (manifests equal apart from the input folder's path and file identities). Bad input fails
 in the Validate step with one line, before any chunk. The `blender -b --command
-gbuffer_editor` runner is not executed here (no Blender executable on CI; see docs/farm.md).
+gbuffer_editor` runner runs through tests/blender_cli_shim.py (the extension's headless
+command in the bpy module; no Blender executable on CI), also byte-identical.
 """
 from __future__ import annotations
 
@@ -220,3 +221,36 @@ def test_an_empty_frame_range_is_refused_when_the_job_is_created(footage, tmp_pa
     log = p.stdout + p.stderr
     assert p.returncode != 0 and "Could not generate Job" in log and "Failed to create Range" in log, log[-3000:]
     assert not (tmp_path / "gb").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.blender
+def test_openjd_run_with_the_blender_runner_equals_farm_local(footage, tmp_path):
+    """Runner=blender: the chunk steps run `BLENDER -b --command gbuffer_editor decompose|restyle
+    ... --warmup K --manifest-part [--no-edits]`. No Blender executable on CI, so BLENDER is
+    tests/blender_cli_shim.py (the extension's registered headless command in the bpy
+    module, enabled from this checkout); Blender's own argument parsing is not exercised."""
+    pytest.importorskip("bpy")
+    src = footage("dolphins")
+    blender = tmp_path / "blender"
+    blender.write_text(f'#!/bin/sh\nexec "{PY}" "{Path(__file__).resolve().parent / "blender_cli_shim.py"}" "$@"\n')
+    blender.chmod(0o755)
+    gb, rs = tmp_path / "gb", tmp_path / "rs"
+    p = _run("decompose_restyle.yaml", dict(Input=src, GBufferDir=gb, RestyleDir=rs, FirstFrame=1, LastFrame=6,
+                                            ChunkSize=3, Overlap=2, ProcessingResolution=RES, Prompt="dense fog",
+                                            Runner="blender", Blender=blender, **_runner()))
+    log = p.stdout + p.stderr
+    assert p.returncode == 0, log[-4000:]
+    assert "decompose chunk 4-6 (warmup 2) with the blender runner" in log
+    assert '"stage": "restyle"' in log  # the headless command's own JSON events
+    ref_gb, ref_rs = tmp_path / "ref_gb", tmp_path / "ref_rs"
+    for argv in (["decompose", str(src), "--out", str(ref_gb), "--processing-resolution", str(RES)],
+                 ["restyle", str(ref_gb), "--out", str(ref_rs), "--prompt", "dense fog"]):
+        q = subprocess.run([PY, "-m", "backend", "farm", "local", *argv, "--frames", "1-6", "--chunk", "3",
+                            "--overlap", "2"], capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert q.returncode == 0, q.stdout + q.stderr
+    for mine, ref, prefix in ((gb, ref_gb, "gbuffer_"), (rs, ref_rs, "restyle_")):
+        got, want = _exrs(mine, prefix), _exrs(ref, prefix)
+        assert len(got) == 6 and got == want
+    assert _manifest(gb)["/frames[5]/file"] == "gbuffer_0006.exr"
+    assert (rs / "preview.mp4").is_file()
