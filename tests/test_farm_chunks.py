@@ -157,3 +157,31 @@ def test_farm_local_runs_the_plan_and_merges(footage, tmp_path):
     assert r.returncode == 0 and events(r.stdout)[-1]["skipped"] == 6
     r = run_cli(*[a if a != "2" else "3" for a in args])  # another overlap, same folder
     assert r.returncode == 1 and "another farm job with other settings (overlap)" in r.stderr
+
+
+def test_overlap_chain_is_byte_identical_to_an_unchunked_run(footage, tmp_path):
+    src = footage("dolphins")
+    plain = decompose(src, tmp_path / "plain", frames="1-7", processing_resolution=RES)
+    r = run_cli("farm", "local", "decompose", src, "--out", tmp_path / "chain", "--frames", "1-7", "--chunk", "3",
+                "--overlap", "chain", "--processing-resolution", RES)
+    assert r.returncode == 0, r.stderr
+    assert events(r.stdout)[0]["overlap"] == "chain"
+    assert _exrs(tmp_path / "chain") == _exrs(tmp_path / "plain") and len(_exrs(tmp_path / "plain")) == 7
+    man = json.loads((tmp_path / "chain" / "manifest.json").read_text())
+    assert man["settings_hash"] == plain.settings_hash  # no warmup in the hash: the unchunked run's
+
+
+def test_ray_missing_is_one_clear_line(footage, tmp_path):
+    """Without ray (import blocked, as on a machine without the farm extra)."""
+    import subprocess
+    import sys
+
+    from cli_util import REPO, cli_env
+
+    code = ("import sys; sys.modules['ray'] = None; from backend.cli import main; "
+            f"sys.exit(main(['farm', 'ray', 'decompose', {str(footage('dolphins'))!r}, '--out', "
+            f"{str(tmp_path / 'o')!r}, '--chunk', '4', '--overlap', '2', '--address', '127.0.0.9:1']))")
+    r = subprocess.run([sys.executable, "-c", code], env=cli_env(), cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip() == "error: ray is not installed: pip install ray==2.60.0"

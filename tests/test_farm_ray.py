@@ -39,7 +39,7 @@ PLAN = ["--frames", FRAMES, "--chunk", "2", "--overlap", "2"]
 def cluster():
     # a short root: Ray's socket paths under a node's temp dir must stay below 108 bytes
     root = Path(tempfile.mkdtemp(prefix="gbray_", dir="/tmp" if os.path.isdir("/tmp") else None))
-    c = LoopbackCluster(root, workers=2, cpus=1, port=6393, env={"PYTHONPATH": str(REPO)})
+    c = LoopbackCluster(root, workers=2, cpus=1, env={"PYTHONPATH": str(REPO)})
     c.t0 = time.monotonic()
     try:
         c.start(timeout=120)

@@ -68,7 +68,7 @@ class FarmPlan:
         """What two farm jobs into one folder must share (the frames may differ)."""
         return {"job": self.job, "src": os.path.realpath(self.src),
                 "kwargs": json.loads(json.dumps(self.kwargs, sort_keys=True, default=str)),
-                "chunk": self.chunk, "overlap": self.overlap}
+                "chunk": self.chunk, "overlap": "chain" if self.overlap is None else self.overlap}
 
 
 def _clip_numbers(job: str, src: str, kwargs: Dict[str, Any]) -> List[int]:
@@ -97,7 +97,9 @@ def make_plan(job: str, src: os.PathLike, out: os.PathLike, kwargs: Dict[str, An
     Args:
         frames: ``"A-B"`` source frame numbers, or ``None`` for the whole clip.
         chunk: frames per chunk, >= 1 and >= ``overlap``.
-        overlap: warmup frames K >= 0 computed (and discarded) before each chunk.
+        overlap: warmup frames K >= 0 computed (and discarded) before each chunk, or
+            ``None`` ("chain"): each chunk continues from the previous chunk's last frame
+            file (it starts when that chunk is done), byte-identical to an unchunked run.
 
     Raises:
         ValueError: a chunk smaller than the overlap, bad numbers, farm-owned kwargs.
@@ -108,9 +110,10 @@ def make_plan(job: str, src: os.PathLike, out: os.PathLike, kwargs: Dict[str, An
 
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"--chunk {chunk!r}: expected an integer >= 1 (frames per chunk)")
-    if not isinstance(overlap, int) or overlap < 0:
-        raise ValueError(f"--overlap {overlap!r}: expected an integer >= 0 (warmup frames before each chunk)")
-    if chunk < overlap:
+    if overlap is not None and (not isinstance(overlap, int) or overlap < 0):
+        raise ValueError(f"--overlap {overlap!r}: expected an integer >= 0 (warmup frames before each chunk) "
+                         "or 'chain'")
+    if overlap is not None and chunk < overlap:
         raise ValueError(f"--chunk {chunk} is below the temporal overlap --overlap {overlap}: every chunk would "
                          f"compute more discarded warmup frames than frames it writes; use --chunk >= {overlap} "
                          f"or a smaller --overlap")
@@ -210,10 +213,12 @@ def _cached_estimator(kwargs: Dict[str, Any]):
     return _ESTIMATORS[key]
 
 
-def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, last: int, overlap: int,
-              token: str = "") -> Dict[str, Any]:
+def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, last: int,
+              overlap: Optional[int], token: str = "", after: Any = None) -> Dict[str, Any]:
     """Run one chunk in this process: ``decompose|restyle --frames first-last --warmup
-    overlap --manifest-part``.
+    overlap --manifest-part`` (``overlap`` ``None``: no ``--warmup``, the chunk continues
+    from the previous frame's file, which ``after`` -- the previous chunk's result, an
+    engine's dependency -- guarantees is there).
 
     Returns:
         ``{"chunk": "A-B", "node", "pid", "written": [...], "skipped": [...],

@@ -34,6 +34,19 @@ DEFAULT_OVERLAP = 8
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
+def overlap_arg(text: str):
+    """argparse type of ``--overlap``: an integer >= 0, or ``chain`` (``None``)."""
+    if text.strip().lower() == "chain":
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'chain', got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'chain', got {v}")
+    return v
+
+
 def add_engines(sub) -> None:
     """Add ``local`` and ``ray`` (each with ``decompose`` and ``restyle``) to ``farm``'s subparsers."""
     from ..jobs import decompose_cli, restyle_cli
@@ -48,9 +61,11 @@ def add_engines(sub) -> None:
             p = mod.add_parser(jobs)
             g = p.add_argument_group("farm job")
             g.add_argument("--chunk", type=int, required=True, metavar="N", help="frames per chunk (>= --overlap)")
-            g.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP, metavar="K",
-                           help="warmup frames computed (and discarded) before each chunk so temporal state "
-                                "matches an unchunked run (default: %(default)s)")
+            g.add_argument("--overlap", type=overlap_arg, default=DEFAULT_OVERLAP, metavar="K|chain",
+                           help="K: warmup frames computed (and discarded) before each chunk, chunks run in "
+                                "parallel; chain: each chunk continues from the previous chunk's last frame "
+                                "(a dependency: decompose chunks then run one after another, output "
+                                "byte-identical to an unchunked run). Default: %(default)s")
             if engine == "ray":
                 g.add_argument("--address", required=True, metavar="HOST:PORT",
                                help="the Ray cluster's head (GCS) address, e.g. 10.0.0.1:6379")
@@ -102,7 +117,8 @@ def run_farm(args) -> int:
         claim_folder(plan)
         engine.check_visible(plan)  # every worker sees the folder, before the first chunk
         events.emit({"event": "start", "job": plan.job, "engine": args.engine, "total": len(plan.wanted),
-                     "chunks": len(plan.chunks), "chunk": plan.chunk, "overlap": plan.overlap, "out": str(out)})
+                     "chunks": len(plan.chunks), "chunk": plan.chunk,
+                     "overlap": "chain" if plan.overlap is None else plan.overlap, "out": str(out)})
         report = _Report(len(plan.wanted), t0)
         engine.run(plan, report)
     finally:
@@ -163,7 +179,7 @@ class LocalEngine:
     def run(self, plan, report: _Report) -> None:
         from .chunks import run_chunk
 
-        for c in plan.chunks:
+        for c in plan.chunks:  # in order: "chain" has its dependency
             report.chunk_done(run_chunk(plan.job, plan.src, plan.out, plan.kwargs, c.first, c.last, plan.overlap,
                                         plan.token))
 

@@ -26,6 +26,15 @@ HEAD_IP = "127.0.0.4"
 WORKER_IPS = ("127.0.0.2", "127.0.0.3", "127.0.0.5", "127.0.0.6")
 
 
+def free_port() -> int:
+    """A TCP port free on the head's address now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((HEAD_IP, 0))
+        return s.getsockname()[1]
+
+
 def _ray_cli() -> List[str]:
     exe = Path(sys.executable).parent / "ray"
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "ray.scripts.scripts"]
@@ -38,15 +47,17 @@ class LoopbackCluster:
         root: a fresh folder for the nodes' temp dirs (``root/head``, ``root/w1``...).
         workers: worker nodes besides the head.
         cpus: Ray CPUs of each node (the head included; 0 for a head that runs no chunk).
-        port: the head's GCS port.
+        port: the head's GCS port; ``None`` (default): a free one (two clusters on one
+            machine, e.g. two test runs, must not share it).
         env: extra environment of the nodes (e.g. ``PYTHONPATH``).
     """
 
-    def __init__(self, root: os.PathLike, workers: int = 2, cpus: int = 1, port: int = 6391,
+    def __init__(self, root: os.PathLike, workers: int = 2, cpus: int = 1, port: Optional[int] = None,
                  head_cpus: Optional[int] = None, env: Optional[Dict[str, str]] = None,
                  object_store_bytes: int = 80 * 1024 * 1024):
         self.root = Path(root)
-        self.workers, self.cpus, self.port = workers, cpus, port
+        self.workers, self.cpus = workers, cpus
+        self.port = port if port is not None else free_port()
         self.head_cpus = cpus if head_cpus is None else head_cpus
         self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **(env or {}))
         self.store = int(object_store_bytes)
@@ -60,7 +71,10 @@ class LoopbackCluster:
         d = self.root / name
         d.mkdir(parents=True, exist_ok=True)
         self.dirs[name] = d
-        cmd = _ray_cli() + ["start", *args, "--temp-dir", str(d), "--object-store-memory", str(self.store),
+        # every fixed-default port a free one, so two clusters on one machine (two test runs) never meet
+        ports = [f"--{opt}={free_port()}" for opt in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                     "metrics-export-port", "runtime-env-agent-port")]
+        cmd = _ray_cli() + ["start", *args, *ports, "--temp-dir", str(d), "--object-store-memory", str(self.store),
                             "--disable-usage-stats"]
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:

@@ -207,9 +207,15 @@ class RayEngine:
         ray = self.ray
         task = ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.retries,
                           retry_exceptions=False)(run_chunk)
-        refs = {task.options(scheduling_strategy="SPREAD").remote(
-            plan.job, plan.src, plan.out, plan.kwargs, c.first, c.last, plan.overlap, plan.token): c
-            for c in plan.chunks}
+        refs, prev = {}, None
+        for c in plan.chunks:
+            # "chain" (overlap None): a chunk depends on the previous chunk's result (Ray starts it
+            # when that one is done); else chunks are independent
+            ref = task.options(scheduling_strategy="SPREAD").remote(
+                plan.job, plan.src, plan.out, plan.kwargs, c.first, c.last, plan.overlap, plan.token,
+                prev if plan.overlap is None else None)
+            refs[ref] = c
+            prev = ref
         pending = list(refs)
         try:
             while pending:

@@ -1,0 +1,178 @@
+"""Farm benchmark (issue 18): the chunk-boundary step, and 1 node vs a 3-node Ray cluster.
+
+Usage::
+
+    .venv/bin/python benchmarks/farm.py [--out benchmarks/results] [--quick]
+
+Prints a markdown table and writes ``farm.json`` into ``--out``.
+
+1. **Chunk boundary** (dolphins.mp4 frames 1-48, embedded estimator, default processing
+   resolution): an unchunked decompose against the same frames in chunks of 12 with
+   overlap (``--warmup``) 0, 4 and 8. Per frame, the median over surface pixels of
+   ``|depth_chunked - depth_unchunked| / depth_unchunked``; reported as the median over
+   the chunk-boundary frames (13, 25, 37: the first frame of every chunk but the first)
+   and over the interior frames of chunks 2-4. Also the frame-to-frame step at the
+   boundaries (median relative depth change from frame n-1 to n) of each run.
+2. **Throughput** (bikes.mp4 frames 1-96, 640x272, same settings): a plain single-process
+   decompose; ``farm local`` (the farm plan, chunk 12 / overlap 8, in one process); Ray
+   on a 1-node loopback cluster (2 CPUs); Ray on a 3-node loopback cluster (head +
+   2 workers, 1 CPU each). Wall time of the whole command (start-up, planning, merge
+   included) and frames per second. **All nodes share this machine's cores** (2 on the
+   reference machine): 3 one-CPU nodes on 2 cores oversubscribe them, so the 3-node row
+   measures the farm's overhead and correctness, not a speed-up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SHARED = Path(os.environ.get("GBUFFER_SHARED_DIR") or os.environ.get("GBUFFER_SHARED") or ROOT.parent / "shared")
+FOOTAGE = SHARED / "footage"
+
+
+def _cli(*args, timeout=1800) -> float:
+    """Run ``python -m backend ARGS``; its wall time in seconds."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "backend", *map(str, args)], env=env, capture_output=True, text=True,
+                       cwd=ROOT, timeout=timeout)
+    wall = time.monotonic() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args[:3]))} failed: {r.stderr.strip()[-1500:]}")
+    return wall
+
+
+def _depths(folder: Path, n: int):
+    from backend import contract
+
+    out = {}
+    for i in range(1, n + 1):
+        f = contract.read_frame(contract.frame_path(folder, i))
+        d = np.asarray(f.depth, np.float64)
+        out[i] = (d, contract.surface_mask(f) & np.isfinite(d) & (d > 0))
+    return out
+
+
+def _rel(a, b) -> float:
+    (da, ma), (db, mb) = a, b
+    m = ma & mb
+    return float(np.median(np.abs(da[m] - db[m]) / db[m])) if m.any() else float("nan")
+
+
+def boundary(tmp: Path, frames: int = 48, chunk: int = 12, overlaps=(0, 4, 8, "chain")) -> dict:
+    src = FOOTAGE / "dolphins.mp4"
+    ref = tmp / "unchunked"
+    _cli("decompose", src, "--out", ref, "--frames", f"1-{frames}")
+    base = _depths(ref, frames)
+    bounds = list(range(chunk + 1, frames + 1, chunk))
+    interior = [n for n in range(chunk + 1, frames + 1) if n not in bounds]
+    step = lambda d, ns: float(np.median([_rel(d[n], d[n - 1]) for n in ns]))  # noqa: E731
+    rows = {"unchunked": {"step_at_boundaries": step(base, bounds),
+                          "step_interior": step(base, interior)}}
+    for k in overlaps:
+        out = tmp / f"overlap{k}"
+        wall = _cli("farm", "local", "decompose", src, "--out", out, "--frames", f"1-{frames}",
+                    "--chunk", chunk, "--overlap", k)
+        d = _depths(out, frames)
+        rows[f"overlap {k}"] = {
+            "vs_unchunked_boundary": float(np.median([_rel(d[n], base[n]) for n in bounds])),
+            "vs_unchunked_interior": float(np.median([_rel(d[n], base[n]) for n in interior])),
+            "vs_unchunked_boundary_max": float(np.max([_rel(d[n], base[n]) for n in bounds])),
+            "step_at_boundaries": step(d, bounds),
+            "step_interior": step(d, interior),
+            "wall_s": round(wall, 2),
+        }
+    for r in rows.values():  # the chunked run's extra step at the boundaries (the clip's own step removed)
+        if "vs_unchunked_boundary" in r:
+            r["step_excess_at_boundaries"] = r["step_at_boundaries"] - rows["unchunked"]["step_at_boundaries"]
+    return {"clip": "dolphins.mp4", "frames": frames, "chunk": chunk, "boundary_frames": bounds,
+            "metric": "median over surface pixels of |depth - depth_ref| / depth_ref, then the median over frames",
+            "rows": rows}
+
+
+def throughput(tmp: Path, frames: int = 96, chunk: int = 12, overlap: int = 8) -> dict:
+    from backend.farm.loopback import LoopbackCluster
+
+    src = FOOTAGE / "bikes.mp4"
+    rng = f"1-{frames}"
+    plan = ["--frames", rng, "--chunk", chunk, "--overlap", overlap]
+    rows = {}
+    w = _cli("decompose", src, "--out", tmp / "plain", "--frames", rng)
+    rows["1 process, plain decompose (no chunks)"] = w
+    w = _cli("farm", "local", "decompose", src, "--out", tmp / "local", *plan)
+    rows[f"1 process, farm local (chunk {chunk}, overlap {overlap})"] = w
+    ref = sorted((tmp / "local").glob("gbuffer_*.exr"))
+    identical = {}
+    plain = sorted((tmp / "plain").glob("gbuffer_*.exr"))
+    for name, workers, cpus, head_cpus in (("Ray 1 node (2 CPUs)", 0, 2, 2),
+                                           ("Ray 3 nodes on loopback (1 CPU each, sharing 2 cores)", 2, 1, 1)):
+        root = Path(tempfile.mkdtemp(prefix="gbbench_", dir="/tmp"))
+        c = LoopbackCluster(root, workers=workers, cpus=cpus, head_cpus=head_cpus,
+                            env={"PYTHONPATH": str(ROOT)})
+        try:
+            c.start(timeout=120)
+            out = tmp / name.split(" (")[0].replace(" ", "_")
+            rows[name] = _cli("farm", "ray", "decompose", src, "--out", out, *plan, "--address", c.address)
+            identical[name] = all(a.read_bytes() == (out / a.name).read_bytes() for a in ref)
+            if workers:
+                cname = f"Ray 3 nodes, --overlap chain (chunks in sequence; identical to plain)"
+                out = tmp / "ray3_chain"
+                rows[cname] = _cli("farm", "ray", "decompose", src, "--out", out, "--frames", rng, "--chunk", chunk,
+                                   "--overlap", "chain", "--address", c.address)
+                identical[cname] = all(a.read_bytes() == (out / a.name).read_bytes() for a in plain)
+        finally:
+            c.stop()
+            shutil.rmtree(root, ignore_errors=True)
+    return {"clip": "bikes.mp4 (640x272)", "frames": frames, "chunk": chunk, "overlap": overlap,
+            "cores": os.cpu_count(),
+            "rows": {k: {"wall_s": round(v, 2), "fps": round(frames / v, 3)} for k, v in rows.items()},
+            "byte_identical_to_farm_local": identical,
+            "note": "every node runs on this one machine: the nodes share its cores; wall time includes "
+                    "interpreter start-up, planning, the visibility check and the merge"}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--quick", action="store_true", help="24 frames for the boundary, 24 for throughput")
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="gbfarm_"))
+    try:
+        b = boundary(tmp / "b", frames=24 if args.quick else 48)
+        t = throughput(tmp / "t", frames=24 if args.quick else 96)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    res = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "boundary": b, "throughput": t}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "farm.json").write_text(json.dumps(res, indent=1) + "\n")
+    print(f"\nChunk boundary, {b['clip']} frames 1-{b['frames']}, chunk {b['chunk']} (boundaries {b['boundary_frames']})")
+    print("| run | vs unchunked at boundaries | vs unchunked inside chunks | step at boundaries | extra step "
+          "at boundaries | step inside |")
+    print("|---|---|---|---|---|---|")
+    for k, r in b["rows"].items():
+        f = lambda key: f"{100 * r[key]:.2f} %" if key in r else "-"  # noqa: E731
+        print(f"| {k} | {f('vs_unchunked_boundary')} | {f('vs_unchunked_interior')} | {f('step_at_boundaries')} | "
+              f"{f('step_excess_at_boundaries')} | {f('step_interior')} |")
+    print(f"\nThroughput, {t['clip']} {t['frames']} frames, {t['cores']} cores shared by every node")
+    print("| run | wall s | fps | byte-identical to its reference |")
+    print("|---|---|---|---|")
+    for k, r in t["rows"].items():
+        print(f"| {k} | {r['wall_s']} | {r['fps']} | {t['byte_identical_to_farm_local'].get(k, '-')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
