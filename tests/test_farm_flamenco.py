@@ -98,6 +98,19 @@ def test_single_stage_jobs_and_the_cli_runner():
     assert "--processing-resolution" in _argv(out["tasks"][0]["commands"][0])
 
 
+def test_chain_runs_chunks_one_after_another_without_warmup():
+    out = _compile(job="decompose", frames="1-9", chunk_size=3, overlap=8, chain=True, runner="cli")
+    tasks = {t["name"]: t for t in out["tasks"]}
+    assert tasks["decompose-1-3"]["dependencies"] == []
+    assert tasks["decompose-4-6"]["dependencies"] == ["decompose-1-3"]
+    assert tasks["decompose-7-9"]["dependencies"] == ["decompose-4-6"]
+    argv = _argv(tasks["decompose-4-6"]["commands"][0])
+    assert "--warmup" not in argv and "--manifest-part" in argv  # overlap 8 > chunk 3 is fine for a chain
+    out = _compile(frames="1-6", chunk_size=3, chain=True, prompt="fog")
+    tasks = {t["name"]: t for t in out["tasks"]}
+    assert tasks["restyle-4-6"]["dependencies"] == ["merge-decompose", "restyle-1-3"]
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(frames="1-10", chunk_size=2, overlap=4), "chunk_size 2 is below the temporal overlap 4"),
     (dict(frames="10-1"), "frames 10-1 is empty"),
@@ -141,3 +154,23 @@ def test_authored_cli_commands_run_and_equal_farm_local(footage, tmp_path):
         assert (json.loads((mine / "manifest.json").read_text())["frames"]
                 == json.loads((ref / "manifest.json").read_text())["frames"])
     assert (rs / "preview.mp4").is_file()
+
+
+@pytest.mark.slow
+def test_chained_decompose_equals_an_unchunked_decompose(footage, tmp_path):
+    """chain: the authored tasks, run in dependency order, give the unchunked run's frames."""
+    src = footage("dolphins")
+    gb = tmp_path / "gb"
+    out = _compile(job="decompose", frames="1-6", chunk_size=3, chain=True, input=str(src), gbuffer_dir=str(gb),
+                   backend_root=str(REPO), runner="cli", python=PY, processing_resolution=64)
+    for task in out["tasks"]:
+        for cmd in task["commands"]:
+            p = subprocess.run(_argv(cmd), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+            assert p.returncode == 0, (task["name"], p.stdout[-2000:], p.stderr[-2000:])
+    ref = tmp_path / "ref"
+    q = subprocess.run([PY, "-m", "backend", "decompose", str(src), "--out", str(ref), "--frames", "1-6",
+                        "--processing-resolution", "64"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert q.returncode == 0, q.stdout + q.stderr
+    got = {p.name: p.read_bytes() for p in sorted(gb.glob("gbuffer_*.exr"))}
+    want = {p.name: p.read_bytes() for p in sorted(ref.glob("gbuffer_*.exr"))}
+    assert len(got) == 6 and got == want

@@ -17,7 +17,9 @@
 // ({exe} {exeArgs} {argsBefore} {blendfile} {args}); the Python ones put the Python
 // interpreter in `exe` and the output folder in `blendfile`.
 // A chunk computes K (overlap) frames before its first frame, never written, so its
-// temporal state equals `python -m backend farm local ... --chunk N --overlap K`.
+// temporal state equals `python -m backend farm local ... --chunk N --overlap K`. With
+// `chain`, a chunk has no --warmup and depends on the previous chunk: it continues from
+// that chunk's last frame file, as `--overlap chain` (byte-identical to an unchunked run).
 // Tested under Node against a stand-in for Flamenco's authoring API
 // (tests/flamenco_stub.js); not run on a real Flamenco Manager.
 
@@ -41,6 +43,9 @@ const JOB_TYPE = {
           description: "Frames per task; at least the overlap" },
         { key: "overlap", type: "int32", default: 4,
           description: "Temporal overlap: frames computed (not written) before each chunk" },
+        { key: "chain", type: "bool", default: false,
+          description: "Each chunk continues from the previous chunk's last frame (no overlap): " +
+                       "chunks run one after another, byte-identical to an unchunked run" },
         { key: "estimator", type: "string", default: "embedded", description: "Decompose estimator" },
         { key: "processing_resolution", type: "int32", default: -1,
           description: "Long side the estimator computes at (0 = full size, -1 = its default)" },
@@ -72,6 +77,7 @@ function compileJob(job) {
             const task = author.Task(`${stage}-${c.first}-${c.last}`, s.runner === "blender" ? "blender" : "misc");
             task.addCommand(chunkCommand(s, stage, c));
             if (previousMerge) task.addDependency(previousMerge);
+            if (s.chain && chunkTasks.length) task.addDependency(chunkTasks[chunkTasks.length - 1]);
             job.addTask(task);
             chunkTasks.push(task);
         }
@@ -95,7 +101,7 @@ function gbufferPlan(s) {
     const chunk = s.chunk_size, overlap = s.overlap;
     if (!Number.isInteger(chunk) || chunk < 1) fail(`chunk_size ${chunk}: must be at least 1`);
     if (!Number.isInteger(overlap) || overlap < 0) fail(`overlap ${overlap}: must be 0 or more`);
-    if (chunk < overlap) {
+    if (!s.chain && chunk < overlap) {
         fail(`chunk_size ${chunk} is below the temporal overlap ${overlap}; use a chunk of at least ` +
              `${overlap} frames (or a smaller overlap)`);
     }
@@ -117,7 +123,7 @@ function splitArgs(text) {
 
 function chunkArgs(s, stage, c) {
     const args = ["--out", outDir(s, stage), "--frames", `${c.first}-${c.last}`,
-                  "--warmup", String(s.overlap), "--manifest-part"];
+                  ...(s.chain ? [] : ["--warmup", String(s.overlap)]), "--manifest-part"];
     if (stage === "decompose") {
         args.push("--estimator", s.estimator);
         if (s.processing_resolution >= 0) args.push("--processing-resolution", String(s.processing_resolution));
