@@ -202,25 +202,35 @@ def setup_gbuffer(scene, gbuffer_dir: os.PathLike, preview_pass: str = "Combined
     return image_node
 
 
+def changed_passes(tree) -> list:
+    """The passes the artist changed inside the "Material edits" frame: those that do not
+    go from the G-buffer node straight through their ``in`` reroute to their ``out``
+    reroute (a node in between, a muted or missing reroute). Every pass when the
+    G-buffer node is missing. Restyle re-renders only these (the others are the source
+    files' own)."""
+    image = find_node(tree, ROLE_GBUFFER)
+    if image is None:
+        return list(PASS_TYPES)
+    changed = []
+    for name in PASS_TYPES:
+        r_in, r_out = find_node(tree, "in", name), find_node(tree, "out", name)
+        if r_in is None or r_out is None or r_out.mute or r_in.mute:
+            changed.append(name)
+            continue
+        links_out = r_out.inputs[0].links
+        src = image.outputs.get(name)
+        links_in = r_in.inputs[0].links
+        if len(links_out) != 1 or links_out[0].from_node != r_in or \
+                (src is not None and (len(links_in) != 1 or links_in[0].from_socket != src)):
+            changed.append(name)
+    return changed
+
+
 def edits_untouched(tree) -> bool:
     """Whether the "Material edits" frame is as Decompose wired it: every pass goes from
     the G-buffer node straight through its ``in`` reroute to its ``out`` reroute. Then the
     edited G-buffers equal the source files and Restyle can skip re-rendering them."""
-    image = find_node(tree, ROLE_GBUFFER)
-    if image is None:
-        return False
-    for name in PASS_TYPES:
-        r_in, r_out = find_node(tree, "in", name), find_node(tree, "out", name)
-        if r_in is None or r_out is None or r_out.mute or r_in.mute:
-            return False
-        links_out = r_out.inputs[0].links
-        if len(links_out) != 1 or links_out[0].from_node != r_in:
-            return False
-        src = image.outputs.get(name)
-        links_in = r_in.inputs[0].links
-        if src is not None and (len(links_in) != 1 or links_in[0].from_socket != src):
-            return False
-    return True
+    return find_node(tree, ROLE_GBUFFER) is not None and not changed_passes(tree)
 
 
 def pass_socket(tree, pass_name: str):

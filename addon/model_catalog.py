@@ -39,6 +39,8 @@ class ModelSpec:
     #: licence of the weights and published download size, shown in the preferences ("" = not shown)
     licence: str = ""
     size: str = ""
+    #: GPU memory guidance shown in the preferences ("" = not shown)
+    vram: str = ""
 
 
 def model_specs() -> Tuple[ModelSpec, ...]:
@@ -46,6 +48,8 @@ def model_specs() -> Tuple[ModelSpec, ...]:
     from ..backend.estimators import marigold as mg
     from ..backend.estimators import onnx_depth as od
     from ..backend.renderers import controlnet as cn
+    from ..backend.renderers import flux2_klein as fk
+    from ..backend.renderers import wan_vace as wan
 
     depth, normals, iid = mg.DEPTH_MODEL, mg.NORMALS_MODEL, mg.INTRINSICS_MODEL
     sd, cn_depth, cn_normal = cn.DEFAULT_BASE_MODEL, cn.DEFAULT_DEPTH_MODEL, cn.DEFAULT_NORMAL_MODEL
@@ -57,6 +61,10 @@ def model_specs() -> Tuple[ModelSpec, ...]:
         ModelSpec("sd15", "Stable Diffusion 1.5", sd, "renderer 'controlnet'", _SD_FILES),
         ModelSpec("controlnet_depth", "ControlNet Depth (SD 1.5)", cn_depth, "renderer 'controlnet'"),
         ModelSpec("controlnet_normal", "ControlNet Normal (SD 1.5)", cn_normal, "renderer 'controlnet'"),
+        ModelSpec("flux2_klein_4b", "FLUX.2 [klein] 4B (GPU, ~13 GB VRAM; bf16)", fk.DEFAULT_MODEL,
+                  "renderer 'flux2-klein'", fk.DOWNLOAD_FILES, licence="Apache-2.0", size="~16 GB"),
+        ModelSpec("wan_vace_1_3b", "Wan2.1 VACE 1.3B (video restyle)", wan.DEFAULT_MODEL, "renderer 'wan-vace'",
+                  licence="Apache-2.0", size="~20 GB (estimate)", vram="GPU with 8+ GB VRAM at 480p"),
         *(ModelSpec(m.key, f"{m.label} (ONNX)", m.repo_id, f"estimator '{m.key}'",
                     (m.files["fp32"],) + tuple(m.extra_files), marker=m.files["fp32"], licence=m.licence,
                     size=f"{m.sizes_mb['fp32']:.0f} MB") for m in od.MODELS.values()),
@@ -84,20 +92,22 @@ def _folder_size(folder: Path) -> int:
 def model_status(spec: ModelSpec, cache: Optional[os.PathLike]) -> Tuple[bool, int]:
     """``(present, size in bytes)`` of a model.
 
-    Bundled: the weights file. Downloaded: a snapshot folder in ``cache``
+    Bundled: the weights file. Downloaded: a snapshot folder in ``cache`` (or in the zip's
+    own ``models/`` folder)
     (``models--<org>--<name>/snapshots/<rev>/``) holding a ``model_index.json`` or
     ``config.json``; the size is that of the repository's folder (blobs).
     """
     if not spec.repo_id:
         p = embedded_weights()
         return (True, p.stat().st_size) if p.exists() else (False, 0)
-    if not cache:
-        return False, 0
-    repo = Path(cache) / ("models--" + spec.repo_id.replace("/", "--"))
-    snaps = repo / "snapshots"
     markers = (spec.marker,) if spec.marker else ("model_index.json", "config.json")
-    present = snaps.is_dir() and any((s / m).exists() for s in snaps.iterdir() for m in markers)
-    return present, _folder_size(repo) if repo.is_dir() else 0
+    # the models folder, then a copy the release zip carries (./dev build --with-models)
+    for folder in ([Path(cache)] if cache else []) + [Path(__file__).resolve().parent.parent / "models"]:
+        repo = folder / ("models--" + spec.repo_id.replace("/", "--"))
+        snaps = repo / "snapshots"
+        if snaps.is_dir() and any((s / m).exists() for s in snaps.iterdir() for m in markers):
+            return True, _folder_size(repo)
+    return False, 0
 
 
 def human_size(n: int) -> str:

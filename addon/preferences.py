@@ -193,7 +193,7 @@ def draw_model_list(layout, prefs) -> None:
         row.label(text=spec.label, icon="CHECKMARK" if present else "X")
         row.label(text=(human_size(size) if present else "missing") + f"  ({spec.used_by})")
         if spec.licence:
-            row.label(text=f"{spec.licence}, {spec.size}")
+            row.label(text=", ".join(x for x in (spec.licence, spec.size, getattr(spec, "vram", "")) if x))
         if spec.repo_id and not present:
             sub = row.row()
             sub.enabled = allowed

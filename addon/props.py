@@ -167,6 +167,14 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
     )
     # -- decompose -------------------------------------------------------------
     estimator: EnumProperty(name="Estimator", items=_estimator_items, description="G-buffer estimator")
+    # on (the default): no --processing-resolution is passed, so the sidebar computes at the
+    # same size as the command line and the Python API (the estimator's own default)
+    use_estimator_resolution: BoolProperty(
+        name="Estimator's Default",
+        default=True,
+        description="Compute at the estimator's own processing resolution (embedded: 192 px, "
+                    "marigold: 768 px), as the command line does; off: set it below",
+    )
     # saved in scenes as "max_size" (its old name); one meaning from here to the estimator
     max_size: IntProperty(
         name="Processing Resolution",
@@ -174,8 +182,9 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
         min=0,
         soft_max=4096,
         subtype="PIXEL",
-        description="Long side, in pixels, of the frame the estimator computes on (0: full size). "
-                    "Capped to what the estimator supports (embedded: 192). "
+        description="Long side, in pixels, of the frame the estimator computes on (0: full size), "
+                    "used when Estimator's Default is off. Capped to what the estimator supports "
+                    "(embedded: 192). "
                     "The G-buffers are always written at the footage's full size",
     )
     use_scene_range: BoolProperty(

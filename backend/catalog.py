@@ -33,6 +33,13 @@ _ESTIMATORS: Dict[str, dict] = {
                                 "packages": ("onnxruntime",),
                                 "models": (("onnx-community/depth-anything-v2-small", "onnx/model.onnx"),),
                                 "gpu": False},
+    "video-depth-anything-small": {"summary": "Video Depth Anything Small (Apache-2.0, ONNX Runtime, no torch): "
+                                              "consistent relative depth over the shot in overlapping 32-frame "
+                                              "windows, normals from it, materials from the embedded network; "
+                                              "needs an ONNX export in the models folder (none is published)",
+                                   "packages": ("onnxruntime",),
+                                   "models": (("depth-anything/Video-Depth-Anything-Small", "onnx/model.onnx"),),
+                                   "gpu": False},
 }
 _RENDERERS: Dict[str, dict] = {
     "embedded": {"summary": "physically based relighting + atmosphere, numpy, CPU; a list of "
@@ -41,6 +48,14 @@ _RENDERERS: Dict[str, dict] = {
                    "packages": ("torch", "diffusers", "transformers"),
                    "models": ("stable-diffusion-v1-5/stable-diffusion-v1-5", "lllyasviel/control_v11f1p_sd15_depth",
                               "lllyasviel/control_v11p_sd15_normalbae"), "gpu": True},
+    "flux2-klein": {"summary": "FLUX.2 [klein] 4B img2img (Apache-2.0, ~16 GB download, ~13 GB VRAM): a "
+                               "photoreal restyle that keeps the composition, 4 steps",
+                    "packages": ("torch", "diffusers", "transformers"),
+                    "models": ("black-forest-labs/FLUX.2-klein-4B",), "gpu": True},
+    "wan-vace": {"summary": "Wan2.1 VACE 1.3B video restyle of whole windows of frames, G-buffer depth (or "
+                            "normals) as the control video, free-form prompts; a GPU with 8+ GB VRAM at 480p",
+                 "packages": ("torch", "diffusers", "transformers"),
+                 "models": ("Wan-AI/Wan2.1-VACE-1.3B-diffusers",), "gpu": True},
 }
 #: where an artist gets what is missing (the add-on's preferences)
 PACKAGES_WHERE = "Preferences > Add-ons > G-Buffer Editor > Diffusion packages"
@@ -62,17 +77,22 @@ def models_folder(cache_dir: Optional[os.PathLike] = None) -> Optional[Path]:
 
 def model_present(repo_id: str, cache_dir: Optional[os.PathLike] = None, marker: Optional[str] = None) -> bool:
     """Whether a snapshot of ``repo_id`` with a config (or, given ``marker``, that file, e.g.
-    ``onnx/model.onnx``) is in the models folder."""
-    folder = models_folder(cache_dir)
-    if folder is None:
-        return False
-    snaps = folder / ("models--" + repo_id.replace("/", "--")) / "snapshots"
-    try:
-        if marker:
-            return any((s / marker).exists() for s in snaps.iterdir())
-        return any((s / "model_index.json").exists() or (s / "config.json").exists() for s in snaps.iterdir())
-    except OSError:
-        return False
+    ``onnx/model.onnx``) is in the models folder or bundled in the zip (``models/`` at the
+    extension's root)."""
+    bundled = Path(__file__).resolve().parent.parent / "models"  # a release zip's (--with-models)
+    for folder in (models_folder(cache_dir), bundled):
+        if folder is None:
+            continue
+        snaps = folder / ("models--" + repo_id.replace("/", "--")) / "snapshots"
+        try:
+            if marker and any((s / marker).exists() for s in snaps.iterdir()):
+                return True
+            if not marker and any((s / "model_index.json").exists() or (s / "config.json").exists()
+                                  for s in snaps.iterdir()):
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def _package_present(name: str, extra_sites=()) -> bool:

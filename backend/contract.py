@@ -28,7 +28,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -457,29 +457,41 @@ def _read_header(path: os.PathLike) -> Dict[str, Any]:
         raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
 
 
-def sanitize(frame: GBufferFrame) -> GBufferFrame:
+def sanitize(frame: GBufferFrame, passes: Optional[Sequence[str]] = None) -> GBufferFrame:
     """Bring edited passes back inside the contract, in place (and return the frame).
 
     Used on frames an artist changed in the compositor before they are re-rendered:
     NaN/Inf -> 0; Albedo, Metallic, Roughness, Confidence clipped to [0, 1]; Combined
     clamped to >= 0; Depth clamped to >= 1e-4; Normals re-normalised (zero vectors
     become the contract's facing normal (0, 0, 1)). Arrays become ``float32``.
+
+    Args:
+        passes: lower-case names of the passes to treat (e.g. ``["roughness"]``, the
+            ones an edit changed); ``None``: all of them.
     """
-    for name in ("combined", "depth", "normal", "albedo", "metallic", "roughness", "confidence"):
+    todo = set(PASS_ATTRS if passes is None else passes)
+    for name in PASS_ATTRS:
         arr = getattr(frame, name)
-        if arr is not None:
+        if arr is not None and name in todo:
             setattr(frame, name, np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32))
     for name in ("albedo", "metallic", "roughness", "confidence"):
         arr = getattr(frame, name)
-        if arr is not None:
+        if arr is not None and name in todo:
             setattr(frame, name, np.clip(arr, 0.0, 1.0))
-    frame.combined = np.maximum(frame.combined, 0.0)
-    frame.depth = np.maximum(frame.depth, 1e-4)
-    n = frame.normal
-    length = np.linalg.norm(n, axis=-1, keepdims=True)
-    safe = np.where(length > 1e-6, n / np.maximum(length, 1e-6), np.array(SKY_NORMAL, np.float32))
-    frame.normal = safe.astype(np.float32)
+    if "combined" in todo:
+        frame.combined = np.maximum(frame.combined, 0.0)
+    if "depth" in todo:
+        frame.depth = np.maximum(frame.depth, 1e-4)
+    if "normal" in todo:
+        n = frame.normal
+        length = np.linalg.norm(n, axis=-1, keepdims=True)
+        safe = np.where(length > 1e-6, n / np.maximum(length, 1e-6), np.array(SKY_NORMAL, np.float32))
+        frame.normal = safe.astype(np.float32)
     return frame
+
+
+#: the pass attributes of :class:`GBufferFrame`, lower-case
+PASS_ATTRS = ("combined", "depth", "normal", "albedo", "metallic", "roughness", "confidence")
 
 
 def read_channels(path: os.PathLike) -> tuple:
@@ -538,6 +550,36 @@ def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np
         return half_to_float32(found[0] if len(found) == 1 else np.stack(found, axis=-1))
     found = [f.astype(np.float32) for f in found]
     return found[0] if len(found) == 1 else np.stack(found, axis=-1)
+
+
+def read_passes(path: os.PathLike, names: Sequence[str]) -> Dict[str, np.ndarray]:
+    """Read some passes of an EXR file that may hold only those (e.g. a compositor bake
+    of the edited passes), under any layer prefix, either Blender version's layout.
+
+    Args:
+        names: contract pass names (keys of :data:`PASSES`, e.g. ``["Roughness"]``).
+
+    Returns:
+        Lower-case pass name -> ``float32`` array (``H x W`` or ``H x W x C``, channels as
+        in :data:`PASSES`; ``combined`` without an alpha channel gets alpha 1).
+
+    Raises:
+        ContractError: unreadable file, or one of ``names`` missing (naming file and pass).
+        KeyError: a name that is not a contract pass.
+    """
+    chans, _ = read_channels(path)
+    out = {}
+    for name in names:
+        suffixes = PASSES[name][0]
+        arr = _find_pass(chans, name, suffixes)
+        if arr is None and name == "Combined":
+            arr3 = _find_pass(chans, name, ("R", "G", "B"))
+            if arr3 is not None:
+                arr = np.concatenate([arr3, np.ones_like(arr3[..., :1])], axis=-1)
+        if arr is None:
+            raise ContractError(f"{path}: missing pass {name}", file=path)
+        out[name.lower()] = arr
+    return out
 
 
 def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:

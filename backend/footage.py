@@ -52,7 +52,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import colour
+from . import colour, events
 from .errors import InputError
 from .imaging import resize
 
@@ -733,6 +733,11 @@ class _MovieFootage(Footage):
                 f"{self._path}: the movie ends after frame {index} but its stated duration implies about {est} "
                 f"frames (truncated or corrupt file); frames 1-{index} decoded, the rest is missing",
                 frame=index + 1, file=self._path)
+        if info.n_frames is None and est is not None and index < est - 2:
+            # within 10 %: a stated duration can be rounded or padded, so only a warning
+            events.warning(f"{self._path}: the movie ends after frame {index} but its stated duration "
+                           f"implies about {est} frames; the file may be cut (the last frames missing)",
+                           file=self._path)
 
     def _estimated_frames(self) -> Optional[int]:
         """Frame count implied by the video stream's stated duration and the frame rate (for

@@ -95,12 +95,14 @@ class ClipEmbedder:
     def __init__(self, folder: os.PathLike, device: str = "cpu", batch: int = 16):
         from pathlib import Path
 
-        import torch
-        from transformers import CLIPImageProcessor, CLIPVisionModelWithProjection
+        from .errors import require_packages
 
         p = Path(folder)
         if not (p / "config.json").is_file():
             raise InputError(f"CLIP model {p}: no config.json (a local folder of a CLIP model is needed)")
+        require_packages("CMMD (CLIP embeddings)", "torch", "transformers")
+        import torch
+        from transformers import CLIPImageProcessor, CLIPVisionModelWithProjection
         try:
             self.model = CLIPVisionModelWithProjection.from_pretrained(
                 p, local_files_only=True, use_safetensors=True).to(device).eval()

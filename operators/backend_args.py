@@ -136,17 +136,19 @@ def decompose_argv(
     out_dir: os.PathLike,
     *,
     estimator: str,
-    max_size: int,
+    max_size: Optional[int],
     frames: Optional[tuple] = None,
     stabilize: bool = False,
     overwrite: bool = False,
     prefs=None,
 ) -> List[str]:
     """Full command line for ``python -m backend decompose`` (``max_size``: the sidebar's
-    Processing Resolution, 0 = full size; ``overwrite``: replace frames an earlier run
-    with other settings left in ``out_dir``, see the backend's ``--overwrite``)."""
-    args = [source, "--out", str(out_dir), "--estimator", estimator,
-            "--processing-resolution", str(max_size)]
+    Processing Resolution, 0 = full size, ``None`` = the estimator's own default, as on the
+    command line; ``overwrite``: replace frames an earlier run with other settings left in
+    ``out_dir``, see the backend's ``--overwrite``)."""
+    args = [source, "--out", str(out_dir), "--estimator", estimator]
+    if max_size is not None:
+        args += ["--processing-resolution", str(max_size)]
     if frames is not None:
         args += frames_arg(*frames)
     if stabilize:

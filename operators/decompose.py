@@ -129,7 +129,7 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
             footage.backend_input(source),
             out_dir,
             estimator=s.estimator,
-            max_size=s.max_size,
+            max_size=None if s.use_estimator_resolution else s.max_size,
             frames=frames,
             stabilize=s.stabilize,
             overwrite=self.resume,  # Resume continues in that folder even after a settings change

@@ -6,6 +6,7 @@ editors; their drawing code is shared (``draw_*`` functions taking a layout).
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import bpy
 
@@ -45,8 +46,9 @@ def draw_output_folder_note(layout, context) -> None:
         col.label(text="Save the .blend or pick a folder to keep them", icon="BLANK1")
 
 
-def resolution_note(estimator: str, requested: int) -> str:
-    """What the estimator will really compute at, for the line under the setting."""
+def resolution_note(estimator: str, requested: Optional[int]) -> str:
+    """What the estimator will really compute at, for the line under the setting
+    (``requested``: ``None`` = the estimator's own default, 0 = full size)."""
     from ..backend.estimators.base import resolution_of
 
     try:
@@ -75,8 +77,12 @@ def draw_decompose(layout, context) -> None:
     col.use_property_split = True
     col.use_property_decorate = False
     col.prop(s, "estimator")
-    col.prop(s, "max_size")
-    col.label(text=resolution_note(s.estimator, s.max_size), icon="INFO")
+    col.prop(s, "use_estimator_resolution")
+    sub = col.column()
+    sub.active = not s.use_estimator_resolution
+    sub.prop(s, "max_size")
+    requested = None if s.use_estimator_resolution else s.max_size
+    col.label(text=resolution_note(s.estimator, requested), icon="INFO")
     from ..addon.preferences import cache_dir
 
     missing = missing_model_note(s.estimator, cache_dir())

@@ -111,3 +111,59 @@ def copy_cache(src: os.PathLike, dst: os.PathLike) -> Path:
     """A copy of a cache folder (symlinks kept), for tests that damage it."""
     shutil.copytree(src, dst, symlinks=True)
     return Path(dst)
+
+
+# ---------------------------------------------------------------------------- video
+
+
+def tiny_video_model(seed: int = 0, window_gain: float = 12.0):
+    """A tiny random-weight stand-in for Video Depth Anything's published forward
+    (``[B, T, 3, H, W]`` ImageNet-normalised -> ``[B, T, H, W]`` disparity >= 0): per-frame
+    convolutions, attention across the T frames of the window (as the temporal head's motion
+    modules mix frames), and one scale and shift for the whole window that depend on the
+    window's content (``exp(window_gain * mean(x))``, ``0.2 sigmoid(4 mean(x))``), the per-window ambiguity of a
+    relative-depth network that the published scheme's alignment removes."""
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+    class TinyVDA(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.enc2 = nn.Conv2d(8, 8, 3, padding=1)
+            self.query = nn.Linear(8, 8)
+            self.head = nn.Conv2d(8, 1, 3, padding=1)
+
+        def forward(self, x):
+            b, t, c, h, w = x.shape
+            f = F.relu(self.enc2(F.relu(self.enc1(x.flatten(0, 1)))))
+            f = f.unflatten(0, (b, t))  # B, T, 8, H, W
+            q = f.mean(dim=(3, 4))  # B, T, 8
+            att = torch.softmax(q @ self.query(q).transpose(1, 2) / 8 ** 0.5, dim=-1)  # B, T, T
+            f = f + torch.einsum("bts,bschw->btchw", att, f)
+            d = F.softplus(self.head(f.flatten(0, 1))).unflatten(0, (b, t)).squeeze(2)  # B, T, H, W
+            g = x.mean(dim=(1, 2, 3, 4)).view(b, 1, 1, 1)
+            return F.relu(d * torch.exp(window_gain * g) + 0.2 * torch.sigmoid(4 * g))
+
+    torch.manual_seed(seed)
+    return TinyVDA().eval()
+
+
+def export_video_replica(path: os.PathLike, height: int, width: int, frames: int = 4, *, model=None,
+                         names=("frames", "depth")) -> Path:
+    """Export ``model`` (default :func:`tiny_video_model`) to ONNX at ``path`` with input
+    ``names[0]`` ``[1, T, 3, H, W]`` and output ``names[1]`` ``[1, T, H, W]``, T, H and W
+    dynamic (the layout :data:`backend.estimators.video_depth.VIDEO_MODELS` expects)."""
+    import torch
+
+    model = model if model is not None else tiny_video_model()
+    x = torch.rand(1, frames, 3, height, width)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    inp, out = names
+    torch.onnx.export(model, (x,), str(path), input_names=[inp], output_names=[out],
+                      dynamic_axes={inp: {0: "batch_size", 1: "frames", 3: "height", 4: "width"},
+                                    out: {0: "batch_size", 1: "frames", 2: "height", 3: "width"}},
+                      opset_version=17, dynamo=False)
+    return path

@@ -504,6 +504,7 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     s = sc.gbuffer_editor
     s.output_dir = str(tmp_path) + "/"
     s.max_size, s.stabilize, s.use_scene_range = 256, True, False
+    s.use_estimator_resolution = False
     s.frame_start, s.frame_end = 3, 5
     ctl = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
     argv = ctl.steps[0].argv
@@ -521,6 +522,11 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     # Resume continues in that folder even after a settings change: frames written there
     # with other settings are replaced (a fresh run gets a new, empty folder)
     assert "--overwrite" in ctl3.steps[0].argv and "--overwrite" not in argv
+    # Estimator's Default (on in a new scene): no --processing-resolution, so the button
+    # computes at the same size as the command line and the Python API
+    s.use_estimator_resolution = True
+    argv4 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context).steps[0].argv
+    assert "--processing-resolution" not in argv4 and argv4[7:9] == ["--estimator", "embedded"]
     env = ctl.steps[0].env
     assert env["PYTHONPATH"].split(":")[0] == str(util.REPO_ROOT)
     assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off
@@ -574,6 +580,11 @@ def test_sidebar_says_what_resolution_the_estimator_really_uses(addon):
     assert resolution_note("embedded", 96) == "Computes at 96 px; G-buffers at full size"
     assert resolution_note("marigold", 0) == "Computes at full size; G-buffers at full size"
     assert resolution_note("nope", 768) == "Estimator unavailable"
+    # Estimator's Default: the estimator's own size, as on the command line
+    assert resolution_note("embedded", None) == "Computes at 192 px; G-buffers at full size"
+    assert resolution_note("marigold", None) == "Computes at 768 px; G-buffers at full size"
+    assert bpy.types.Scene.bl_rna.properties["gbuffer_editor"].fixed_type.properties[
+        "use_estimator_resolution"].default is True
 
 
 def test_sidebar_shows_which_passes_are_defaults(addon, scene, footage, tmp_path):
@@ -803,9 +814,21 @@ def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
     value = compat.new_value_node(tree, 0.0, "Roughness 0")
     tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Roughness").inputs[0])
     assert not compositor.edits_untouched(tree)
+    assert compositor.changed_passes(tree) == ["Roughness"]
+    n_nodes = len(tree.nodes)
     with bpy.context.temp_override(scene=sc):
         assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
-    assert (tmp_path / "runs" / "restyle_002" / restyle.EDITED_DIR / "gbuffer_0002.exr").exists()
+    edited = tmp_path / "runs" / "restyle_002" / restyle.EDITED_DIR
+    assert (edited / "gbuffer_0002.exr").exists()
+    # only Roughness was re-rendered; the other passes are the source frame's own, bit for bit
+    assert contract.read_manifest(edited)["edited_passes"] == ["Roughness"]
+    for n in (2, 3):
+        src, out = (contract.read_frame(contract.frame_path(d, n), validate=True) for d in (gb, edited))
+        assert np.all(out.roughness == 0.0) and out.meta["edited"] is True
+        for name in ("combined", "depth", "normal", "albedo", "metallic"):
+            np.testing.assert_array_equal(getattr(out, name), getattr(src, name))
+    assert len(tree.nodes) == n_nodes and not any(nd.name.startswith("G-buffer bake") for nd in tree.nodes)
+    assert not (edited / "_render").exists()
     tree.nodes.remove(value)
     r_in, r_out = compositor.find_node(tree, "in", "Roughness"), compositor.find_node(tree, "out", "Roughness")
     tree.links.new(r_in.outputs[0], r_out.inputs[0])

@@ -93,6 +93,7 @@ def test_catalog_states_what_each_name_needs():
 def test_missing_model_is_named_with_where_to_get_it(tmp_path):
     """An empty models folder: marigold and controlnet are not ready, and the reason
     names the models and Preferences > Models."""
+    pytest.importorskip("diffusers")  # without the packages, the reason is the packages
     msg = readiness("estimator", "marigold", cache_dir=tmp_path)
     first, names = msg.splitlines()
     assert first.startswith("estimator 'marigold' cannot run: ")

@@ -289,3 +289,13 @@ def test_out_pointing_at_a_file_says_it_is_a_file(tmp_path, footage):
     assert err["event"] == "error" and err["file"] == str(target)
     assert err["message"] == f"output folder {target} is a file, not a folder; choose another --out"
     assert target.read_text() == "not a folder"
+
+
+def test_frames_starting_before_the_clip_warn(tmp_path, footage):
+    """Fresh-eyes trial: ``--frames 0-3`` on a movie (frames 1..N) became 1-3 silently."""
+    r = run_cli("decompose", footage("boat"), "--out", tmp_path / "a", "--frames", "0-2", "--max-size", "32")
+    assert r.returncode == 0, r.stderr
+    evs = events(r.stdout)
+    warn = [e for e in evs if e["event"] == "warning"]
+    assert len(warn) == 1 and "starting at frame 1; clipped to 1-2" in warn[0]["message"], warn
+    assert list(contract.list_frames(tmp_path / "a")) == [1, 2]

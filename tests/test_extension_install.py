@@ -33,6 +33,9 @@ BUNDLED_IMPORTS = {
     "protobuf": "google.protobuf",
     "flatbuffers": "flatbuffers",
     "packaging": "packaging",
+    "huggingface_hub": "huggingface_hub",
+    "PyYAML": "yaml",
+    "httpx2": "httpx2",
 }
 
 
@@ -305,8 +308,9 @@ ext_dir, site = sys.argv_ext, sys.argv_site
 sys.path[:0] = [ext_dir, site]
 import numpy as np
 import OpenEXR, av, onnxruntime, cv2, google.protobuf, flatbuffers, packaging
+import huggingface_hub, yaml, httpx2, filelock
 mods = {{m.__name__: m.__file__ for m in (OpenEXR, av, onnxruntime, cv2, google.protobuf,
-                                          flatbuffers, packaging)}}
+                                          flatbuffers, packaging, huggingface_hub, yaml, httpx2, filelock)}}
 
 import backend
 from backend import contract
@@ -363,7 +367,8 @@ def default_path(installed, tmp_path_factory):
     site = dependencies.blender_wheels_site_dir(installed["extensions_dir"])
     assert installed["enabled_3"]
     assert site.is_dir()
-    for top in ("OpenEXR", "av", "onnxruntime", "cv2", "google", "flatbuffers", "packaging"):
+    for top in ("OpenEXR", "av", "onnxruntime", "cv2", "google", "flatbuffers", "packaging", "huggingface_hub",
+                "yaml", "httpx2"):
         assert list(site.glob(top + "*")), (top, sorted(p.name for p in site.iterdir()))
     assert not list(site.glob("numpy*")), "Blender's numpy must not be shadowed"
 
@@ -539,3 +544,61 @@ def test_depth_anything_from_installed_copy(default_path):
     assert frame.meta["estimator"] == "depth-anything-v2-small"
     assert np.all(frame.depth > 0) and float(frame.depth.std()) > 0
     assert any("depth-anything" in str(k) for k in frame.meta.get("models", {})), frame.meta.get("models")
+
+
+#: Run from the installed copy: the network cut (every connect counted and refused), then
+#: the Depth Anything estimator resolving the replica through the bundled huggingface_hub.
+HUB_SCRIPT = r"""
+import json, os, socket, sys, types
+attempts = []
+def refuse(*a, **k):
+    attempts.append(1)
+    raise OSError("network cut by the test")
+socket.socket.connect = refuse
+socket.socket.connect_ex = refuse
+socket.create_connection = refuse
+import numpy as np
+import huggingface_hub
+from backend.estimators.onnx_depth import DepthAnythingEstimator, DepthModelError
+est = DepthAnythingEstimator(cache_dir=sys.argv[1], materials="none")
+depth = est.predict(np.full((56, 84, 3), 0.3, np.float32)).depth
+out = {"hub": huggingface_hub.__file__, "revision": est.revision, "depth_ok": bool(np.all(depth > 0)),
+       "via_hub": "huggingface_hub.file_download" in sys.modules, "offline_attempts": len(attempts)}
+# the positive control: online (HF_HUB_OFFLINE off), an empty folder makes it try to connect
+import huggingface_hub.constants
+import huggingface_hub.utils._http as hf_http
+huggingface_hub.constants.HF_HUB_OFFLINE = False
+os.environ["HF_HUB_OFFLINE"] = "0"
+hf_http.time = types.SimpleNamespace(sleep=lambda s: None, time=hf_http.time.time, monotonic=hf_http.time.monotonic)
+try:
+    DepthAnythingEstimator(cache_dir=sys.argv[2], materials="none", local_files_only=False)
+except DepthModelError as e:
+    out["online_error"] = str(e)
+out["online_attempts"] = len(attempts)
+print(json.dumps(out))
+"""
+
+
+def test_huggingface_hub_from_installed_wheels(default_path):
+    """The zip ships huggingface_hub (the Models preferences' Download button needs it): the
+    installed copy imports it from its own wheels, resolves a replica of Depth Anything V2
+    Small through it offline without a single connection attempt (socket layer cut), and
+    only tries the network when downloads are on (the cut refuses it: one clear line)."""
+    import onnx_depth_util as odu
+    from backend.estimators.onnx_depth import MODELS
+
+    res, ext_dir, env, tmp_path = default_path
+    spec = MODELS["depth-anything-v2-small"]
+    cache = tmp_path / "hub_models"
+    odu.install_in_cache(cache, spec.repo_id, spec.files["fp32"],
+                         odu.export_replica(tmp_path / "hub_export" / "model.onnx", 56, 84))
+    proc = subprocess.run([sys.executable, "-c", HUB_SCRIPT, str(cache), str(tmp_path / "hub_empty")],
+                          cwd=ext_dir, env=dict(env, HF_HUB_OFFLINE="1"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert Path(out["hub"]).is_relative_to(Path(res["site"])), out["hub"]
+    assert out["via_hub"] and out["revision"] == odu.COMMIT and out["depth_ok"]
+    assert out["offline_attempts"] == 0
+    assert out["online_attempts"] > 0
+    assert "\n" not in out["online_error"] and "download into" in out["online_error"]

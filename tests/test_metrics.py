@@ -22,6 +22,8 @@ def test_mmd_matches_explicit_pair_sums():
 
 @pytest.fixture(scope="module")
 def tiny_clip(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModelWithProjection
     import torch
     torch.manual_seed(0)
@@ -76,3 +78,14 @@ def test_colour_measures_on_real_footage_and_bad_sets(tmp_path, footage):
     assert len(err) == 1 and "empty" in err[0], r.stderr
     r = run_cli("metrics", str(footage("boat")), str(footage("boat")), "--clip", str(tmp_path / "none"))
     assert r.returncode != 0 and "CLIP model" in r.stderr
+    # a CLIP folder, but no torch/transformers in this Python (the fast lane, Blender's own
+    # Python): one line naming what CMMD needs, never a bare ModuleNotFoundError
+    (tmp_path / "clip").mkdir()
+    (tmp_path / "clip" / "config.json").write_text("{}")
+    r = run_cli("metrics", str(footage("boat")), str(footage("boat")), "--clip", str(tmp_path / "clip"))
+    assert r.returncode != 0 and "ModuleNotFoundError" not in r.stderr
+    import importlib.util
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        assert "CMMD (CLIP embeddings) needs torch, transformers" in r.stderr, r.stderr
+    else:
+        assert "CLIP model" in r.stderr, r.stderr

@@ -81,6 +81,7 @@ def test_blender_decompose_with_depth_anything_offline(addon, footage, tmp_path)
     scene.frame_end = 2
     s.output_dir = str(tmp_path / "out") + os.sep
     s.max_size, s.use_scene_range, s.stabilize = 64, True, False
+    s.use_estimator_resolution = False
     assert bpy.ops.gbuffer.decompose() == {"FINISHED"}, s.status
     gb = tmp_path / "out" / "decompose_001"
     assert s.status == "Decompose: done", s.status

@@ -615,6 +615,8 @@ def test_cli_never_reaches_the_model_hub(tmp_path):
     how to download it (not a download attempt, not a missing config.json)."""
     import subprocess
 
+    pytest.importorskip("diffusers")  # without the packages, the refusal names those instead
+
     from cli_util import cli_cmd, cli_env
 
     src = write_image(tmp_path / "a.png", gradient_rgb(24, 32))
@@ -696,3 +698,23 @@ def test_two_files_for_one_gbuffer_frame_are_refused(tmp_path):
     shutil.copy(gb / "gbuffer_0001.exr", gb / "gbuffer_001.exr")
     with pytest.raises(contract.ContractError, match=r"gbuffer_0001\.exr and gbuffer_001\.exr are both frame 1"):
         restyle(gb, tmp_path / "out", "fog", progress=io.StringIO())
+
+
+def test_matroska_ending_a_little_early_warns(tmp_path):
+    """Fresh-eyes trial: a Matroska file cut by under 10 % of its stated duration passed
+    silently (the error's tolerance); it now gives a warning naming the file."""
+    from backend import events
+
+    mkv = _truncated_movie(tmp_path, keep=0.92, ext=".mkv")
+    seen = []
+    with events.reporting(seen.append), open_footage(mkv) as f:
+        n = sum(1 for _ in f)
+    assert 30 <= n < 38, n  # within the tolerance of the error, but short
+    warn = [e for e in seen if e.get("event") == "warning"]
+    assert len(warn) == 1 and str(mkv) in warn[0]["message"]
+    assert f"ends after frame {n}" in warn[0]["message"] and "about 40 frames" in warn[0]["message"]
+    # the whole file: no warning
+    seen.clear()
+    with events.reporting(seen.append), open_footage(tmp_path / "full.mkv") as f:
+        assert sum(1 for _ in f) == 40
+    assert not [e for e in seen if e.get("event") == "warning"]

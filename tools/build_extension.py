@@ -15,7 +15,19 @@ Steps:
    the running Python) and ``blender_ext.py validate`` on every zip produced.
 
 Usage: ``python tools/build_extension.py [--platforms linux-x64,windows-x64]
-[--output-dir dist] [--offline]``. Prints the paths of the zips, one a line.
+[--output-dir dist] [--offline] [--with-models NAME... [--models-from DIR]]``. Prints the
+paths of the zips, one a line.
+
+``--with-models NAME...`` (estimator names, e.g. ``depth-anything-v2-small``) puts those
+models' files into the zip under ``models/``, a Hugging Face cache folder
+(``models--<org>--<name>/refs/main``, ``snapshots/<commit>/<file>`` as plain files) that
+the backend reads before the models folder (``backend.estimators.onnx_depth.BUNDLED_MODELS_DIR``),
+with each model's licence text in ``models/LICENSES/<name>.txt``. Only permissive
+licences (:data:`PERMISSIVE`) are bundled; any other is refused by name and the build
+stops. The files come from the model hub (``huggingface_hub``; ``HF_TOKEN`` as usual)
+or, with ``--models-from DIR``, from a local Hugging Face cache folder. When the hub
+cannot be reached (or ``--offline`` / ``HF_HUB_OFFLINE=1``) one line says so and the zip
+is built without models.
 """
 from __future__ import annotations
 
@@ -55,6 +67,121 @@ _PRUNE_TOP = {".git", "wheels", "dist", "tests", "training", "benchmarks", ".ci"
 
 class BuildError(RuntimeError):
     pass
+
+
+#: SPDX ids of the licences whose weights may go into the zip
+PERMISSIVE = ("Apache-2.0", "MIT", "BSD-2-Clause", "BSD-3-Clause")
+#: licence texts (tools/licences/<SPDX>.txt)
+LICENCE_DIR = Path(__file__).resolve().parent / "licences"
+#: models that exist upstream but are never bundled: name -> licence
+NOT_PERMISSIVE = {
+    "depth-anything-v2-base": "CC-BY-NC-4.0", "depth-anything-v2-large": "CC-BY-NC-4.0",
+    "video-depth-anything-base": "CC-BY-NC-4.0", "video-depth-anything-large": "CC-BY-NC-4.0",
+    "marigold": "the Marigold weights' own licences (not checked: not bundled)",
+    "controlnet": "CreativeML-OpenRAIL-M (Stable Diffusion 1.5)",
+}
+
+
+def bundle_specs(names: Sequence[str]):
+    """The registry entries (:class:`backend.estimators.onnx_depth.DepthModel`) of ``names``.
+
+    Raises:
+        BuildError: an unknown name, or a licence not in :data:`PERMISSIVE` (named).
+    """
+    sys.path.insert(0, str(REPO))
+    try:
+        from backend.estimators.onnx_depth import MODELS
+        from backend.estimators.video_depth import VIDEO_MODELS
+    finally:
+        sys.path.remove(str(REPO))
+    known = dict(MODELS, **VIDEO_MODELS)
+    specs = []
+    for name in names:
+        if name in NOT_PERMISSIVE:
+            raise BuildError("{} is {}: only permissively licensed weights ({}) go into the zip".format(
+                name, NOT_PERMISSIVE[name], ", ".join(PERMISSIVE)))
+        if name not in known:
+            raise BuildError("unknown model {!r} for --with-models; known: {}".format(name, ", ".join(sorted(known))))
+        spec = known[name]
+        if spec.licence not in PERMISSIVE:
+            raise BuildError("{} is {}: only permissively licensed weights ({}) go into the zip".format(
+                name, spec.licence, ", ".join(PERMISSIVE)))
+        specs.append(spec)
+    return specs
+
+
+def _fetch_model(spec, files: Sequence[str], models_from) -> Dict[str, Path]:
+    """``{file: local path}`` of ``spec``'s files, from ``models_from`` (a hub-cache
+    folder) or downloaded into the user's Hugging Face cache."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from backend.estimators.onnx_depth import cached_file
+    finally:
+        sys.path.remove(str(REPO))
+    got = {}
+    for f in files:
+        if models_from is not None:
+            hit = cached_file(models_from, spec.repo_id, f)
+            if hit is None:
+                raise BuildError("{}: {} is not in {} (a Hugging Face cache folder)".format(spec.key, f, models_from))
+            got[f] = hit
+        else:
+            from huggingface_hub import hf_hub_download
+
+            got[f] = Path(hf_hub_download(spec.repo_id, f))
+    return got
+
+
+def stage_models(stage: Path, names: Sequence[str], models_from=None, offline: bool = False) -> List[str]:
+    """Copy ``names``' files and licences into ``stage/models``; returns the names bundled.
+
+    Without ``models_from``, when the hub cannot be reached (or ``offline``), prints one
+    line to stderr and bundles nothing.
+
+    Raises:
+        BuildError: see :func:`bundle_specs`; a file missing from ``models_from``.
+    """
+    specs = bundle_specs(names)
+    if not specs:
+        return []
+    fetched = {}
+    for spec in specs:
+        files = [spec.files["fp32"]] + list(spec.extra_files)
+        if models_from is None and not spec.published:
+            raise BuildError("{}: no ONNX export is published to download; export it (docs/models.md) into a "
+                             "models folder and pass --models-from that folder".format(spec.key))
+        if models_from is None and (offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")):
+            print("build_extension: offline: building without the models {}".format(", ".join(names)), file=sys.stderr)
+            return []
+        try:
+            fetched[spec.key] = (spec, _fetch_model(spec, files, models_from))
+        except BuildError:
+            raise
+        except Exception as e:  # noqa: BLE001 - no network, hub down, ...: one line, no models
+            why = " ".join("{}: {}".format(type(e).__name__, e).split())[:200]
+            print("build_extension: cannot reach the model hub for {} ({}): building without the models {}".format(
+                spec.repo_id, why, ", ".join(names)), file=sys.stderr)
+            return []
+    root = stage / "models"
+    for key, (spec, files) in fetched.items():
+        repo = root / ("models--" + spec.repo_id.replace("/", "--"))
+        snap_commit = None
+        for f, path in files.items():
+            parts = Path(path).parts
+            snap_commit = parts[len(parts) - 1 - parts[::-1].index("snapshots") + 1] if "snapshots" in parts else "local"
+            dst = repo / "snapshots" / snap_commit / f
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dst)  # the file itself, never a link: zips hold no links
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "main").write_text(snap_commit or "local")
+        licence = LICENCE_DIR / "{}.txt".format(spec.licence)
+        if not licence.is_file():
+            raise BuildError("{}: no text of its licence {} in {}".format(key, spec.licence, LICENCE_DIR))
+        (root / "LICENSES").mkdir(parents=True, exist_ok=True)
+        header = ("{} ({})\nweights: https://huggingface.co/{} at commit {}\nsource: {}\nlicence: {}\n\n"
+                  .format(spec.label, key, spec.repo_id, snap_commit, spec.source, spec.licence))
+        (root / "LICENSES" / "{}.txt".format(key)).write_text(header + licence.read_text())
+    return list(fetched)
 
 
 def blender_ext_path(python: str = sys.executable) -> Path:
@@ -143,8 +270,8 @@ def _copy_tree(src_root: Path, dst_root: Path) -> None:
             and not (rel == Path(".") and d in _PRUNE_TOP)
         )
         for name in filenames:
-            if name.endswith(".pyc"):
-                continue
+            if name.endswith(".pyc") or (rel == Path(".") and name in _PRUNE_TOP):
+                continue  # (a git worktree's `.git` is a file)
             # Copy, never hard-link: the staged manifest is rewritten in place.
             (dst_root / rel).mkdir(parents=True, exist_ok=True)
             shutil.copy2(Path(dirpath) / name, dst_root / rel / name)
@@ -163,8 +290,11 @@ def staged_manifest(text: str, platforms: Sequence[str], wheel_names: Sequence[s
 
 
 def build(platforms: Sequence[str], output_dir: os.PathLike, *, offline: bool = False,
-          python_versions: Sequence[str] = PYTHON_VERSIONS) -> List[Path]:
-    """Build one validated zip per platform into ``output_dir``; return their paths."""
+          python_versions: Sequence[str] = PYTHON_VERSIONS, with_models: Sequence[str] = (),
+          models_from=None) -> List[Path]:
+    """Build one validated zip per platform into ``output_dir``; return their paths.
+    ``with_models`` / ``models_from``: see the module docstring."""
+    bundle_specs(with_models)  # refuse a non-permissive or unknown model before any work
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     ext = blender_ext_path()
@@ -176,6 +306,8 @@ def build(platforms: Sequence[str], output_dir: os.PathLike, *, offline: bool = 
     with tempfile.TemporaryDirectory(prefix="gbuffer_stage_") as tmp:
         stage = Path(tmp) / "gbuffer_editor"
         _copy_tree(REPO, stage)
+        if with_models:
+            stage_models(stage, with_models, Path(models_from) if models_from else None, offline=offline)
         for name, path in wheels.items():
             _link_or_copy(path, stage / "wheels" / name)
         manifest = (REPO / "blender_manifest.toml").read_text()
@@ -206,10 +338,15 @@ def main(argv=None) -> int:
                         help="comma-separated Blender platforms (default: %(default)s)")
     parser.add_argument("--output-dir", default=str(REPO / "dist"))
     parser.add_argument("--offline", action="store_true", help="use only wheels already in wheels/")
+    parser.add_argument("--with-models", nargs="+", default=[], metavar="NAME",
+                        help="put these permissively licensed models (estimator names) into the zip")
+    parser.add_argument("--models-from", metavar="DIR",
+                        help="take --with-models from this Hugging Face cache folder instead of the hub")
     args = parser.parse_args(argv)
     platforms = [p.strip() for p in args.platforms.split(",") if p.strip()]
     try:
-        for z in build(platforms, args.output_dir, offline=args.offline):
+        for z in build(platforms, args.output_dir, offline=args.offline, with_models=args.with_models,
+                       models_from=args.models_from):
             print(z)
     except BuildError as ex:
         print("build_extension: " + str(ex), file=sys.stderr)

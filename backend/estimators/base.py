@@ -132,6 +132,7 @@ ESTIMATORS = Registry("estimator", __package__, {
     "embedded": ".embedded:EmbeddedEstimator",
     "marigold": ".marigold:MarigoldEstimator",
     "depth-anything-v2-small": ".onnx_depth:DepthAnythingEstimator",
+    "video-depth-anything-small": ".video_depth:VideoDepthAnythingEstimator",
 })
 
 

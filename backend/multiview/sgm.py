@@ -10,7 +10,7 @@ directions ``r``, of the cheapest path cost reaching it::
 ``P1`` penalises a one-plane step between neighbouring pixels (slanted surfaces),
 ``P2`` any larger jump (depth edges); ``P2`` is lowered across strong intensity
 edges of the reference image (where depth edges are likely). Planes are uniform in
-inverse depth, so one plane is about one pixel of parallax everywhere. Four
+inverse depth, so one plane is about 1.5 px of parallax everywhere. Four
 directions (left, right, up, down) are scanned; each scan is vectorised over the
 other image axis.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from types import MappingProxyType
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -39,6 +39,11 @@ class Renderer:
             output, for temporal consistency (the job passes it in any case; this is
             for callers and UIs).
         needs_gpu: practical only on a GPU (it still runs on the CPU, slowly).
+        window: ``0`` (default): :meth:`render` is called frame by frame; ``N > 0``: a
+            whole-clip renderer, the job calls :meth:`render_window` on windows of up to
+            ``N`` frames that overlap by :attr:`window_overlap` frames and blends the
+            overlaps (:mod:`backend.jobs.restyle`). May be set per instance (an option).
+        window_overlap: frames shared by neighbouring windows (``0 <= overlap < window``).
         last_info: per-frame facts about the latest :meth:`render` (JSON values,
             e.g. ``{"flicker": 0.01}``) that the job adds to that frame's manifest
             entry; empty (read-only) unless a renderer sets its own dict.
@@ -49,6 +54,8 @@ class Renderer:
     accepts_reference: bool = False
     uses_previous_output: bool = False
     needs_gpu: bool = False
+    window: int = 0
+    window_overlap: int = 0
     last_info: Mapping[str, Any] = MappingProxyType({})
 
     def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
@@ -69,6 +76,21 @@ class Renderer:
 
         Returns:
             ``H x W x 3`` float32 scene-linear Rec.709 RGB, finite, >= 0.
+        """
+        raise NotImplementedError
+
+    def render_window(self, frames: Sequence[GBufferFrame], prompt: str, *,
+                      frame_indices: Optional[Sequence[int]] = None, times_s: Optional[Sequence[float]] = None,
+                      looks: Optional[Sequence[Look]] = None) -> List[np.ndarray]:
+        """Re-render a window of consecutive frames at once (renderers with ``window > 0``).
+
+        Args:
+            frames: ``T`` contract frames of one size, in clip order (``T <= window``).
+            frame_indices, times_s: each frame's 0-based clip index and time in seconds.
+            looks: as for :meth:`render`.
+
+        Returns:
+            ``T`` arrays ``H x W x 3`` float32 scene-linear Rec.709 RGB, finite, >= 0.
         """
         raise NotImplementedError
 
@@ -140,6 +162,7 @@ def _parse(prompt: str, free_text: bool) -> Tuple[Look, ...]:
 RENDERERS = Registry("renderer", __package__, {
     "embedded": ".embedded:EmbeddedRenderer",
     "controlnet": ".controlnet:ControlNetRenderer",
+    "wan-vace": ".wan_vace:WanVaceRenderer",
 })
 
 
