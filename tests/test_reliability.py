@@ -718,3 +718,28 @@ def test_matroska_ending_a_little_early_warns(tmp_path):
     with events.reporting(seen.append), open_footage(tmp_path / "full.mkv") as f:
         assert sum(1 for _ in f) == 40
     assert not [e for e in seen if e.get("event") == "warning"]
+
+
+def test_result_of_a_removed_input_frame_is_no_longer_listed(tmp_path):
+    """Fresh-eyes trial: after an input frame was removed, a resumed job kept listing its
+    old output in manifest.json as part of the shot. Now it warns naming it, leaves the
+    file alone and lists only the shot's frames. (Decompose: a removed source frame
+    changes the source's frame count, so the folder is refused as other settings.)"""
+    seq = _sequence(tmp_path / "seq", [1001, 1002, 1003, 1004])
+    gb = tmp_path / "gb"
+    assert run_cli("decompose", seq, "--out", gb, "--estimator", "tiny", "--max-size", "32",
+                   tiny=True).returncode == 0
+    out = tmp_path / "rs"
+    args = ("restyle", gb, "--prompt", "fog", "--out", out, "--no-mp4")
+    assert run_cli(*args).returncode == 0
+    contract.frame_path(gb, 1003).unlink()
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    warn = [e for e in events(r.stdout) if e["event"] == "warning" and "no input frame any more" in e["message"]]
+    assert len(warn) == 1 and "restyle_1003.exr" in warn[0]["message"] and warn[0]["frame"] == 1003, r.stdout
+    man = contract.read_manifest(out)
+    assert [e["frame"] for e in man["frames"]] == [1001, 1002, 1004] and man["complete"] is True
+    assert output_path(out, 1003).exists()  # never deleted: it is the user's to remove
+    # the next run no longer adopts it from the manifest on disk
+    assert run_cli(*args).returncode == 0
+    assert [e["frame"] for e in contract.read_manifest(out)["frames"]] == [1001, 1002, 1004]

@@ -439,6 +439,21 @@ class _ManifestBook:
         self.data["frames_missing"] = _ranges(missing)
         return not missing and not self.runlock.others_running()
 
+    def in_shot(self, number: int) -> bool:
+        """Frame ``number`` is one of the shot's (always, when the shot is not known)."""
+        return self.expected is None or number in self._expected_set
+
+    def drop_stale(self) -> List[int]:
+        """Forget entries of frames that are no longer in the shot (an input frame removed
+        since an earlier run); returns their numbers. Their files stay where they are."""
+        self._expected_set = set(self.expected or ())
+        stale = sorted(n for n in self.frames if not self.in_shot(n))
+        for n in stale:
+            del self.frames[n]
+        return stale
+
+    _expected_set: set = frozenset()
+
     def stored_hash(self, number: int) -> Optional[str]:
         return self.old_frames.get(number, {}).get("settings_hash")
 
@@ -470,7 +485,7 @@ class _ManifestBook:
         if disk.get("settings_hash") == self.shash:
             for n, e in _entries(disk).items():
                 if (n not in self.frames and e.get("settings_hash") == self.shash
-                        and Path(self.path_for(n)).exists()):
+                        and Path(self.path_for(n)).exists() and self.in_shot(n)):
                     self.frames[n] = e
         for key in ("outputs", "inputs"):  # merge other chunks' checksums
             if isinstance(disk.get(key), dict) and isinstance(self.data.get(key), dict) \
@@ -587,6 +602,12 @@ class FrameRun:
         self.book = _ManifestBook(out, self.shash, old, manifest, job, settings, path_for,
                                   throttle=(read_hash is not None) if throttle is None else throttle)
         self.book.expected = None if expected is None else sorted(set(int(n) for n in expected))
+        stale = self.book.drop_stale()
+        if stale:  # fresh-eyes trial (issue 16): they were listed as if still part of the shot
+            events.warning(f"{out}: {len(stale)} frame(s) of an earlier run ({_ranges(stale)}, e.g. "
+                           f"{Path(path_for(stale[0])).name}) have no input frame any more: they are left "
+                           f"on disk but no longer listed in manifest.json; delete them, or they show in "
+                           f"an image sequence of this folder", frame=stale[0], file=Path(path_for(stale[0])))
         self.result = JobResult(out_dir=out, total=total, settings_hash=self.shash, manifest=self.book.data)
         self.pending: List[_InFlight] = []
         self.clock = _Clock()
