@@ -469,13 +469,59 @@ class Decomposer:
                 "albedo": albedo, "metallic": metallic, "roughness": roughness, "confidence": confidence}
 
 
+def _option_names(name: str) -> Optional[List[str]]:
+    """The keyword options estimator ``name``'s factory names (``None``: not known, e.g. a
+    factory that takes anything)."""
+    import inspect
+
+    from .estimators.base import ESTIMATORS
+
+    try:
+        f = ESTIMATORS.factory(name)
+        # a class's own options and those of the classes it passes ``**options`` on to
+        funcs = [c.__init__ for c in f.__mro__ if "__init__" in vars(c) and c is not object] \
+            if isinstance(f, type) else [f]
+        sigs = [inspect.signature(fn) for fn in funcs]
+    except (KeyError, TypeError, ValueError):
+        return None
+    named: List[str] = []
+    for sig in sigs:
+        named += [p.name for p in sig.parameters.values() if p.name != "self" and p.name not in named
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if not named and any(p.kind == p.VAR_KEYWORD for p in sigs[0].parameters.values()):
+        return None
+    return named
+
+
 def _make_estimator(name: str, options: Optional[Dict[str, Any]], device: Optional[str]) -> Estimator:
-    """Instantiate a registered estimator, passing ``device`` when its factory takes it."""
+    """Instantiate a registered estimator, passing ``device`` when its factory takes it.
+
+    Raises:
+        ValueError: an option the estimator does not have (a typo would otherwise be
+            ignored silently), or a value it rejects; both name the option.
+    """
     opts = dict(options or {})
+    known = _option_names(name)
+    if known is not None:
+        unknown = [k for k in opts if k not in known]
+        if unknown:
+            shown = ", ".join(k for k in known if k != "device") or "none"
+            raise ValueError(f"estimator {name!r} has no option {unknown[0]!r} (--estimator-option); "
+                             f"its options: {shown}")
+    given = dict(opts)
     if device is not None:
         opts["device"] = device
     try:
-        return get_estimator(name, **opts)
-    except TypeError:
-        opts.pop("device", None)
-        return get_estimator(name, **opts)
+        try:
+            return get_estimator(name, **opts)
+        except TypeError:
+            if device is None:
+                raise
+            opts.pop("device", None)
+            return get_estimator(name, **opts)
+    except (TypeError, ValueError) as e:
+        if not given or any(repr(k) in str(e) for k in given):
+            raise
+        shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        raise ValueError(f"estimator {name!r} rejected --estimator-option {shown}: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e

@@ -299,3 +299,19 @@ def test_frames_starting_before_the_clip_warn(tmp_path, footage):
     warn = [e for e in evs if e["event"] == "warning"]
     assert len(warn) == 1 and "starting at frame 1; clipped to 1-2" in warn[0]["message"], warn
     assert list(contract.list_frames(tmp_path / "a")) == [1, 2]
+
+
+def test_estimator_option_typos_and_bad_values_are_named(tmp_path, footage):
+    """Fresh-eyes trial: ``--estimator-option source_chrome=0.2`` (a typo) was ignored
+    silently, and ``source_chroma=abc`` failed without naming the option."""
+    src = footage("boat")
+    r = run_cli("decompose", src, "--out", tmp_path / "a", "--frames", "1", "--max-size", "32",
+                "--estimator-option", "source_chrome=0.2")
+    assert r.returncode != 0 and not (tmp_path / "a").exists()
+    assert "estimator 'embedded' has no option 'source_chrome'" in r.stderr and "source_chroma" in r.stderr
+    r = run_cli("decompose", src, "--out", tmp_path / "b", "--frames", "1", "--max-size", "32",
+                "--estimator-option", "source_chroma=abc")
+    assert r.returncode != 0 and "source_chroma='abc'" in r.stderr and "could not convert" in r.stderr
+    r = run_cli("decompose", src, "--out", tmp_path / "c", "--frames", "1", "--max-size", "32",
+                "--estimator-option", "source_chroma=0.3")
+    assert r.returncode == 0, r.stderr

@@ -185,3 +185,36 @@ def test_ray_missing_is_one_clear_line(footage, tmp_path):
                        timeout=120)
     assert r.returncode == 1
     assert r.stderr.strip() == "error: ray is not installed: pip install ray==2.60.0"
+
+
+def test_farm_local_stops_on_one_signal(footage, tmp_path):
+    """Fresh-eyes trial: ``farm local`` ran to the end after a single SIGTERM. Now the first
+    signal stops it after the current frame: a ``cancelled`` event, exit 130, complete
+    frames kept as parts, and a re-run resumes them."""
+    import signal
+
+    from cli_util import start_cli
+
+    src, out = footage("boat"), tmp_path / "o"
+    args = ["farm", "local", "decompose", src, "--out", out, "--chunk", "4", "--overlap", "2",
+            "--processing-resolution", RES]
+    p = start_cli(*args)
+    try:
+        while True:  # the first finished chunk
+            line = p.stdout.readline()
+            assert line, p.stderr.read()
+            if json.loads(line).get("event") == "progress":
+                break
+        p.send_signal(signal.SIGTERM)
+        rest, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    evs = events(rest)
+    assert evs[-1]["event"] == "cancelled" and not [e for e in evs if e["event"] == "done"], rest
+    kept = contract.list_frames(out)
+    assert 4 <= len(kept) < 16
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert last_event(r.stdout)["skipped"] >= len(kept) and len(contract.list_frames(out)) == 16

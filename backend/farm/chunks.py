@@ -214,7 +214,7 @@ def _cached_estimator(kwargs: Dict[str, Any]):
 
 
 def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, last: int,
-              overlap: Optional[int], token: str = "", after: Any = None) -> Dict[str, Any]:
+              overlap: Optional[int], token: str = "", after: Any = None, cancel: Any = None) -> Dict[str, Any]:
     """Run one chunk in this process: ``decompose|restyle --frames first-last --warmup
     overlap --manifest-part`` (``overlap`` ``None``: no ``--warmup``, the chunk continues
     from the previous frame's file, which ``after`` -- the previous chunk's result, an
@@ -224,8 +224,11 @@ def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, 
         ``{"chunk": "A-B", "node", "pid", "written": [...], "skipped": [...],
         "elapsed_s", "events": [...]}`` (``events``: the chunk's progress and warnings).
 
+    ``cancel``: a ``threading.Event`` (``farm local``): when set, the chunk's job stops
+    after its current frame (:class:`~backend.errors.JobCancelled`).
+
     Raises:
-        JobError and the job's other errors (one line each).
+        JobError and the job's other errors (one line each); JobCancelled.
     """
     node = check_visible(out, token) if token else node_name()
     evs: List[Dict[str, Any]] = []
@@ -239,13 +242,14 @@ def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, 
             kw["estimator"] = _cached_estimator(kw)
             kw.pop("estimator_options", None)
             kw.pop("device", None)
-            result = decompose(src, out, frames=frames, warmup=overlap, manifest_part=True, **kw)
+            result = decompose(src, out, frames=frames, warmup=overlap, manifest_part=True, cancel=cancel, **kw)
         else:
             from ..jobs.restyle import restyle
 
             kw = dict(kwargs)
             prompt = kw.pop("prompt", "")
-            result = restyle(src, out, prompt, frames=frames, warmup=overlap, manifest_part=True, **kw)
+            result = restyle(src, out, prompt, frames=frames, warmup=overlap, manifest_part=True, cancel=cancel,
+                             **kw)
     return {"chunk": frames, "node": node, "pid": os.getpid(), "written": list(result.written),
             "skipped": list(result.skipped), "elapsed_s": round(time.monotonic() - t0, 3),
             "events": [e for e in evs if e.get("event") in ("progress", "warning")]}

@@ -113,6 +113,7 @@ def run_farm(args) -> int:
         engine.connect()  # an address that does not answer: one line, before the folder is touched
     else:
         engine = LocalEngine()
+    engine.cancel = getattr(args, "cancel", None)  # the CLI's first SIGINT/SIGTERM sets it
     try:
         claim_folder(plan)
         engine.check_visible(plan)  # every worker sees the folder, before the first chunk
@@ -176,12 +177,17 @@ class LocalEngine:
 
         check_visible(plan.out, plan.token)
 
+    cancel = None  # threading.Event: stop after the current frame (set by run_farm)
+
     def run(self, plan, report: _Report) -> None:
+        from ..errors import JobCancelled
         from .chunks import run_chunk
 
         for c in plan.chunks:  # in order: "chain" has its dependency
+            if self.cancel is not None and self.cancel.is_set():
+                raise JobCancelled(report.written, c.first)
             report.chunk_done(run_chunk(plan.job, plan.src, plan.out, plan.kwargs, c.first, c.last, plan.overlap,
-                                        plan.token))
+                                        plan.token, cancel=self.cancel))
 
     def close(self) -> None:
         pass

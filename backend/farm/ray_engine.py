@@ -217,9 +217,16 @@ class RayEngine:
             refs[ref] = c
             prev = ref
         pending = list(refs)
+        cancel = getattr(self, "cancel", None)
         try:
             while pending:
-                ready, pending = ray.wait(pending, num_returns=1, timeout=None)
+                if cancel is not None and cancel.is_set():
+                    from ..errors import JobCancelled
+
+                    raise JobCancelled(report.written)  # the chunks still running are cancelled below
+                ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                if not ready:
+                    continue
                 for r in ready:
                     try:
                         res = ray.get(r)
