@@ -22,7 +22,8 @@ RES = 64
 
 
 def _chunk(src, out, frames, warmup=2, **kw):
-    return decompose(src, out, frames=frames, processing_resolution=RES, warmup=warmup, manifest_part=True, **kw)
+    kw.setdefault("processing_resolution", RES)
+    return decompose(src, out, frames=frames, warmup=warmup, manifest_part=True, **kw)
 
 
 def _exrs(folder, prefix="gbuffer_"):
@@ -218,3 +219,24 @@ def test_farm_local_stops_on_one_signal(footage, tmp_path):
     r = run_cli(*args)
     assert r.returncode == 0, r.stderr
     assert last_event(r.stdout)["skipped"] >= len(kept) and len(contract.list_frames(out)) == 16
+
+
+def test_plain_job_and_farm_chunks_with_other_settings_refuse_each_other(footage, tmp_path):
+    """Fresh-eyes trial: a ``--manifest-part`` chunk and a plain job with other settings
+    (either one first, the first one still writing) both ran into one folder and mixed
+    frames; ``farm local`` did too. Each claim is now seen by the other kind."""
+    src = footage("dolphins")
+    a = tmp_path / "a"
+    _chunk(src, a, "1-2")  # a chunk's part claims the folder for its settings
+    with pytest.raises(JobError, match="holds farm chunks of a decompose with other settings"):
+        decompose(src, a, frames="3-4", processing_resolution=32)
+    b = tmp_path / "b"
+    decompose(src, b, frames="1-2", processing_resolution=RES)  # a plain job's manifest.json
+    with pytest.raises(JobError, match="holds a decompose with other settings"):
+        _chunk(src, b, "3-4", processing_resolution=32)
+    r = run_cli("farm", "local", "decompose", src, "--out", b, "--frames", "1-4", "--chunk", "2", "--overlap", "0",
+                "--processing-resolution", 32)
+    assert r.returncode != 0 and "holds a decompose with other settings" in r.stderr, r.stderr
+    assert sorted(contract.list_frames(b)) == [1, 2]
+    # the same settings still resume and merge
+    decompose(src, a, frames="1-2", processing_resolution=RES, warmup=2, manifest_part=True)

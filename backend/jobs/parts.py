@@ -92,6 +92,12 @@ def folder_view(out: os.PathLike, shash: str, job: str, part: Tuple[int, int]) -
     """
     out = Path(out)
     base = read_own_manifest(out)
+    if base.get("settings_hash") not in (None, shash):
+        # a plain (non-farm) job's claim or result: it may be writing right now, and the
+        # folder holds one set of settings (fresh-eyes trial: a chunk mixed into a plain run)
+        raise JobError(f"output folder {out} holds a {base.get('job') or job} with other settings (settings "
+                       f"hash {base.get('settings_hash')} in manifest.json; this chunk has {shash}); one folder "
+                       f"holds one set of settings: choose another --out", file=out / "manifest.json")
     try:
         parts = contract.read_parts(out)
     except contract.ContractError as e:
@@ -114,6 +120,24 @@ def folder_view(out: os.PathLike, shash: str, job: str, part: Tuple[int, int]) -
     if not parts:
         return base
     return contract.assemble_parts(parts, base)
+
+
+def check_no_foreign_parts(out: os.PathLike, shash: str, job: str) -> None:
+    """For a plain (non-farm) job: refuse a folder holding farm chunk parts of another job
+    or with other settings (a chunk may be writing right now; no lock covers parts).
+
+    Raises:
+        JobError: naming the part and both settings hashes.
+    """
+    try:
+        parts = contract.read_parts(out)
+    except contract.ContractError as e:
+        raise JobError(str(e), file=getattr(e, "file", None)) from None
+    for f, d in parts:
+        if d.get("job") not in (None, job) or d.get("settings_hash") != shash:
+            raise JobError(f"output folder {out} holds farm chunks of a {d.get('job') or 'job'} with other "
+                           f"settings ({PARTS_DIR}/{f.name}: settings hash {d.get('settings_hash')}; this job has "
+                           f"{shash}); one folder holds one set of settings: choose another --out", file=f)
 
 
 def ranges(numbers) -> str:

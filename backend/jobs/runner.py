@@ -946,6 +946,9 @@ def run_job(
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
             lock = _RunLock(out)
+            from .parts import check_no_foreign_parts
+
+            check_no_foreign_parts(out, shash, job)  # farm chunks take no lock: their parts say it
             if old.get("settings_hash") not in (None, shash) and lock.others_running():
                 raise JobError(
                     f"another {old.get('job') or job} job with other settings (settings hash "
