@@ -570,7 +570,13 @@ class _ImageFootage(Footage):
                 self._first = None
             else:
                 # messages name the source frame number (the one in the file name)
-                rgb, alpha, *_ = _read_image(f, self._cs, info.numbers[i] - 1)
+                try:
+                    rgb, alpha, *_ = _read_image(f, self._cs, info.numbers[i] - 1)
+                except MemoryError as e:  # fresh-eyes trial: the job named only its output folder
+                    num = info.numbers[i]
+                    raise FootageError(f"{f} (frame {num}): out of memory decoding this "
+                                       f"{info.width}x{info.height} image; close other programs, or convert "
+                                       f"the sequence to a smaller size", frame=num, file=f) from e
             if rgb.shape[:2] != (info.height, info.width):
                 num = info.numbers[i]
                 raise FootageError(

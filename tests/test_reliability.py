@@ -743,3 +743,24 @@ def test_result_of_a_removed_input_frame_is_no_longer_listed(tmp_path):
     # the next run no longer adopts it from the manifest on disk
     assert run_cli(*args).returncode == 0
     assert [e["frame"] for e in contract.read_manifest(out)["frames"]] == [1001, 1002, 1004]
+
+
+def test_out_of_memory_decoding_a_sequence_frame_names_the_file(tmp_path, monkeypatch):
+    """Fresh-eyes trial: running out of memory while decoding a sequence frame (seen with
+    ``ulimit -v`` on 3000x2000 PNGs) named only the output folder. Fault injected: the
+    second frame's decode raises MemoryError."""
+    import backend.footage as fm
+
+    seq = _sequence(tmp_path / "seq", [1001, 1002, 1003])
+    real = fm._read_image
+
+    def read(path, *a, **k):
+        if str(path).endswith("shot_1002.png"):
+            raise MemoryError
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(fm, "_read_image", read)
+    with pytest.raises(FootageError, match=r"shot_1002\.png \(frame 1002\): out of memory") as e:
+        decompose(seq, tmp_path / "out", processing_resolution=32, stream=io.StringIO())
+    assert e.value.frame == 1002 and str(e.value.file).endswith("shot_1002.png")
+    assert sorted(contract.list_frames(tmp_path / "out")) == [1001]  # the finished frame is kept
