@@ -177,8 +177,9 @@ def test_runner_generic_api(tmp_path):
     assert (out / "img_002.txt").read_text() == f"2 {h}"
     man = json.loads((out / "manifest.json").read_text())
     import hashlib
+    data = (out / "img_002.txt").read_bytes()
     assert man["frames"][1] == {"frame": 2, "file": "img_002.txt", "settings_hash": h, "value": 20,
-                                "sha256": hashlib.sha256((out / "img_002.txt").read_bytes()).hexdigest()}
+                                "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     calls.clear()
     res = run_job(out, tasks(), settings={"prompt": "fog"}, total=3, job="restyle",
                   path_for=lambda n: out / f"img_{n:03d}.txt", stream=io.StringIO())

@@ -764,3 +764,24 @@ def test_out_of_memory_decoding_a_sequence_frame_names_the_file(tmp_path, monkey
         decompose(seq, tmp_path / "out", processing_resolution=32, stream=io.StringIO())
     assert e.value.frame == 1002 and str(e.value.file).endswith("shot_1002.png")
     assert sorted(contract.list_frames(tmp_path / "out")) == [1001]  # the finished frame is kept
+
+
+def test_a_frame_cut_after_it_was_written_is_computed_again(tmp_path, footage):
+    """Fresh-eyes trial: ``truncate -s 3000 gbuffer_0007.exr`` and a resume skipped it (its
+    header, with the settings hash, was intact). The manifest records each frame's size:
+    a resume recomputes a frame whose size changed, with a warning naming it."""
+    out = tmp_path / "out"
+    args = ("decompose", footage("boat"), "--out", out, "--frames", "1-4", "--max-size", "32")
+    assert run_cli(*args).returncode == 0
+    f = contract.frame_path(out, 3)
+    good = f.read_bytes()
+    assert {e["frame"]: e["bytes"] for e in contract.read_manifest(out)["frames"]}[3] == len(good)
+    with open(f, "r+b") as fh:
+        fh.truncate(3000)
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    evs = events(r.stdout)
+    warn = [e for e in evs if e["event"] == "warning" and "computing it again" in e["message"]]
+    assert len(warn) == 1 and warn[0]["frame"] == 3 and "3000 bytes" in warn[0]["message"]
+    assert evs[-1]["written"] == 1 and evs[-1]["skipped"] == 3
+    assert f.read_bytes() == good

@@ -631,6 +631,16 @@ class FrameRun:
             stored = self.book.stored_hash(number)
         if stored != self.shash:
             return False
+        recorded = self.book.old_frames.get(number, {}).get("bytes")
+        if isinstance(recorded, int):
+            try:
+                size = final.stat().st_size
+            except OSError:
+                return False
+            if size != recorded:  # fresh-eyes trial: a truncated frame was resumed as done
+                events.warning(f"{final} (frame {number}) is {size} bytes but was {recorded} when written "
+                               f"(cut or changed since): computing it again", frame=number, file=final)
+                return False
         return self._input_matches(number, final)
 
     def _input_matches(self, number: int, final: Path) -> bool:
@@ -653,6 +663,10 @@ class FrameRun:
         entry: Dict[str, Any] = {"frame": number, "file": final.name, "settings_hash": self.shash}
         if sha is not None:
             entry["sha256"] = sha
+        try:
+            entry["bytes"] = final.stat().st_size  # a resume notices a file cut since
+        except OSError:
+            pass
         if self.input_for is not None:
             fp = self.input_for(number)
             if fp is not None:
