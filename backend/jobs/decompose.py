@@ -159,13 +159,13 @@ def clip_frame_range(first: int, last: Optional[int], n_src, path, spec: Optiona
         events.warning(f"--frames {spec}: the clip has {have}; clipped to {max(first, lo)}-{hi}",
                        file=path)
         last = hi
-    elif spec and first < lo:
-        events.warning(f"--frames {spec}: the clip has {have}, starting at frame {lo}; clipped to "
-                       f"{lo}-{hi if last is None else last}", file=path)
     count = sum(1 for n in nums if n >= first and (last is None or n <= last))
     if count == 0:
         raise FootageError(f"{path}: --frames {spec} holds no frame: the clip has {have}",
                            frame=first, file=path)
+    if spec and first < lo and not (last is not None and last > hi):
+        events.warning(f"--frames {spec}: the clip has {have}, starting at frame {lo}; clipped to "
+                       f"{lo}-{hi if last is None else last}", file=path)
     return count
 
 
