@@ -574,9 +574,10 @@ class _ImageFootage(Footage):
                     rgb, alpha, *_ = _read_image(f, self._cs, info.numbers[i] - 1)
                 except MemoryError as e:  # fresh-eyes trial: the job named only its output folder
                     num = info.numbers[i]
-                    raise FootageError(f"{f} (frame {num}): out of memory decoding this "
-                                       f"{info.width}x{info.height} image; close other programs, or convert "
-                                       f"the sequence to a smaller size", frame=num, file=f) from e
+                    raise FootageError(f"{f} (frame {num}): out of memory decoding this image (the "
+                                       f"sequence's first frame is {info.width}x{info.height}); close other "
+                                       f"programs, or convert the sequence to a smaller size",
+                                       frame=num, file=f) from e
             if rgb.shape[:2] != (info.height, info.width):
                 num = info.numbers[i]
                 raise FootageError(

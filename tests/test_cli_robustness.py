@@ -315,3 +315,19 @@ def test_estimator_option_typos_and_bad_values_are_named(tmp_path, footage):
     r = run_cli("decompose", src, "--out", tmp_path / "c", "--frames", "1", "--max-size", "32",
                 "--estimator-option", "source_chroma=0.3")
     assert r.returncode == 0, r.stderr
+
+
+def test_non_finite_option_values_are_refused(tmp_path, footage):
+    """Second fresh-eyes trial: ``restyle --option exposure=NaN`` ran (every pixel 0, a bare
+    NaN in manifest.json). Non-finite numbers are refused for every KEY=VALUE option."""
+    from backend.jobs.options import key_value
+
+    assert key_value("exposure=1.5") == ("exposure", 1.5)
+    for bad in ("exposure=NaN", "exposure=Infinity", "exposure=-Infinity"):
+        with pytest.raises(ValueError, match="exposure must be a finite number"):
+            key_value(bad)
+    gb = tmp_path / "gb"
+    assert run_cli("decompose", footage("boat"), "--out", gb, "--frames", "1-2", "--max-size", "32").returncode == 0
+    r = run_cli("restyle", gb, "--prompt", "fog", "--out", tmp_path / "rs", "--option", "exposure=NaN")
+    assert r.returncode == 2 and "exposure must be a finite number" in r.stderr, r.stderr
+    assert not (tmp_path / "rs").exists()

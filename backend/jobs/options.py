@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Dict, Iterable, Tuple
 
 
@@ -10,7 +11,9 @@ def key_value(text: str, flag: str = "--option") -> Tuple[str, Any]:
     value parsed as JSON when it parses (numbers, ``null``, lists), else kept as text.
 
     Raises:
-        ValueError: no ``=`` or an empty key (the message names ``flag``).
+        ValueError: no ``=``, an empty key, or a number that is not finite (``NaN``,
+            ``Infinity``: JSON as Python reads it; no option means them) (the message
+            names ``flag``).
     """
     key, sep, val = text.partition("=")
     if not sep or not key.strip():
@@ -19,6 +22,8 @@ def key_value(text: str, flag: str = "--option") -> Tuple[str, Any]:
         value = json.loads(val)
     except ValueError:
         value = val
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{flag} {text!r}: {key.strip()} must be a finite number")
     return key.strip().replace("-", "_"), value
 
 
