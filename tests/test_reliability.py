@@ -785,3 +785,28 @@ def test_a_frame_cut_after_it_was_written_is_computed_again(tmp_path, footage):
     assert len(warn) == 1 and warn[0]["frame"] == 3 and "3000 bytes" in warn[0]["message"]
     assert evs[-1]["written"] == 1 and evs[-1]["skipped"] == 3
     assert f.read_bytes() == good
+
+
+def test_overwrite_keeps_a_users_copy_of_a_frame_under_another_number(tmp_path):
+    """Second fresh-eyes trial: ``cp restyle_1002.exr restyle_1003.exr`` (a number the shot
+    lacks), then ``--overwrite`` with other settings removed the copy: unrecorded files
+    counted as ours by their settings stamp alone. The stamp now has to carry the file's
+    own frame number too; a copy is the user's file, refused and kept."""
+    seq = _sequence(tmp_path / "seq", [1001, 1002, 1005])
+    gb = tmp_path / "gb"
+    assert run_cli("decompose", seq, "--out", gb, "--estimator", "tiny", "--max-size", "32",
+                   tiny=True).returncode == 0
+    out = tmp_path / "rs"
+    assert run_cli("restyle", gb, "--prompt", "fog", "--out", out, "--no-mp4").returncode == 0
+    copy = output_path(out, 1003)
+    copy.write_bytes(output_path(out, 1002).read_bytes())
+    r = run_cli("restyle", gb, "--prompt", "snow", "--out", out, "--no-mp4", "--overwrite")
+    # refused like any file of ours we did not write (docs/reliability.md), nothing removed
+    assert r.returncode == 1 and "restyle_1003.exr" in r.stderr and "never replaced or removed" in r.stderr
+    assert copy.exists() and output_path(out, 1002).exists()
+    # decompose: the same with a copied G-buffer frame
+    gcopy = contract.frame_path(gb, 1004)
+    gcopy.write_bytes(contract.frame_path(gb, 1002).read_bytes())
+    r = run_cli("decompose", seq, "--out", gb, "--estimator", "tiny", "--max-size", "16", "--overwrite", tiny=True)
+    assert r.returncode == 1 and "gbuffer_1004.exr" in r.stderr and "never replaced or removed" in r.stderr
+    assert gcopy.exists() and contract.frame_path(gb, 1002).exists()

@@ -133,7 +133,12 @@ class Ledger:
         rec = self.entries.get(n, {}).get("sha256")
         if isinstance(rec, str):
             return _safe(file_sha256, p) == rec
-        return self.read_hash is not None and _safe(self.read_hash, p) is not None
+        if self.read_hash is None or _safe(self.read_hash, p) is None:
+            return False
+        # a copy of one of our frames under another number (second fresh-eyes trial: cp
+        # restyle_1002.exr restyle_1003.exr was removed by --overwrite) is the user's file
+        stamped = _safe(_stamped_number, p)
+        return stamped is None or stamped == n
 
     def file_is_ours(self, p: Path, frame: Optional[int] = None) -> bool:
         """A companion or extra file: its recorded checksum matches (a companion not yet
@@ -146,6 +151,26 @@ class Ledger:
             fp = Path(self.path_for(frame))
             return fp.is_file() and self.frame_is_ours(frame, fp) and frame not in self.entries
         return False
+
+
+def _stamped_number(p: Path) -> Optional[int]:
+    """The frame number our header stamped into frame file ``p`` (decompose:
+    ``gbuffer/frame_number``; restyle: the number in ``restyle/source_frame``), or None."""
+    import re
+
+    import OpenEXR
+
+    def text(v):
+        return v.decode() if isinstance(v, bytes) else v
+
+    with OpenEXR.File(str(p), header_only=True) as f:  # the header reads only while open
+        h = f.header()
+        number, source = text(h.get(contract.HEADER_PREFIX + "frame_number")), text(h.get("restyle/source_frame"))
+    if number is not None:
+        return int(json.loads(number)) if isinstance(number, str) else int(number)
+    v = source
+    m = re.search(r"(\d+)\.exr$", v or "")
+    return int(m.group(1)) if m else None
 
 
 def _rel(out: Path, p: Path) -> str:
