@@ -240,3 +240,19 @@ def test_plain_job_and_farm_chunks_with_other_settings_refuse_each_other(footage
     assert sorted(contract.list_frames(b)) == [1, 2]
     # the same settings still resume and merge
     decompose(src, a, frames="1-2", processing_resolution=RES, warmup=2, manifest_part=True)
+
+
+def test_restyle_chunks_of_another_gbuffer_folder_are_refused(footage, tmp_path):
+    """Second fresh-eyes trial: restyle chunks of two G-buffer folders with the same
+    settings went into one --out and ``farm merge`` reported the mix complete (restyle's
+    settings hash does not name its input folder). A chunk over other inputs is refused."""
+    src = footage("dolphins")
+    g1, g2 = tmp_path / "g1", tmp_path / "g2"
+    for g in (g1, g2):
+        decompose(src, g, frames="1-4", processing_resolution=32)
+    out = tmp_path / "rs"
+    restyle(g1, out, "fog", frames="1-2", warmup=0, manifest_part=True)
+    with pytest.raises(JobError, match="another farm job over other inputs"):
+        restyle(g2, out, "fog", frames="3-4", warmup=0, manifest_part=True)
+    restyle(g1, out, "fog", frames="3-4", warmup=0, manifest_part=True)  # its own inputs: fine
+    assert sorted(contract.list_frames(out, "restyle_")) == [1, 2, 3, 4]

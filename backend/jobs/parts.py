@@ -80,7 +80,17 @@ def _overlaps(a: Tuple[int, int], b: Tuple[int, int]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def folder_view(out: os.PathLike, shash: str, job: str, part: Tuple[int, int]) -> Dict[str, Any]:
+def input_identity(doc: Dict[str, Any]) -> Optional[str]:
+    """What a job read, from its manifest (part): restyle's G-buffer (and reference)
+    folder; decompose's source is in its settings already. ``None``: not stated."""
+    inp = doc.get("input") if isinstance(doc, dict) else None
+    if not isinstance(inp, dict) or not inp.get("gbuffer_dir"):
+        return None
+    return json.dumps([inp.get("gbuffer_dir"), inp.get("reference_dir")])
+
+
+def folder_view(out: os.PathLike, shash: str, job: str, part: Tuple[int, int],
+                identity: Optional[str] = None) -> Dict[str, Any]:
     """What a chunk writing frames ``part = (A, B)`` with settings hash ``shash`` finds in
     ``out``: the merged ``manifest.json`` (if ours) with every part assembled over it
     (:func:`backend.contract.assemble_parts`), as ``old_manifest`` for the runner.
@@ -111,6 +121,12 @@ def folder_view(out: os.PathLike, shash: str, job: str, part: Tuple[int, int]) -
             raise JobError(f"another farm job with other settings (settings hash {d.get('settings_hash')}, "
                            f"{rel}) wrote into {out}; this one has settings hash {shash}; one folder holds "
                            f"one set of settings: choose another --out", file=f)
+        theirs = input_identity(d)
+        if identity is not None and theirs is not None and theirs != identity:
+            # restyle's settings do not name its input folder (second fresh-eyes trial:
+            # chunks of two G-buffer folders merged into one shot)
+            raise JobError(f"another farm job over other inputs ({json.loads(theirs)[0]}, {rel}) wrote into "
+                           f"{out}; one folder holds one job's output: choose another --out", file=f)
         rng = d.get("part") or {}
         other = (rng.get("first"), rng.get("last"))
         if None not in other and other != tuple(part) and _overlaps(other, part):

@@ -1004,7 +1004,10 @@ def _run_part(out: Path, tasks, part: Tuple[int, int], *, settings, shash, total
     if overwrite:
         raise ValueError("--overwrite cannot be combined with --manifest-part: farm chunks never remove "
                          "other chunks' files; empty the folder (or choose another --out) first")
-    old = folder_view(out, shash, job, (first, last))  # JobError: other settings / other chunking
+    from .parts import input_identity
+
+    # JobError: other settings / other chunking / other inputs
+    old = folder_view(out, shash, job, (first, last), identity=input_identity(manifest or {}))
     chunk = [n for n in (numbers if numbers is not None else range(first, last + 1)) if first <= n <= last]
     check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
                            overwrite=False, companions=companions, extra_outputs=extra_outputs,
