@@ -380,3 +380,18 @@ def test_prompt_without_a_look_word_warns(gb, tmp_path):
     buf = io.StringIO()
     restyle(gb, tmp_path / "o3", "", frames="1", stream=buf, mp4=False)  # empty: plain relight, no warning
     assert not [e for e in events(buf) if e["event"] == "warning" and "names no look" in e["message"]]
+
+
+def test_non_finite_reference_pass_is_refused(tmp_path):
+    """Second fresh-eyes trial: NaN in a ``--reference`` frame rendered an all-black frame
+    with no message (the same NaN in the restyled G-buffers is an error)."""
+    gb = make_gbuffers(tmp_path / "gb", n=3)
+    ref = make_gbuffers(tmp_path / "ref", n=3)
+    p = contract.frame_path(ref, 2)
+    f = contract.read_frame(p)
+    f.albedo[5, 7, 1] = np.nan
+    contract.write_frame(p, f, validate=False)
+    with pytest.raises(JobError) as ei:
+        restyle(gb, tmp_path / "out", "dense fog", reference_dir=ref, stream=io.StringIO())
+    assert "pass Albedo of the reference frame" in str(ei.value) and str(p) in str(ei.value)
+    assert ei.value.frame == 2 and ei.value.file == str(p)

@@ -448,7 +448,14 @@ class _Reader:
         """
         frame = self._read(n, self.inputs.all_files[n])
         bad = next((name for name, arr in frame.arrays().items() if not contract.all_finite(arr)), None)
-        ref = self._read(n, self.inputs.ref_files[n]) if self.use_reference else None
+        ref = None
+        if self.use_reference:
+            path = self.inputs.ref_files[n]
+            ref = self._read(n, path)
+            ref_bad = next((name for name, arr in ref.arrays().items() if not contract.all_finite(arr)), None)
+            if ref_bad is not None:  # second fresh-eyes trial: it rendered a black frame, no word
+                raise JobError(f"pass {ref_bad} of the reference frame {path} (frame {n}) contains NaN or Inf; "
+                               f"fix or re-export that G-buffer frame", frame=n, file=path)
         return _InputFrame(frame, bad, ref, out_of_range(frame) if bad is None else {})
 
     @staticmethod
