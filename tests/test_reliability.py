@@ -478,6 +478,18 @@ def test_out_of_range_gbuffer_values_are_reported_not_rendered_silently(tmp_path
     man = contract.read_manifest(tmp_path / "rs")
     assert man["inputs_out_of_range"] == {"Depth below 0": "2", "Normal not unit length (outside 0.5..1.5)": "2",
                                           "Albedo outside 0..1": "2"}
+    # second fresh-eyes trial: a run that fails on a later frame, then a resume, lost the
+    # report of the frame it had rendered (it is now kept in that frame's entry)
+    f3 = contract.read_frame(contract.frame_path(gb, 3))
+    good3 = contract.frame_path(gb, 3).read_bytes()
+    f3.roughness[0, 0] = np.nan
+    contract.write_frame(contract.frame_path(gb, 3), f3, validate=False)
+    with pytest.raises(JobError, match="NaN"):
+        restyle(gb, tmp_path / "rs2", "fog", progress=[].append)
+    contract.frame_path(gb, 3).write_bytes(good3)
+    restyle(gb, tmp_path / "rs2", "fog", progress=[].append)
+    man2 = contract.read_manifest(tmp_path / "rs2")
+    assert man2["complete"] is True and man2["inputs_out_of_range"] == man["inputs_out_of_range"]
 
 
 def test_errors_name_what_failed(tmp_path):

@@ -802,6 +802,19 @@ class RestyleJob:
         t = frame.meta.get("timestamp")
         return float(t) if isinstance(t, (int, float)) and (t or n == 1) else (n - 1) / float(self.fps)
 
+    def _out_of_range_summary(self, man: Dict[str, Any]) -> None:
+        """``inputs_out_of_range`` (what -> frames) over every frame in the manifest, resumed
+        ones included (second fresh-eyes trial: a resume after a failed run lost it)."""
+        found: Dict[str, set] = {k: set(v) for k, v in self.out_of_range.items()}
+        for e in man.get("frames") or ():
+            if isinstance(e, dict) and isinstance(e.get("frame"), int):
+                for what in e.get("inputs_out_of_range") or ():
+                    found.setdefault(str(what), set()).add(e["frame"])
+        if found:
+            man["inputs_out_of_range"] = {k: _ranges(sorted(v)) for k, v in sorted(found.items())}
+        else:
+            man.pop("inputs_out_of_range", None)
+
     def _render_frame(self, n: int, tmp_path: Path, shash: str) -> Deferred:
         """Render frame ``n`` (calling thread); its files are written by the returned
         :class:`Deferred` on the writer thread."""
@@ -824,6 +837,8 @@ class RestyleJob:
         if self._ref_stats is not None:
             rgb = self._look_matcher(rgb).apply(rgb)
         entry = {"source": path.name, "mean_rgb": _mean_rgb(rgb)}
+        if got.odd:  # kept per frame, so a resumed run still lists it in the summary
+            entry["inputs_out_of_range"] = sorted(got.odd)
         entry.update(self.look.renderer.last_info)
         if self._windows is not None:
             entry["windows"] = [[self._windows.numbers[s], self._windows.numbers[e - 1]]
@@ -913,14 +928,12 @@ class RestyleJob:
             mine = [n for n in done if n in self.inputs.files]
             self._previews.finish(mine, record)  # PNGs only (no MP4 per chunk)
             man["preview_mp4_wanted"] = self._mp4_wanted
-            if self.out_of_range:
-                man["inputs_out_of_range"] = {k: _ranges(sorted(v)) for k, v in self.out_of_range.items()}
+            self._out_of_range_summary(man)
             result.manifest = man
             return result
         if self._previews.finish(done, record):
             man["preview_mp4"] = MP4_NAME
-        if self.out_of_range:
-            man["inputs_out_of_range"] = {k: _ranges(sorted(v)) for k, v in self.out_of_range.items()}
+        self._out_of_range_summary(man)
         if self.flicker and len(done) > 1:
             fl = flicker_metric(self.out_dir, done, self.inputs.all_files, known=self.pair_errors)
             if fl:
