@@ -309,6 +309,10 @@ def sequence_numbers(files: Sequence[str]) -> List[int]:
 _WARNED: set = set()
 
 
+#: folder -> name of the multi-part EXR part its sequence is read from (the first file's)
+_EXR_PART: dict = {}
+
+
 def _warn_once(key, message: str, path: str) -> None:
     """One ``warning`` event per kind of oddity and folder (not one per sequence file)."""
     k = (key, os.path.dirname(os.path.abspath(path)))
@@ -345,8 +349,18 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
                 def has_rgb(p):
                     names = {k.rsplit(".", 1)[-1] for k in p.channels}
                     return {"R", "G", "B"} <= names or "Y" in names
-                part = next((p for p in f.parts if has_rgb(p)), f.parts[0])
                 names = [p.name() or f"#{i}" for i, p in enumerate(f.parts)]
+                folder = os.path.dirname(os.path.abspath(path))
+                chosen = _EXR_PART.get(folder)  # the part the folder's first file was read from
+                if chosen is not None and chosen in names:
+                    part = f.parts[names.index(chosen)]
+                else:
+                    part = next((p for p in f.parts if has_rgb(p)), f.parts[0])
+                    if chosen is not None:  # second fresh-eyes trial: another part was read silently
+                        raise FootageError(f"{path}: multi-part OpenEXR without the part {chosen!r} read from "
+                                           f"the other files of its folder (it has {', '.join(names)})",
+                                           file=path)
+                    _EXR_PART[folder] = part.name() or names[0]
                 _warn_once("multipart", f"{path} is a multi-part OpenEXR file with {len(names)} parts "
                                         f"({', '.join(names)}); only part {part.name()!r} is read "
                                         f"(and likewise in the other files of its folder)", path)
@@ -547,6 +561,7 @@ class _ImageFootage(Footage):
         self._files = list(files)
         self._cs = colorspace
         self._max = max_size
+        _EXR_PART.pop(os.path.dirname(os.path.abspath(self._files[0])), None)  # its first file decides
         rgb, alpha, pix_fmt, bits, linear = _read_image(self._files[0], colorspace, 0)
         h, w = rgb.shape[:2]
         ow, oh = fit_long_side(w, h, max_size)

@@ -822,3 +822,36 @@ def test_overwrite_keeps_a_users_copy_of_a_frame_under_another_number(tmp_path):
     r = run_cli("decompose", seq, "--out", gb, "--estimator", "tiny", "--max-size", "16", "--overwrite", tiny=True)
     assert r.returncode == 1 and "gbuffer_1004.exr" in r.stderr and "never replaced or removed" in r.stderr
     assert gcopy.exists() and contract.frame_path(gb, 1002).exists()
+
+
+def test_multipart_exr_sequence_reads_the_same_part_in_every_file(tmp_path):
+    """Second fresh-eyes trial: in a sequence of multi-part EXRs, each file's first colour
+    part was read, so a file with an extra colour part first ('left') gave a black frame
+    silently. The part the first file was read from is read by name in every file; a file
+    without it is an error naming it."""
+    import OpenEXR
+
+    def part(name, chans):
+        return OpenEXR.Part({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+                             "name": name}, chans, name=name)
+
+    def rgb(v):
+        return {c: np.full((8, 10), v, np.float32) for c in "RGB"}
+
+    seq = tmp_path / "plates"
+    seq.mkdir()
+    z = {"Z": np.full((8, 10), 5.0, np.float32)}
+    for n, parts in ((1, [part("depth", z), part("beauty", rgb(0.5))]),
+                     (2, [part("left", rgb(0.0)), part("beauty", rgb(0.5))]),
+                     (3, [part("depth", z), part("beauty", rgb(0.5))])):
+        with OpenEXR.File(parts) as f:
+            f.write(str(seq / f"plate_{n:04d}.exr"))
+    with open_footage(seq) as f:
+        means = [float(fr.rgb.mean()) for fr in f]
+    np.testing.assert_allclose(means, [0.5, 0.5, 0.5], atol=1e-6)
+    with OpenEXR.File([part("left", rgb(0.0)), part("right", rgb(0.0))]) as f:
+        f.write(str(seq / "plate_0004.exr"))
+    with pytest.raises(FootageError, match=r"plate_0004\.exr: multi-part OpenEXR without the part 'beauty'"):
+        with open_footage(seq) as f:
+            for _ in f:
+                pass
