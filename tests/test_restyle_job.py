@@ -395,3 +395,17 @@ def test_non_finite_reference_pass_is_refused(tmp_path):
         restyle(gb, tmp_path / "out", "dense fog", reference_dir=ref, stream=io.StringIO())
     assert "pass Albedo of the reference frame" in str(ei.value) and str(p) in str(ei.value)
     assert ei.value.frame == 2 and ei.value.file == str(p)
+
+
+def test_no_mp4_overwrite_does_not_list_the_removed_mp4(tmp_path):
+    """Second fresh-eyes trial: ``--no-mp4 --overwrite`` after an edit removed the earlier
+    preview.mp4 but the manifest still listed it (and its checksum)."""
+    gb = make_gbuffers(tmp_path / "gb", n=3)
+    out = tmp_path / "out"
+    restyle(gb, out, "dense fog", stream=io.StringIO())
+    man = contract.read_manifest(out)
+    assert man["preview_mp4"] == "preview.mp4" and "preview.mp4" in man["outputs"]
+    restyle(gb, out, "light rain", stream=io.StringIO(), mp4=False, overwrite=True)
+    man = contract.read_manifest(out)
+    assert not (out / "preview.mp4").exists()
+    assert "preview_mp4" not in man and "preview.mp4" not in man["outputs"] and man["complete"] is True

@@ -933,6 +933,11 @@ class RestyleJob:
             return result
         if self._previews.finish(done, record):
             man["preview_mp4"] = MP4_NAME
+        elif not (self.out_dir / MP4_NAME).exists():
+            # e.g. --no-mp4 --overwrite removed the earlier one: the manifest must not list it
+            # (second fresh-eyes trial)
+            man.pop("preview_mp4", None)
+            outputs.pop(MP4_NAME, None)
         self._out_of_range_summary(man)
         if self.flicker and len(done) > 1:
             fl = flicker_metric(self.out_dir, done, self.inputs.all_files, known=self.pair_errors)
