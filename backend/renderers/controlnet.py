@@ -62,6 +62,17 @@ DEFAULT_NEGATIVE = "blurry, low quality, distorted, deformed"
 INIT_MODES = ("embedded", "source", "none")
 
 
+def torch_device(name: Optional[str]):
+    """``torch.device`` for a renderer's ``device`` option: ``None``/``auto`` (any case)
+    picks cuda, mps or cpu, whichever exists
+    (:func:`backend.estimators.marigold.auto_device`)."""
+    import torch
+
+    from ..estimators.marigold import auto_device
+
+    return torch.device(auto_device((name or "auto").lower()))
+
+
 class ModelNotAvailable(OSError):
     """A model could not be loaded (not in the local cache while offline, bad path...)."""
 
@@ -211,19 +222,6 @@ class ControlNetRenderer(Renderer):
                                                          **self.settings()}}
 
     # -- loading -------------------------------------------------------------------------------
-    def _torch_device(self):
-        import torch
-
-        name = (self.device_name or "auto").lower()
-        if name == "auto":
-            if torch.cuda.is_available():
-                name = "cuda"
-            elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-                name = "mps"
-            else:
-                name = "cpu"
-        return torch.device(name)
-
     def _load(self):
         if self._img2img is not None:
             return
@@ -231,7 +229,7 @@ class ControlNetRenderer(Renderer):
         from diffusers import (ControlNetModel, StableDiffusionControlNetImg2ImgPipeline,
                                StableDiffusionControlNetPipeline)
 
-        device = self._torch_device()
+        device = torch_device(self.device_name)
         if self.dtype_name == "auto":
             dtype = torch.float16 if device.type == "cuda" else torch.float32
         else:

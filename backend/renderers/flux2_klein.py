@@ -85,7 +85,7 @@ from .. import events
 from ..errors import InputError, JobError, require_packages
 from ..contract import GBufferFrame
 from .base import Renderer, read_prompt
-from .controlnet import ModelNotAvailable
+from .controlnet import ModelNotAvailable, torch_device
 from .prompt import Look
 
 DEFAULT_MODEL = "black-forest-labs/FLUX.2-klein-4B"
@@ -274,19 +274,6 @@ class Flux2KleinRenderer(Renderer):
                                                          "model_folder": str(self._folder), **self.settings()}}
 
     # -- loading -------------------------------------------------------------------------------
-    def _torch_device(self):
-        import torch
-
-        name = (self.device_name or "auto").lower()
-        if name == "auto":
-            if torch.cuda.is_available():
-                name = "cuda"
-            elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-                name = "mps"
-            else:
-                name = "cpu"
-        return torch.device(name)
-
     def model_folder(self) -> Path:
         """The pipeline folder to load: ``model`` itself when it is a folder, else its
         snapshot in the models folder.
@@ -313,7 +300,7 @@ class Flux2KleinRenderer(Renderer):
         import torch
         from diffusers import Flux2KleinPipeline
 
-        device = self._torch_device()
+        device = torch_device(self.device_name)
         if self.dtype_name == "auto":
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         else:

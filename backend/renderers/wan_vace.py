@@ -69,7 +69,7 @@ from .. import events
 from ..contract import GBufferFrame
 from ..errors import require_packages
 from .base import Renderer, read_prompt
-from .controlnet import ModelNotAvailable, depth_condition, normal_condition
+from .controlnet import ModelNotAvailable, depth_condition, normal_condition, torch_device
 from .prompt import Look
 
 DEFAULT_MODEL = "Wan-AI/Wan2.1-VACE-1.3B-diffusers"
@@ -285,19 +285,6 @@ class WanVaceRenderer(Renderer):
         return {"prompt": prompt, "looks": [], "params": {"device": str(self._device), **self.settings()}}
 
     # -- loading -------------------------------------------------------------------------------
-    def _torch_device(self):
-        import torch
-
-        name = (self.device_name or "auto").lower()
-        if name == "auto":
-            if torch.cuda.is_available():
-                name = "cuda"
-            elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-                name = "mps"
-            else:
-                name = "cpu"
-        return torch.device(name)
-
     def _torch_dtype(self, device):
         import torch
 
@@ -317,7 +304,7 @@ class WanVaceRenderer(Renderer):
         folder = resolve_model(self.model, self.cache_dir, local)
         if folder is not None:
             check_model_folder(folder, self.model)
-        device = self._torch_device()
+        device = torch_device(self.device_name)
         dtype = self._torch_dtype(device)
         src = str(folder) if folder is not None else self.model
         kw = dict(use_safetensors=True, local_files_only=folder is not None or local)
