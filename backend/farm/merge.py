@@ -16,8 +16,6 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import numpy as np
-
 from .. import contract
 from ..errors import JobError
 from ..jobs.outputs import read_own_manifest
@@ -82,17 +80,10 @@ def merge(out: os.PathLike, wanted: Optional[List[int]] = None) -> Dict[str, Any
 
 def _decompose_summaries(man: Dict[str, Any]) -> None:
     """What :func:`backend.jobs.decompose.decompose` adds at its end, over every frame."""
-    from ..jobs.decompose import provenance_summary
+    from ..jobs.decompose import flicker_summary, provenance_summary
 
     man.update(provenance_summary(man.get("frames", [])))
-    rows = [f for f in man.get("frames", []) if f.get("flicker")]
-    if rows:
-        man["flicker"] = {
-            "metric": "mean absolute warping error on flow-consistent pixels "
-                      "(depth / (far - near)); lower is steadier",
-            "raw": float(np.mean([r["flicker_raw"]["mean"] for r in rows])),
-            "stabilized": float(np.mean([r["flicker"]["mean"] for r in rows])),
-        }
+    man.update(flicker_summary(man.get("frames", [])))
 
 
 def _restyle_summaries(out: Path, man: Dict[str, Any], done: List[int], parts) -> None:

@@ -292,16 +292,7 @@ class _MultiViewShot(_Shot):
         def wanted(n: int) -> bool:
             return n >= self.first and (self.last is None or n <= self.last)
 
-        with self.reopen() as lag_src:
-            lag = frames(lag_src)
-            for number in self.mv.stream(frames(self.src), wanted):
-                for n, sf in lag:
-                    if n == number:
-                        break
-                else:  # the second decoder ended early: the footage changed under us
-                    raise JobError(f"{self.src.info.path}: frame {number} could not be decoded a second time",
-                                   frame=number, file=self.src.info.path)
-                yield number, self._work(sf, number)
+        yield from _lagging_tasks(self, self.mv.stream(frames(self.src), wanted), frames)
 
 
 @dataclass
@@ -351,16 +342,28 @@ class _WindowedShot(_Shot):
         yield from est.finish()
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
-        with self.reopen() as lag_src:
-            lag = self._frames(lag_src)
-            for number in self._complete():
-                for n, sf in lag:
-                    if n == number:
-                        break
-                else:  # the second decoder ended early: the footage changed under us
-                    raise JobError(f"{self.src.info.path}: frame {number} could not be decoded a second time",
-                                   frame=number, file=self.src.info.path)
-                yield number, self._work(sf, number)
+        yield from _lagging_tasks(self, self._complete(), self._frames)
+
+
+def _lagging_tasks(shot, numbers: Iterator[int], frames) -> Iterator[Tuple[int, Any]]:
+    """The tasks of a shot whose frames are computed in the order of ``numbers`` (a
+    generator driven by a leading decoder): a second, lagging decoder over the footage
+    (``shot.reopen()``, filtered by ``frames(src) -> (number, frame)``) gives each frame in
+    full when its number comes, so no full frame waits in memory.
+
+    Raises:
+        JobError: the second decoder ended before a number came (the footage changed).
+    """
+    with shot.reopen() as lag_src:
+        lag = frames(lag_src)
+        for number in numbers:
+            for n, sf in lag:
+                if n == number:
+                    break
+            else:  # the second decoder ended early: the footage changed under us
+                raise JobError(f"{shot.src.info.path}: frame {number} could not be decoded a second time",
+                               frame=number, file=shot.src.info.path)
+            yield number, shot._work(sf, number)
 
 
 def _windows_summary(result: JobResult, estimator) -> None:
@@ -537,16 +540,25 @@ def _provenance_summary(result: JobResult) -> None:
         contract.write_manifest(result.out_dir, man)
 
 
+def flicker_summary(frames) -> Dict[str, Any]:
+    """``{"flicker": {...}}``: the stabilisation's flicker over the manifest entries
+    ``frames`` that carry it (raw and stabilised means), ``{}`` when none does."""
+    rows = [f for f in frames if f.get("flicker")]
+    if not rows:
+        return {}
+    return {"flicker": {
+        "metric": "mean absolute warping error on flow-consistent pixels "
+                  "(depth / (far - near)); lower is steadier",
+        "raw": float(np.mean([r["flicker_raw"]["mean"] for r in rows])),
+        "stabilized": float(np.mean([r["flicker"]["mean"] for r in rows])),
+    }}
+
+
 def _flicker_summary(result: JobResult) -> None:
     man = result.manifest
-    rows = [f for f in man.get("frames", []) if f.get("flicker")]
-    if rows:
-        man["flicker"] = {
-            "metric": "mean absolute warping error on flow-consistent pixels "
-                      "(depth / (far - near)); lower is steadier",
-            "raw": float(np.mean([r["flicker_raw"]["mean"] for r in rows])),
-            "stabilized": float(np.mean([r["flicker"]["mean"] for r in rows])),
-        }
+    summary = flicker_summary(man.get("frames", []))
+    if summary:
+        man.update(summary)
         contract.write_manifest(result.out_dir, man)
 
 
