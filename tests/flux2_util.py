@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tokenizer_util import bytes_to_unicode
+
 REPO_ID = "black-forest-labs/FLUX.2-klein-4B"
 REVISION = "0000000000000000000000000000000000000001"
 #: Qwen3's chat markup for one user message with thinking disabled (what the pipeline asks for)
@@ -29,19 +31,6 @@ CHAT_TEMPLATE = (
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
 
-def _bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(
-        range(ord("\u00ae"), ord("\u00ff") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 def tiny_tokenizer():
     """A ``Qwen2TokenizerFast`` over a byte-level BPE (the byte alphabet, a few merges for
     'photo', 'fog', 'the'), Qwen's special tokens (pad = ``<|endoftext|>``) and
@@ -50,7 +39,7 @@ def tiny_tokenizer():
     from transformers import Qwen2TokenizerFast
 
     vocab = {}
-    for c in sorted(set(_bytes_to_unicode().values())):
+    for c in sorted(set(bytes_to_unicode().values())):
         vocab[c] = len(vocab)
     merges = [("p", "h"), ("ph", "o"), ("pho", "t"), ("phot", "o"), ("f", "o"), ("fo", "g"),
               ("t", "h"), ("th", "e")]

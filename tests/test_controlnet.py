@@ -21,20 +21,7 @@ from backend.renderers.controlnet import (ControlNetRenderer, ModelNotAvailable,
                                           depth_condition, normal_condition)
 from backend.renderers.synthetic import sphere_scene  # noqa: E402
 from gbuffer_util import sphere_frames, write_sequence  # noqa: E402
-
-
-def _bytes_to_unicode():
-    """GPT-2/CLIP byte-level alphabet (byte -> printable unicode character)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + list(
-        range(ord("\u00ae"), ord("\u00ff") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+from tokenizer_util import bytes_to_unicode  # noqa: E402
 
 
 def _tiny_tokenizer(folder):
@@ -42,7 +29,7 @@ def _tiny_tokenizer(folder):
     from transformers import CLIPTokenizer
 
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for c in sorted(set(_bytes_to_unicode().values())):
+    for c in sorted(set(bytes_to_unicode().values())):
         vocab.setdefault(c, len(vocab))
         vocab.setdefault(c + "</w>", len(vocab))
     merges = ["f o", "fo g</w>", "d e", "de n", "den s", "dens e</w>"]
