@@ -5,12 +5,12 @@ The Blender layer, in three layers, each importing only the ones before it:
 
 1. :mod:`.addon` - settings and services: add-on preferences, scene settings, compositor
    wiring, bpy-version compat, the worker process launcher, scene export (Cycles);
-   plus :mod:`.addon.cli_command`, the headless ``--command``, which drives operators;
-2. :mod:`.operators` - the ``gbuffer.*`` operators;
+2. :mod:`.operators` - the ``gbuffer.*`` operators, and :mod:`.operators.cli_command`,
+   the headless ``--command``, which drives the operators' jobs;
 3. :mod:`.panels` - the sidebar and the status bar.
 
 Registers, in this order, :mod:`.addon.preferences`, :mod:`.addon.props`,
-:mod:`.operators`, :mod:`.panels` and :mod:`.addon.cli_command`, and unregisters them in
+:mod:`.operators`, :mod:`.panels` and :mod:`.operators.cli_command`, and unregisters them in
 reverse order. Each of those modules owns what it registers (classes, properties,
 handlers, timers) and removes all of it in its own ``unregister()``.
 
@@ -22,7 +22,7 @@ process runs ``python -m backend`` from this folder (:mod:`.addon.worker`).
 
 import importlib
 
-_SUBMODULE_NAMES = ("addon.preferences", "addon.props", "operators", "panels", "addon.cli_command")
+_SUBMODULE_NAMES = ("addon.preferences", "addon.props", "operators", "panels", "operators.cli_command")
 
 
 def _submodules():
@@ -59,12 +59,13 @@ def unregister():
 
 
 def __getattr__(name):
-    """``from <package> import cli_command`` (documented before the Blender layer moved
-    into :mod:`.addon`) still works; deprecated, use ``<package>.addon.cli_command``."""
+    """``from <package> import cli_command`` (documented before the Blender layer was
+    split) still works; deprecated, use ``<package>.operators.cli_command``."""
     if name == "cli_command":
         import warnings
 
-        warnings.warn("import cli_command from the package's 'addon' subpackage", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(".addon.cli_command", __package__)
+        warnings.warn("import cli_command from the package's 'operators' subpackage", DeprecationWarning,
+                      stacklevel=2)
+        return importlib.import_module(".operators.cli_command", __package__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

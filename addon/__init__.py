@@ -8,7 +8,7 @@
 * :mod:`.worker` - starts and watches the backend worker process (no ``bpy``);
 * :mod:`.scene` - exact G-buffers of a 3D scene, rendered with Cycles.
 
-:mod:`.cli_command` (the headless ``blender -b --command gbuffer_editor ...``) is the
-exception: it drives the operators' jobs, so it sits above ``operators/``; nothing here
-imports it.
+The headless ``blender -b --command gbuffer_editor ...`` drives the operators' jobs, so
+it lives with them (:mod:`..operators.cli_command`); nothing here imports upwards
+(``tools/import_graph.py --layers`` checks it).
 """

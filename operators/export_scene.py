@@ -339,7 +339,7 @@ def _fail(message: str, frame=None, code: int = 1) -> int:
 
 
 def run_cli(argv: List[str]) -> int:
-    """``export-scene`` of the headless command (:mod:`..addon.cli_command`); returns the exit code."""
+    """``export-scene`` of the headless command (:mod:`..operators.cli_command`); returns the exit code."""
     import argparse
     import sys
 

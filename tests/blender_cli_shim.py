@@ -3,7 +3,7 @@
 ``python blender_cli_shim.py -b [FILE.blend] --command gbuffer_editor ARGS...`` does what
 ``blender -b [FILE.blend] --command gbuffer_editor ARGS...`` does with the extension
 installed: it enables the add-on from this checkout in the ``bpy`` module, opens the
-.blend if one is given, runs the registered headless command (``addon/cli_command.run``)
+.blend if one is given, runs the registered headless command (``operators/cli_command.run``)
 with ARGS and exits with its status. Anything else is refused (exit 2). It is the bpy
 module, not a Blender binary: Blender's own argument parsing is not exercised.
 """
@@ -30,7 +30,7 @@ def main(argv):
     util.enable_addon()
     if blend:
         bpy.ops.wm.open_mainfile(filepath=blend)
-    from gbuffer_editor.addon import cli_command
+    from gbuffer_editor.operators import cli_command
 
     return cli_command.run(argv[2:])
 

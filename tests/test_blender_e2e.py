@@ -173,7 +173,8 @@ def _json_lines(text: str) -> list:
 
 def test_headless_command(addon, footage, tmp_path, capsys):
     """``blender -b --command gbuffer_editor ...``: the registered function with an argv list."""
-    from gbuffer_editor.addon import cli_command, compositor
+    from gbuffer_editor.addon import compositor
+    from gbuffer_editor.operators import cli_command
 
     assert cli_command._handle is not None  # registered with bpy.utils.register_cli_command
     est = "embedded" if util.EMBEDDED_ONNX.exists() else "tiny"
@@ -237,7 +238,7 @@ def test_headless_command_stdout_is_json_only_at_fd_level(footage, tmp_path):
         sys.path.insert(0, {str(util.TESTS_DIR)!r})
         import blender_workflow_util as util
         util.enable_addon()
-        from gbuffer_editor.addon import cli_command
+        from gbuffer_editor.operators import cli_command
         rc = cli_command.run(["decompose", {str(footage("boat"))!r}, "--out", {str(tmp_path / "gb")!r},
                               "--estimator", {est!r}, "--max-size", "32", "--frames", "1-2",
                               "--save", {str(tmp_path / "s.blend")!r}])

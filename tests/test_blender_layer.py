@@ -27,7 +27,7 @@ def test_blender_layer_imports_point_down_and_are_relative():
     """addon (settings, services) <- operators <- panels; the backend only as ``..backend``.
     (No cycles and nothing loose at the root: tests/test_layout.py.)"""
     for mod, deps in _import_graph().items():
-        if mod.startswith("addon") and mod != "addon.cli_command":  # the headless command drives operators
+        if mod.startswith("addon"):
             assert not any(d.startswith(("operators", "panels")) for d in deps), (mod, deps)
         if mod.startswith("operators"):
             assert not any(d.startswith("panels") for d in deps), (mod, deps)
@@ -53,7 +53,7 @@ import bpy
 sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r})
 import blender_workflow_util as util
 util.enable_addon()
-from gbuffer_editor.addon import cli_command
+from gbuffer_editor.operators import cli_command
 from gbuffer_editor.backend import contract
 from gbuffer_editor.operators import export_scene, jobs
 

@@ -710,7 +710,7 @@ def test_headless_help_exits_0_for_every_subcommand(addon, args, capsys):
     """``blender -b --command gbuffer_editor SUB --help`` (issue 17: it exited 2 with
     "--out required"); decompose/restyle list the Blender-side options, estimators,
     renderers and prompt words."""
-    from gbuffer_editor.addon import cli_command
+    from gbuffer_editor.operators import cli_command
 
     try:
         rc = cli_command.run(args)

@@ -35,7 +35,8 @@ PRELUDE = textwrap.dedent('''
     import blender_workflow_util as util
     util.enable_addon()
     import numpy as np
-    from gbuffer_editor.addon import tracking, compositor, cli_command
+    from gbuffer_editor.addon import tracking, compositor
+    from gbuffer_editor.operators import cli_command
     from gbuffer_editor.operators import camera_solve
     from gbuffer_editor.backend.multiview.camera_files import load_cameras_json
 ''')

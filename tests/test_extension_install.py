@@ -91,7 +91,7 @@ def test_zip_contents_and_manifest(extension_zip):
         names = set(zf.namelist())
         manifest = tomllib.loads(zf.read("blender_manifest.toml").decode())
     for required in ("__init__.py", "addon/__init__.py", "addon/preferences.py", "addon/props.py",
-                     "addon/dependencies.py", "addon/cli_command.py", "addon/scene/export.py",
+                     "addon/dependencies.py", "operators/cli_command.py", "addon/scene/export.py",
                      "operators/__init__.py", "panels/__init__.py", "backend/__init__.py",
                      "backend/contract.py"):
         assert required in names

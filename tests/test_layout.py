@@ -17,7 +17,17 @@ def test_no_import_cycles_between_files():
     p = subprocess.run([sys.executable, str(REPO / "tools" / "import_graph.py")], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.strip().endswith("0 import cycle(s)")
+    assert p.stdout.strip().endswith("0 import cycle(s), 0 import(s) against the layer order")
+
+
+def test_the_layer_check_finds_an_upward_import():
+    """panels -> operators -> addon -> backend, with no exception (the headless command was one)."""
+    import_graph = tool_module("import_graph")
+    g = {"addon.cli_command": {"operators.jobs", "addon.worker"}, "operators.jobs": {"addon.worker", "backend.cli"},
+         "panels.main": {"operators.jobs"}, "backend.cli": {"addon.worker"}, "tools.demo": {"panels.main"},
+         "addon.worker": set()}
+    assert import_graph.layer_violations(g) == [("addon.cli_command", "operators.jobs"),
+                                                ("backend.cli", "addon.worker")]
 
 
 def test_the_cycle_finder_finds_a_cycle(tmp_path):

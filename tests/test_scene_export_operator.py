@@ -178,7 +178,7 @@ def test_modal_escape_cancels_between_frames_and_restores(scene, tmp_path):
 
 
 def test_headless_command_export_scene(scene, tmp_path, capsys):
-    from gbuffer_editor.addon import cli_command
+    from gbuffer_editor.operators import cli_command
 
     scene.frame_start, scene.frame_end = 1, 5
     out = tmp_path / "cli"
@@ -270,7 +270,7 @@ def test_headless_command_on_a_saved_blend_in_a_fresh_process(tmp_path):
         bpy.ops.wm.open_mainfile(filepath={str(blend)!r})   # as `blender -b shot.blend`
         import blender_workflow_util as util
         util.enable_addon()
-        from gbuffer_editor.addon import cli_command
+        from gbuffer_editor.operators import cli_command
         rc = cli_command.run(["export-scene", "--out", "//gb/", "--motion-blur", "2"])
         rc2 = cli_command.run(["export-scene", "--out", "//gb/", "--frames", "2", "--setup",
                                "--save", {str(tmp_path / "wired.blend")!r}])

@@ -1,7 +1,8 @@
 """Import graph of the repository's own modules, and its cycles.
 
-Usage: ``python tools/import_graph.py [--all]`` prints every cycle (strongly connected
-component of more than one module) and exits 1 when there is one. By default every
+Usage: ``python tools/import_graph.py [--module-level]`` prints every cycle (strongly
+connected component of more than one module) and every import against the layer order
+(:data:`LAYERS`), and exits 1 when there is one. By default every
 ``import`` statement counts, at module level or inside a function: a cycle hidden in
 a function-level import is still a cycle between two files. ``--module-level`` counts
 only imports executed when the module is imported.
@@ -15,11 +16,15 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 #: top-level folders whose modules are in the graph
 PACKAGES = ("backend", "addon", "operators", "panels", "training", "tools", "benchmarks")
+#: the product's layers, lowest first: a module imports only from its own layer or below
+#: (``panels`` -> ``operators`` -> ``addon`` -> ``backend``; the root ``__init__``
+#: registers them all). ``training``, ``tools`` and ``benchmarks`` are outside the product.
+LAYERS = ("backend", "addon", "operators", "panels", "__init__")
 
 
 def module_name(path: Path) -> str:
@@ -132,13 +137,37 @@ def cycles(g: Dict[str, Set[str]]) -> List[List[str]]:
     return out
 
 
+def layer_of(module: str) -> Optional[int]:
+    """Index of ``module``'s layer in :data:`LAYERS`, ``None`` outside the product."""
+    top = module.split(".")[0]
+    return LAYERS.index(top) if top in LAYERS else None
+
+
+def layer_violations(g: Dict[str, Set[str]]) -> List[Tuple[str, str]]:
+    """``(importer, imported)`` pairs where a product module imports from a higher layer."""
+    out = []
+    for mod in sorted(g):
+        own = layer_of(mod)
+        if own is None:
+            continue
+        for dep in sorted(g[mod]):
+            theirs = layer_of(dep)
+            if theirs is None or theirs > own:
+                out.append((mod, dep))
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    found = cycles(graph(module_level_only="--module-level" in argv))
+    g = graph(module_level_only="--module-level" in argv)
+    found = cycles(g)
     for comp in found:
         print("cycle: " + " <-> ".join(comp))
-    print(f"{len(found)} import cycle(s)")
-    return 1 if found else 0
+    bad = layer_violations(g)
+    for mod, dep in bad:
+        print(f"layer: {mod} imports {dep} (order: {' <- '.join(LAYERS)})")
+    print(f"{len(found)} import cycle(s), {len(bad)} import(s) against the layer order")
+    return 1 if found or bad else 0
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ from typing import List, Optional
 
 import bpy
 
-from ..operators import backend_args, camera_solve, decompose, export_scene, jobs, restyle
-from . import compositor, worker
+from ..addon import compositor, worker
+from . import backend_args, camera_solve, decompose, export_scene, jobs, restyle
 
 COMMAND_ID = "gbuffer_editor"
 USAGE = f"""usage: blender -b [FILE.blend] --command {COMMAND_ID} COMMAND [options]
