@@ -106,6 +106,16 @@ def read_input_hash(path: Path) -> Optional[str]:
     return _header_value(path, "input_hash")
 
 
+def read_manifest_entry(path: Path) -> Optional[Dict[str, Any]]:
+    """The frame's manifest entry as stored in its header (``restyle/manifest_entry``), or None."""
+    v = _header_value(path, "manifest_entry")
+    try:
+        v = json.loads(v) if isinstance(v, str) else None
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None
+
+
 def _header_value(path: Path, key: str) -> Optional[str]:
     import OpenEXR
 
@@ -765,6 +775,7 @@ class RestyleJob:
                              numbers=list(self.inputs.files), throttle=False, before_done=self._finish,
                              on_frame=lambda n, entry: self._previews.frame_recorded(n),
                              leftovers=[".tmp_preview_*.mp4", f"{PREVIEW_DIR}/.tmp_{OUT_PREFIX}*"],
+                             read_entry=read_manifest_entry,
                              part=(min(self.inputs.files), max(self.inputs.files)) if self.manifest_part else None)
         except BaseException:
             self._previews.discard()
@@ -845,8 +856,9 @@ class RestyleJob:
                                 for s, e in (self._windows.spans[k] for k in self._windows.windows_of(n))]
         frame = got.frame
         alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
-        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, self._header(path, shash, n),
-                                          frame.combined), entry)
+        header = self._header(path, shash, n)
+        header[HEADER + "manifest_entry"] = dict(entry)  # a resume after a hard kill records it whole
+        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, header, frame.combined), entry)
 
     def _render_window(self, numbers: List[int]) -> List[np.ndarray]:
         """Read and check input frames ``numbers`` and render them as one window."""
@@ -905,7 +917,9 @@ class RestyleJob:
         sha = self._previews.add(n, stored)
         more = {"companions": {f"{PREVIEW_DIR}/{preview_path(self.out_dir, n).name}": sha}} if sha else {}
         if self.flicker:
-            cur = flick.sample(combined[..., :3], rgb)
+            # measured on the values as stored, as a resume measures them from the files
+            # (third hostile trial: the figure changed after a kill and a resume)
+            cur = flick.sample(combined[..., :3], stored)
             last = self._measured
             if last is not None and last.number == n - 1:
                 err = flick.pair_error(last.sample, cur)
@@ -919,8 +933,14 @@ class RestyleJob:
         done = sorted(int(e["frame"]) for e in man.get("frames", []))
         outputs = man.setdefault("outputs", {})
 
+        entries = {f"{PREVIEW_DIR}/{preview_path(self.out_dir, int(e['frame'])).name}": e
+                   for e in man.get("frames", []) if isinstance(e, dict)}
+
         def record(rel: str, sha: str) -> None:  # checksum in the manifest before the file is in place
-            outputs[rel] = sha
+            if rel in entries:  # a resumed frame's preview: in its entry, as when rendered in one go
+                entries[rel]["companions"] = {**(entries[rel].get("companions") or {}), rel: sha}
+            else:
+                outputs[rel] = sha
             if not self.manifest_part:  # a chunk: its part is saved by the runner right after
                 contract.write_manifest(self.out_dir, man)
 

@@ -206,8 +206,14 @@ def _oserror_text(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+#: signals that cancel a job cleanly: SIGINT, SIGTERM and (where it exists) SIGHUP, sent
+#: when the terminal or ssh session running the job closes (third hostile trial: SIGHUP
+#: killed the process, leaving the folder's lock file and a ``.tmp`` frame behind)
+CANCEL_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
 class SignalCancel:
-    """Context manager: SIGINT/SIGTERM cancel a job cleanly instead of killing it.
+    """Context manager: SIGINT/SIGTERM/SIGHUP cancel a job cleanly instead of killing it.
 
     The first signal sets :attr:`event` (pass it as ``run_job(cancel=...)``: the frame
     being computed is finished and the job stops with :class:`JobCancelled`); a second
@@ -228,7 +234,7 @@ class SignalCancel:
 
     def __enter__(self) -> threading.Event:
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
+            for s in CANCEL_SIGNALS:
                 try:
                     self._old[s] = signal.signal(s, self._handler)
                 except (ValueError, OSError):  # pragma: no cover
@@ -592,8 +598,10 @@ class FrameRun:
                  cancel: Optional[threading.Event], old: Dict[str, Any], t0: float,
                  input_for: Optional[Callable[[int], Optional[str]]] = None,
                  read_input: Optional[Callable[[Path], Optional[str]]] = None,
-                 expected: Optional[Sequence[int]] = None, throttle: Optional[bool] = None):
+                 expected: Optional[Sequence[int]] = None, throttle: Optional[bool] = None,
+                 read_entry: Optional[Callable[[Path], Optional[Dict[str, Any]]]] = None):
         self.out, self.total, self.job, self.path_for = out, total, job, path_for
+        self.read_entry = read_entry
         self.input_for, self.read_input = input_for, read_input
         self.before_done: Optional[Callable[[JobResult], None]] = None
         self.read_hash, self.on_frame, self.t0 = read_hash, on_frame, t0
@@ -682,13 +690,28 @@ class FrameRun:
                 sha = file_sha256(final)
             except OSError:
                 sha = None
-            entry = self._entry(number, final, sha)
-            if old is not None:
-                entry = {**old, **entry}
+            # every field the job recorded for the frame, from the frame's own header (third
+            # hostile trial: after a SIGKILL these entries kept 6 of 17 fields, and the shot's
+            # flicker figure, a mean over the entries, changed)
+            entry = {**self._header_entry(final), **(old or {}), **self._entry(number, final, sha)}
             self.book.frames[number] = entry
             self.book.dirty = True
         events.emit({"event": "progress", "frame": number, "done": self.done, "total": self.total,
                      "fps": None, "eta_s": None, "skipped": True})
+
+    def _header_entry(self, final: Path) -> Dict[str, Any]:
+        """The job's per-frame manifest fields as stored in the frame file (``read_entry``),
+        ``{}`` when the file holds none (an older version's) or cannot be read."""
+        if self.read_entry is None:
+            return {}
+        try:
+            got = self.read_entry(final)
+        except Exception:  # noqa: BLE001 - unreadable: the runner's own fields only
+            return {}
+        if not isinstance(got, dict):
+            return {}
+        # the runner's own fields come from the file and the folder, never from a header
+        return {k: v for k, v in got.items() if k not in ("frame", "file", "settings_hash", "sha256", "bytes")}
 
     def _compute(self, number: int, final: Path, work: WorkFn) -> None:
         t1 = time.monotonic()
@@ -873,6 +896,7 @@ def run_job(
     before_done: Optional[Callable[[JobResult], None]] = None,
     leftovers: Sequence[str] = (),
     part: Optional[Tuple[int, int]] = None,
+    read_entry: Optional[Callable[[Path], Optional[Dict[str, Any]]]] = None,
 ) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
@@ -934,6 +958,11 @@ def run_job(
             or a part whose range overlaps ``A-B`` without being it (another chunking);
             ``overwrite`` is refused (``ValueError``). ``leftovers`` are not removed
             (other chunks may be writing).
+        read_entry: reads the job's per-frame manifest fields stored in an output file's
+            header (the dict ``work`` returned, e.g. decompose's ``gbuffer/manifest_entry``).
+            A frame found on disk but not in the manifest (written in the last moments
+            before a hard kill) is recorded with them, so its entry is the one an
+            uninterrupted run writes.
 
     Returns:
         :class:`JobResult`.
@@ -955,7 +984,8 @@ def run_job(
                              on_frame=on_frame, overwrite=overwrite, companions=companions,
                              extra_outputs=extra_outputs, input_for=input_for, read_input=read_input,
                              expected=expected, throttle=throttle, t0=t0,
-                             numbers=numbers if numbers is not None else expected, before_done=before_done)
+                             numbers=numbers if numbers is not None else expected, before_done=before_done,
+                             read_entry=read_entry)
         with _manifest_lock(out):
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
@@ -977,7 +1007,7 @@ def run_job(
             run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
                            read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
                            input_for=input_for, read_input=read_input, expected=expected,
-                           throttle=throttle)
+                           throttle=throttle, read_entry=read_entry)
             run.book.runlock = lock
             run.book.created = not old
             run.before_done = before_done
@@ -996,7 +1026,7 @@ def run_job(
 
 def _run_part(out: Path, tasks, part: Tuple[int, int], *, settings, shash, total, job, path_for, manifest,
               read_hash, cancel, on_frame, overwrite, companions, extra_outputs, input_for, read_input,
-              expected, throttle, t0, numbers, before_done) -> JobResult:
+              expected, throttle, t0, numbers, before_done, read_entry=None) -> JobResult:
     """:func:`run_job` in farm chunk mode (``part``): no lock, the manifest part only."""
     from .parts import clean_part_temporaries, folder_view
 
@@ -1014,7 +1044,8 @@ def _run_part(out: Path, tasks, part: Tuple[int, int], *, settings, shash, total
                            read_input=read_input, input_for=input_for, numbers=chunk)
     run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
                    read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
-                   input_for=input_for, read_input=read_input, expected=expected, throttle=throttle)
+                   input_for=input_for, read_input=read_input, expected=expected, throttle=throttle,
+                   read_entry=read_entry)
     run.book.part = (first, last, chunk)
     run.before_done = before_done
     clean_part_temporaries(out, first, last)
