@@ -669,7 +669,8 @@ def test_sequence_numbers_that_cannot_be_used_are_replaced_with_a_warning(tmp_pa
     assert sorted(res.written) == [1, 2, 3, 4]
     warns = [e["message"] for e in events(buf) if e["event"] == "warning"]
     assert any("frame numbers cannot be taken from the file names" in w and "both have number 3" in w
-               and "numbered 1-4 in name order" in w for w in warns), warns
+               and "numbered 1-4 in order by the numbers in their names, then by name: shot_0001.png is "
+               "frame 1, shot_003.png is frame 4" in w for w in warns), warns
 
 
 def test_restyle_refuses_a_preview_folder_that_is_a_link(tmp_path):

@@ -126,3 +126,71 @@ def test_sighup_cancels_like_sigterm(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["complete"] is False
     for f in contract.list_frames(out).values():
         contract.read_frame(f)
+
+
+# ------------------------------------------------------- (4) (5) (6) footage that is not what it seems
+
+
+def test_a_dangling_symlink_frame_is_named_and_listed_as_missing(tmp_path):
+    """Trial: ``shot_0003.png`` pointing nowhere was dropped: exit 0, no warning, manifest
+    ``complete: true``, ``frames_missing ""``."""
+    src = _sequence(tmp_path / "seq", [1, 2, 4])
+    (src / "shot_0003.png").symlink_to(tmp_path / "gone.png")
+    out = tmp_path / "out"
+    log = io.StringIO()
+    decompose(src, out, estimator="tiny", max_size=32, progress=log)
+    warn = [e for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert len(warn) == 1 and "shot_0003.png (frame 3) is a symbolic link" in warn[0]["message"]
+    assert warn[0]["frame"] == 3
+    man = contract.read_manifest(out)
+    assert man["complete"] is False and man["frames_missing"] == "3" and man["frames_expected"] == 4
+    assert sorted(contract.list_frames(out)) == [1, 2, 4]
+    r = run_cli("decompose", src, "--out", tmp_path / "cli", "--estimator", "tiny", "--max-size", "32", tiny=True)
+    assert r.returncode == 0 and "shot_0003.png (frame 3) is a symbolic link" in r.stderr
+    # the link repaired: a resume computes just that frame and the folder is complete
+    (src / "shot_0003.png").unlink()
+    write_image(src / "shot_0003.png", gradient_rgb(24, 32, 50))
+    res = _dec(src, out)
+    assert res.written == [3] and contract.read_manifest(out)["complete"] is True
+
+
+def test_negative_frame_numbers_are_numbered_in_frame_order_as_the_warning_says(tmp_path):
+    """Trial: ``shot_-0002 ... shot_0001`` became gbuffer 1-4 from 0000, -0001, 0001, -0002,
+    while the warning said "in name order". G-buffer numbers are >= 0: the files are
+    numbered 1-4 in the order of their (signed) numbers, and the warning says exactly that."""
+    for spec in ("folder", "shot_####.png"):
+        src = tmp_path / f"seq_{spec[:4]}"
+        src.mkdir()
+        for k, n in enumerate((-2, -1, 0, 1)):
+            write_image(src / f"shot_{n:05d}.png" if n < 0 else src / f"shot_{n:04d}.png", gradient_rgb(24, 32, 7 * k))
+        assert sorted(q.name for q in src.iterdir())[0] == "shot_-0001.png"  # name order is not frame order
+        out = tmp_path / f"out_{spec[:4]}"
+        log = io.StringIO()
+        decompose(src if spec == "folder" else src / spec, out, estimator="tiny", max_size=32, progress=log)
+        warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
+        assert len(warn) == 1 and "negative number" in warn[0], warn
+        assert "shot_-0002.png is frame 1, shot_0001.png is frame 4" in warn[0]
+        got = {n: Path(contract.read_meta(p)["source_file"]).name for n, p in contract.list_frames(out).items()}
+        assert got == {1: "shot_-0002.png", 2: "shot_-0001.png", 3: "shot_0000.png", 4: "shot_0001.png"}
+    # a dash that separates is not a sign: shot-0002.png is frame 2
+    plain = _sequence(tmp_path / "dash", [2, 3], name="shot-{:04d}.png")
+    log = io.StringIO()
+    decompose(plain, tmp_path / "o_dash", estimator="tiny", max_size=32, progress=log)
+    assert sorted(contract.list_frames(tmp_path / "o_dash")) == [2, 3]
+    assert not [e for e in events(log.getvalue()) if e["event"] == "warning"]
+
+
+def test_a_movie_that_changes_resolution_mid_stream_is_refused_naming_the_frame(tmp_path):
+    """Trial: a TS going from 64x48 to 96x48 after frame 3 was squeezed to 64x48, exit 0."""
+    from footage_util import write_movie
+
+    a = write_movie(tmp_path / "a.ts", [gradient_rgb(48, 64, 4 * i) for i in range(3)], rate=24)
+    b = write_movie(tmp_path / "b.ts", [gradient_rgb(48, 96, 4 * i) for i in range(3)], rate=24)
+    clip = tmp_path / "clip.ts"
+    clip.write_bytes(a.read_bytes() + b.read_bytes())
+    out = tmp_path / "out"
+    r = run_cli("decompose", clip, "--out", out, "--estimator", "tiny", "--max-size", "32", tiny=True)
+    assert r.returncode == 2, r.stderr
+    assert "clip.ts (frame 4): the movie changes resolution mid-stream, to 96x48 from the 64x48" in r.stderr
+    assert sorted(contract.list_frames(out)) == [1, 2, 3]
+    assert contract.read_manifest(out)["complete"] is False
