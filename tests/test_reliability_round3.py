@@ -194,3 +194,86 @@ def test_a_movie_that_changes_resolution_mid_stream_is_refused_naming_the_frame(
     assert "clip.ts (frame 4): the movie changes resolution mid-stream, to 96x48 from the 64x48" in r.stderr
     assert sorted(contract.list_frames(out)) == [1, 2, 3]
     assert contract.read_manifest(out)["complete"] is False
+
+
+# ------------------------------------------------------- (1) (2) restyle's input
+
+
+def test_restyle_refuses_a_gbuffer_folder_another_job_is_writing(tmp_path):
+    """Trial: ``decompose seq --out gb --stabilize &`` then ``restyle gb`` once 3 frames
+    existed: exit 0, ``complete: true``, ``frames_expected 11``; the folder ended with 16
+    frames. Restyle now refuses while the decompose job holds the folder's lock."""
+    src = _sequence(tmp_path / "seq", range(1, 61), h=48, w=64)
+    gb = tmp_path / "gb"
+    p = start_cli("decompose", src, "--out", gb, "--estimator", "tiny", "--max-size", "32", "--stabilize", tiny=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(gb.glob("gbuffer_*.exr"))) < 3:
+            time.sleep(0.05)
+        r = run_cli("restyle", gb, "--prompt", "dense fog", "--out", tmp_path / "fog")
+        running = p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+    assert running, "the decompose finished before restyle started: make the clip longer"
+    assert r.returncode == 1, r.stderr
+    assert f"G-buffer folder {gb} is being written by another job right now" in r.stderr
+    assert not (tmp_path / "fog").exists() or not list((tmp_path / "fog").glob("restyle_*.exr"))
+
+
+def test_restyle_of_an_incomplete_gbuffer_folder_is_marked_incomplete(tmp_path):
+    """The killed decompose above leaves ``complete: false``: restyle renders what is there,
+    warns naming the folder and its missing frames, and is ``complete: false`` too."""
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    gb = tmp_path / "gb"
+    _dec(src, gb, frames="1-2")
+    assert contract.read_manifest(gb)["complete"] is False
+    log = io.StringIO()
+    res = restyle(gb, tmp_path / "fog", "fog", progress=log, mp4=False)
+    assert res.written == [1, 2]
+    warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert any(f"G-buffer folder {gb} is not complete (frames 3-4 missing)" in w for w in warn), warn
+    man = contract.read_manifest(tmp_path / "fog")
+    assert man["complete"] is False and man["input_complete"] is False
+    assert man["input"]["complete"] is False and man["input"]["frames_missing"] == "3-4"
+    # the decompose finished: a resume renders the new frames and is complete
+    _dec(src, gb)
+    res = restyle(gb, tmp_path / "fog", "fog", progress=io.StringIO(), mp4=False)
+    assert res.written == [3, 4] and contract.read_manifest(tmp_path / "fog")["complete"] is True
+
+
+def test_restyle_checks_each_frame_header_against_its_name_and_the_folder(tmp_path):
+    """Trial: files swapped by name rendered as named although each header's
+    ``frame_number`` contradicts it; a frame of another decompose run was mixed in."""
+    src = _sequence(tmp_path / "seq", range(1, 4))
+    gb, other = tmp_path / "gb", tmp_path / "other"
+    _dec(src, gb)
+    _dec(src, other, hfov_deg=40.0)
+    f2, f3 = contract.frame_path(gb, 2), contract.frame_path(gb, 3)
+    b2, b3 = f2.read_bytes(), f3.read_bytes()
+    f2.write_bytes(b3)
+    f3.write_bytes(b2)
+    with pytest.raises(JobError, match=r"gbuffer_0002\.exr \(G-buffer frame 2\): its header says it is frame 3"):
+        restyle(gb, tmp_path / "rs", "fog", progress=io.StringIO())
+    f2.write_bytes(b2)
+    f3.write_bytes(contract.frame_path(other, 3).read_bytes())
+    with pytest.raises(JobError, match=r"gbuffer_0003\.exr \(G-buffer frame 3\) was written with other decompose "
+                                       r"settings"):
+        restyle(gb, tmp_path / "rs", "fog", progress=io.StringIO())
+    assert not list((tmp_path / "rs").glob("restyle_*.exr")) if (tmp_path / "rs").exists() else True
+    f3.write_bytes(b3)
+    assert restyle(gb, tmp_path / "rs", "fog", progress=io.StringIO()).written == [1, 2, 3]
+
+
+def test_restyle_never_writes_into_the_footage_folder(tmp_path):
+    """Trial: ``decompose seq --out gb && restyle gb --out seq`` left EXRs, previews and a
+    manifest among the user's source frames."""
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    gb = tmp_path / "gb"
+    _dec(src, gb)
+    before = sorted(q.name for q in src.iterdir())
+    for out in (src, src / "sub"):
+        r = run_cli("restyle", gb, "--prompt", "dense fog", "--out", out)
+        assert r.returncode == 1 and "refusing to write into the footage" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert sorted(q.name for q in src.iterdir()) == before

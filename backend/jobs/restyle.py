@@ -657,6 +657,7 @@ class RestyleJob:
         self._matcher: Optional[LookMatch] = None
         self.previews, self.mp4, self.flicker = previews, mp4, flicker
         self.gb_manifest = contract.read_manifest(inputs.gbuffer_dir)  # ContractError names it
+        self._input_state: Dict[str, Any] = {}  # what the input folder's manifest says (run() checks it)
         self.fps = _source_fps(self.gb_manifest, inputs.gbuffer_dir / "manifest.json")
         self.use_reference = bool(inputs.ref_files) and look.renderer.accepts_reference
         self._last: Optional[_Rendered] = None
@@ -730,7 +731,13 @@ class RestyleJob:
             "input": {"gbuffer_dir": str(inp.gbuffer_dir.resolve()), "frames": [min(inp.files), max(inp.files)],
                       "reference_dir": str(inp.reference_dir.resolve()) if inp.reference_dir else None,
                       "source": self.gb_manifest.get("source") if isinstance(
-                          self.gb_manifest.get("source"), dict) else None},
+                          self.gb_manifest.get("source"), dict) else None,
+                      # what the G-buffer folder's manifest says (None: it does not say)
+                      "complete": self._input_state.get("complete"),
+                      "frames_missing": self._input_state.get("frames_missing")},
+            # false: the input folder is incomplete or changed while restyle ran, so this is not
+            # complete either (backend.jobs.restyle_input)
+            "input_complete": self._input_state.get("complete") is not False,
             "prompt": look.prompt,
             "looks": look.info.get("looks"),
             "look_params": look.info.get("params"),
@@ -753,6 +760,11 @@ class RestyleJob:
             JobError, JobCancelled, InputError: see :func:`restyle`.
         """
         settings = self.settings()
+        from .restyle_input import check_input
+
+        inp = self.inputs  # refused: a folder being written, a header contradicting its file, the footage
+        self._input_state = check_input(inp.gbuffer_dir, inp.files, self.gb_manifest, self.out_dir,
+                                        inp.reference_dir, inp.ref_files)
         pdir = Path(self.out_dir) / PREVIEW_DIR
         if self.previews and (pdir.is_symlink() or (pdir.exists() and not pdir.is_dir())):
             # a link would send our PNGs (and their clean-up) into someone else's folder,
@@ -930,6 +942,13 @@ class RestyleJob:
 
     def _finish(self, result: JobResult) -> JobResult:
         man = result.manifest
+        from .restyle_input import input_changed
+
+        why = input_changed(self.inputs.gbuffer_dir, self.inputs.all_files)
+        if why is not None:
+            events.warning(f"{why}: this restyle is marked incomplete (input_complete: false); run it again "
+                           "once the G-buffer folder is finished", file=self.inputs.gbuffer_dir)
+            man["input_complete"] = False
         done = sorted(int(e["frame"]) for e in man.get("frames", []))
         outputs = man.setdefault("outputs", {})
 

@@ -443,7 +443,10 @@ class _ManifestBook:
                        if n not in self.frames or not Path(self.path_for(n)).exists()]
         self.data["frames_expected"] = None if self.expected is None else len(self.expected)
         self.data["frames_missing"] = _ranges(missing)
-        return not missing and not self.runlock.others_running()
+        # a job that read an incomplete folder, or one that changed while it ran, says so
+        # (restyle: backend.jobs.restyle_input) and is not complete either
+        input_ok = self.data.get("input_complete") is not False
+        return not missing and input_ok and not self.runlock.others_running()
 
     def in_shot(self, number: int) -> bool:
         """Frame ``number`` is one of the shot's (always, when the shot is not known)."""
