@@ -779,10 +779,11 @@ def test_out_of_memory_decoding_a_sequence_frame_names_the_file(tmp_path, monkey
     assert sorted(contract.list_frames(tmp_path / "out")) == [1001]  # the finished frame is kept
 
 
-def test_a_frame_cut_after_it_was_written_is_computed_again(tmp_path, footage):
+def test_a_frame_cut_after_it_was_written_is_refused_and_computed_again_once_removed(tmp_path, footage):
     """Fresh-eyes trial: ``truncate -s 3000 gbuffer_0007.exr`` and a resume skipped it (its
-    header, with the settings hash, was intact). The manifest records each frame's size:
-    a resume recomputes a frame whose size changed, with a warning naming it."""
+    header, with the settings hash, was intact). The manifest records each frame's checksum
+    and size: a frame changed since it was written is the user's (one rule, docs/
+    reliability.md, issue 27): refused by name and kept; once removed, computed again."""
     out = tmp_path / "out"
     args = ("decompose", footage("boat"), "--out", out, "--frames", "1-4", "--max-size", "32")
     assert run_cli(*args).returncode == 0
@@ -792,10 +793,12 @@ def test_a_frame_cut_after_it_was_written_is_computed_again(tmp_path, footage):
     with open(f, "r+b") as fh:
         fh.truncate(3000)
     r = run_cli(*args)
+    assert r.returncode == 1 and "gbuffer_0003.exr" in r.stderr and "changed since" in r.stderr, r.stderr
+    assert f.stat().st_size == 3000
+    f.unlink()
+    r = run_cli(*args)
     assert r.returncode == 0, r.stderr
     evs = events(r.stdout)
-    warn = [e for e in evs if e["event"] == "warning" and "computing it again" in e["message"]]
-    assert len(warn) == 1 and warn[0]["frame"] == 3 and "3000 bytes" in warn[0]["message"]
     assert evs[-1]["written"] == 1 and evs[-1]["skipped"] == 3
     assert f.read_bytes() == good
 

@@ -277,3 +277,79 @@ def test_restyle_never_writes_into_the_footage_folder(tmp_path):
         assert r.returncode == 1 and "refusing to write into the footage" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
     assert sorted(q.name for q in src.iterdir()) == before
+
+
+# ------------------------------------------------------- (3) one rule for user files and edits
+
+
+def _edit_albedo(path: Path) -> None:
+    """The trial's edit: the frame read, albedo x0.5, written back in place, header kept."""
+    f = contract.read_frame(path)
+    f.albedo = f.albedo * 0.5
+    contract.write_frame(path, f)
+
+
+def test_a_users_edit_of_an_output_frame_is_never_replaced(tmp_path):
+    """Trial: ``gbuffer_0002.exr`` edited in place (header kept, albedo x0.5), then a plain
+    re-run said "changed since: computing it again" and the edit was gone. An output whose
+    bytes changed since it was written is the user's: refused by name, with or without
+    --overwrite, and kept; once moved away, just that frame is computed again."""
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    gb = tmp_path / "gb"
+    _dec(src, gb)
+    f2 = contract.frame_path(gb, 2)
+    original = f2.read_bytes()
+    _edit_albedo(f2)
+    edited = _sha(f2)
+    for overwrite, settings in ((False, {}), (True, {}), (True, {"hfov_deg": 40.0})):
+        with pytest.raises(JobError, match=r"gbuffer_0002\.exr\): they are never replaced or removed, even with "
+                                           r"--overwrite; move them away \(a frame moved away or deleted is "
+                                           r"computed again\)"):
+            _dec(src, gb, overwrite=overwrite, **settings)
+        assert _sha(f2) == edited
+    r = run_cli("decompose", src, "--out", gb, "--estimator", "tiny", "--max-size", "32", tiny=True)
+    assert r.returncode == 1 and "gbuffer_0002.exr" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    f2.rename(tmp_path / "my_edit.exr")
+    res = _dec(src, gb)
+    assert res.written == [2] and f2.read_bytes() == original
+    # touched (same bytes, new times) is still ours: a plain resume
+    import os
+
+    os.utime(f2, (time.time() + 9, time.time() + 9))
+    assert _dec(src, gb).skipped == [1, 2, 3, 4]
+    # a frame cut short (fresh-eyes trial of issue 16 recomputed it) falls under the same rule
+    with open(f2, "r+b") as fh:
+        fh.truncate(3000)
+    with pytest.raises(JobError, match=r"gbuffer_0002\.exr"):
+        _dec(src, gb)
+    assert f2.stat().st_size == 3000
+
+
+def test_edited_restyle_outputs_and_farm_chunk_frames_follow_the_same_rule(tmp_path):
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=24, w=32)
+    out = tmp_path / "rs"
+    restyle(gb, out, "fog", progress=io.StringIO(), mp4=False)
+    png = out / "preview" / "restyle_0002.png"
+    png.write_bytes(png.read_bytes() + b"\0")  # the user's retouch of our preview
+    with pytest.raises(JobError, match=r"preview/restyle_0002\.png"):
+        restyle(gb, out, "fog", progress=io.StringIO(), mp4=False)
+    png.unlink()
+    exr = output_path(out, 3)
+    from backend.jobs.writers import read_rgba_exr, write_rgba_exr
+    from backend.jobs.restyle import _header_value
+
+    keep = {k: _header_value(exr, k) for k in ("settings_hash", "input_hash", "source_frame")}
+    write_rgba_exr(exr, read_rgba_exr(exr) * 0.5, header={f"restyle/{k}": v for k, v in keep.items()})
+    edited = _sha(exr)
+    for overwrite in (False, True):
+        with pytest.raises(JobError, match=r"restyle_0003\.exr"):
+            restyle(gb, out, "fog", progress=io.StringIO(), mp4=False, overwrite=overwrite)
+    assert _sha(exr) == edited
+    # a farm chunk re-run over an edited frame of its range
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    farm = tmp_path / "farm"
+    for a, b in ((1, 2), (3, 4)):
+        _dec(src, farm, frames=f"{a}-{b}", warmup=1, manifest_part=True)
+    _edit_albedo(contract.frame_path(farm, 4))
+    with pytest.raises(JobError, match=r"gbuffer_0004\.exr"):
+        _dec(src, farm, frames="3-4", warmup=1, manifest_part=True)

@@ -62,7 +62,7 @@ from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, 
 from .. import contract, events
 from ..errors import JobCancelled, JobError  # noqa: F401  (re-exported: their former home)
 from .fingerprint import file_sha256
-from .outputs import PRODUCER, _entries, check_previous_outputs, read_own_manifest
+from .outputs import PRODUCER, STATS, _entries, _rel, check_previous_outputs, read_own_manifest, stat_key
 
 WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
 #: seconds between manifest rewrites during a run (see :func:`run_job`)
@@ -496,7 +496,7 @@ class _ManifestBook:
                 if (n not in self.frames and e.get("settings_hash") == self.shash
                         and Path(self.path_for(n)).exists() and self.in_shot(n)):
                     self.frames[n] = e
-        for key in ("outputs", "inputs"):  # merge other chunks' checksums
+        for key in ("outputs", "inputs", STATS):  # merge other chunks' checksums
             if isinstance(disk.get(key), dict) and isinstance(self.data.get(key), dict) \
                     and disk.get("settings_hash") == self.shash:
                 for k, v in disk[key].items():
@@ -648,10 +648,11 @@ class FrameRun:
                 size = final.stat().st_size
             except OSError:
                 return False
-            if size != recorded:  # fresh-eyes trial: a truncated frame was resumed as done
-                events.warning(f"{final} (frame {number}) is {size} bytes but was {recorded} when written "
-                               f"(cut or changed since): computing it again", frame=number, file=final)
-                return False
+            if size != recorded:  # changed since the start's check (which refuses such files)
+                raise JobError(f"{final} (frame {number}) is {size} bytes but was {recorded} when written: "
+                               f"it changed while this job ran; it is never replaced (an edited output is "
+                               f"the user's): move it away (it is then computed again) and run again",
+                               frame=number, file=final)
         return self._input_matches(number, final)
 
     def _input_matches(self, number: int, final: Path) -> bool:
@@ -676,6 +677,8 @@ class FrameRun:
             entry["sha256"] = sha
         try:
             entry["bytes"] = final.stat().st_size  # a resume notices a file cut since
+            if sha is not None:  # verified now: a resume re-hashes it only once its identity changes
+                self.book.data.setdefault(STATS, {})[_rel(self.out, final)] = stat_key(final)
         except OSError:
             pass
         if self.input_for is not None:
