@@ -202,23 +202,49 @@ def test_a_movie_that_changes_resolution_mid_stream_is_refused_naming_the_frame(
 def test_restyle_refuses_a_gbuffer_folder_another_job_is_writing(tmp_path):
     """Trial: ``decompose seq --out gb --stabilize &`` then ``restyle gb`` once 3 frames
     existed: exit 0, ``complete: true``, ``frames_expected 11``; the folder ended with 16
-    frames. Restyle now refuses while the decompose job holds the folder's lock."""
-    src = _sequence(tmp_path / "seq", range(1, 61), h=48, w=64)
+    frames. Restyle now refuses while a job holds the folder's run lock (held here exactly
+    as a running decompose holds it, so the test does not race a real one)."""
+    from backend.jobs.runner import _RunLock
+
+    src = _sequence(tmp_path / "seq", range(1, 4))
     gb = tmp_path / "gb"
-    p = start_cli("decompose", src, "--out", gb, "--estimator", "tiny", "--max-size", "32", "--stabilize", tiny=True)
+    _dec(src, gb, frames="1-2")
+    lock = _RunLock(gb)
+    lock.acquire()  # a decompose job writing frame 3 right now
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list(gb.glob("gbuffer_*.exr"))) < 3:
-            time.sleep(0.05)
         r = run_cli("restyle", gb, "--prompt", "dense fog", "--out", tmp_path / "fog")
-        running = p.poll() is None
     finally:
-        p.kill()
-        p.wait()
-    assert running, "the decompose finished before restyle started: make the clip longer"
+        lock.release()
     assert r.returncode == 1, r.stderr
     assert f"G-buffer folder {gb} is being written by another job right now" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "fog").exists() or not list((tmp_path / "fog").glob("restyle_*.exr"))
+    # the job finished: restyle runs
+    _dec(src, gb)
+    assert run_cli("restyle", gb, "--prompt", "dense fog", "--out", tmp_path / "fog").returncode == 0
+    assert contract.read_manifest(tmp_path / "fog")["complete"] is True
+
+
+def test_restyle_notices_its_input_changing_while_it_runs(tmp_path):
+    """A decompose started after restyle's check (or frames added or removed meanwhile):
+    the end-of-run check marks the restyle incomplete, with a warning."""
+    from backend.jobs.restyle_input import input_changed
+    from backend.jobs.runner import _RunLock
+
+    src = _sequence(tmp_path / "seq", range(1, 4))
+    gb = tmp_path / "gb"
+    _dec(src, gb)
+    files = contract.list_frames(gb)
+    assert input_changed(gb, files) is None
+    assert "frames 4..4 (1) went away" in input_changed(gb, {**files, 4: gb / "gbuffer_0004.exr"})
+    fewer = {n: p for n, p in files.items() if n != 3}
+    assert "frames 3..3 (1) appeared" in input_changed(gb, fewer)
+    lock = _RunLock(gb)
+    lock.acquire()
+    try:
+        assert "a job started writing into" in input_changed(gb, files)
+    finally:
+        lock.release()
 
 
 def test_restyle_of_an_incomplete_gbuffer_folder_is_marked_incomplete(tmp_path):
