@@ -8,7 +8,8 @@ Supported input
 ---------------
 * **Movies** through PyAV (FFmpeg): any container/codec FFmpeg decodes (mp4, mov,
   mkv, webm, avi; H.264, HEVC, ProRes, MPEG-4, VP9...), 8-bit or higher (decoded to
-  ``rgb48`` above 8 bits), 4:2:0 / 4:2:2 / 4:4:4, with or without alpha.
+  ``rgb48`` above 8 bits), 4:2:0 / 4:2:2 / 4:4:4, with or without alpha (VP9 alpha in
+  WebM through libvpx, which FFmpeg's own VP9 decoder drops).
   YUV -> RGB uses the stream's matrix and range; when the stream does not say,
   BT.709 for frames >= 720 lines high, else BT.601, limited range (FFmpeg's
   convention).
@@ -654,6 +655,31 @@ class _ImageFootage(Footage):
             yield SourceFrame(i, float(i / info.fps), rgb, alpha, f, info.numbers[i])
 
 
+def _vp9_alpha_decoder(path: str, stream):
+    """libvpx's VP9 decoder for a stream that carries alpha (WebM ``alpha_mode=1``), else
+    ``None``.
+
+    FFmpeg's native VP9 decoder ignores the alpha plane WebM keeps in each block's
+    BlockAdditional; libvpx (``libvpx-vp9``) decodes it, giving ``yuva420p`` frames (third
+    hostile trial: ``has_alpha: false``, alpha 1.0 everywhere). Where this FFmpeg build has
+    no libvpx decoder, a ``warning`` says the alpha is dropped.
+    """
+    import av
+
+    meta = {str(k).lower(): v for k, v in (stream.metadata or {}).items()}
+    if stream.codec_context.name != "vp9" or str(meta.get("alpha_mode", "")).strip() != "1":
+        return None
+    try:
+        ctx = av.CodecContext.create("libvpx-vp9", "r")
+    except (av.error.FFmpegError, ValueError, KeyError) as e:
+        events.warning(f"{path}: the VP9 stream carries alpha (alpha_mode=1) but this FFmpeg build has no "
+                       f"libvpx VP9 decoder ({e}): the alpha is dropped, the frames are opaque", file=path)
+        return None
+    ctx.extradata = stream.codec_context.extradata
+    ctx.thread_type = "AUTO"
+    return ctx
+
+
 # YUV matrix names for swscale, by AVColorSpace value
 _SWS_CS = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "ITU601", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
 
@@ -691,6 +717,10 @@ class _MovieFootage(Footage):
             self._bits = max((c.bits for c in fmt.components), default=8)
             self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \
                 fmt.name.startswith(("yuva", "rgba", "bgra", "argb", "abgr", "gbrap", "ya"))
+            self._vpx = _vp9_alpha_decoder(path, stream)
+            pix_fmt = fmt.name
+            if self._vpx is not None:
+                self._alpha, pix_fmt = True, "yuva420p"
             self._decoder = self._decode()
             try:
                 first = next(self._decoder)
@@ -715,7 +745,7 @@ class _MovieFootage(Footage):
             self.info = FootageInfo(
                 path=path, kind="movie", width=w, height=h, out_width=ow, out_height=oh,
                 fps=Fraction(fps), n_frames=(stream.frames or None), sar=Fraction(sar),
-                rotation=self._k * 90, pix_fmt=fmt.name, bit_depth=self._bits, codec=cc.name,
+                rotation=self._k * 90, pix_fmt=pix_fmt, bit_depth=self._bits, codec=cc.name,
                 colorspace=colour.canonical_name(colorspace), has_alpha=self._alpha,
             )
         except BaseException:
@@ -727,9 +757,15 @@ class _MovieFootage(Footage):
 
         n = 0
         try:
-            for frame in self._container.decode(self._stream):
-                n += 1
-                yield frame
+            if self._vpx is None:
+                for frame in self._container.decode(self._stream):
+                    n += 1
+                    yield frame
+                return
+            for packet in self._container.demux(self._stream):  # the last, empty packet flushes
+                for frame in self._vpx.decode(packet):
+                    n += 1
+                    yield frame
         except av.error.FFmpegError as e:
             raise FootageError(f"{self._path} (frame {n + 1}): decode failed ({e})",
                                frame=n + 1, file=self._path) from e

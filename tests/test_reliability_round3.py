@@ -379,3 +379,52 @@ def test_edited_restyle_outputs_and_farm_chunk_frames_follow_the_same_rule(tmp_p
     _edit_albedo(contract.frame_path(farm, 4))
     with pytest.raises(JobError, match=r"gbuffer_0004\.exr"):
         _dec(src, farm, frames="3-4", warmup=1, manifest_part=True)
+
+
+# ------------------------------------------------------- (8) odd codecs
+
+
+def _vp9_alpha_webm(path: Path, n: int = 4, h: int = 48, w: int = 64) -> Path:
+    """A WebM of libvpx VP9 ``yuva420p`` (``alpha_mode=1``): opaque box on transparency."""
+    import av
+
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libvpx-vp9", rate=24)
+        s.width, s.height, s.pix_fmt = w, h, "yuva420p"
+        for i in range(n):
+            img = np.zeros((h, w, 4), np.uint8)
+            img[..., :3] = gradient_rgb(h, w, 4 * i)
+            img[10:30, 10:40, 3] = 255
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgba")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def test_vp9_alpha_in_webm_is_decoded(tmp_path):
+    """Trial: VP9 with alpha in WebM (libvpx ``yuva420p``, ``alpha_mode=1``) read as
+    ``has_alpha: false``, alpha 1.0 everywhere, no warning: FFmpeg's native VP9 decoder
+    drops alpha. It is decoded with libvpx."""
+    import av
+
+    from backend.footage import open_footage
+
+    clip = _vp9_alpha_webm(tmp_path / "alpha.webm")
+    with av.open(str(clip)) as c:  # what the trial saw: the native decoder, no alpha
+        assert c.streams.video[0].metadata.get("alpha_mode") == "1"
+        assert next(c.decode(video=0)).format.name == "yuv420p"
+    with open_footage(clip) as f:
+        assert f.info.has_alpha and f.info.pix_fmt == "yuva420p"
+        frames = list(f)
+    assert len(frames) == 4
+    for sf in frames:
+        assert sf.alpha is not None and sf.alpha.shape == (48, 64)
+        assert sf.alpha[20, 20] > 0.99 and sf.alpha[2, 2] < 0.01 and sf.alpha[40, 60] < 0.01
+    assert [round(sf.pts_s, 3) for sf in frames] == [0.0, 0.042, 0.083, 0.125]
+    out = tmp_path / "gb"
+    _dec(clip, out)
+    man = contract.read_manifest(out)
+    assert man["source"]["has_alpha"] is True and man["complete"] is True
+    a = contract.read_frame(contract.frame_path(out, 2)).combined[..., 3]
+    assert a[20, 20] > 0.99 and a[2, 2] < 0.01
