@@ -528,9 +528,7 @@ def _sequence_files(path: str) -> List[str]:
     if p.is_dir():
         # entries that are not readable files (a dangling symbolic link...) are kept: the
         # reader skips them with a warning, and the job lists them as missing frames
-        files = [str(q) for q in p.iterdir()
-                 if q.suffix.lower() in IMAGE_EXTS and not q.name.startswith(".")
-                 and (q.is_file() or not q.is_dir())]
+        files = [str(q) for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTS and not q.name.startswith(".")]
         if not files:
             raise FootageError(f"{path}: folder contains no images ({', '.join(sorted(IMAGE_EXTS))})",
                                file=path)

@@ -428,3 +428,61 @@ def test_vp9_alpha_in_webm_is_decoded(tmp_path):
     assert man["source"]["has_alpha"] is True and man["complete"] is True
     a = contract.read_frame(contract.frame_path(out, 2)).combined[..., 3]
     assert a[20, 20] > 0.99 and a[2, 2] < 0.01
+
+
+# ------------------------------------------------------- found by our own hostile variants
+
+
+def test_a_job_leaves_the_temporary_of_another_job_writing_the_same_frame(tmp_path):
+    """Two identical decomposes into one folder at once: one failed "job wrote nothing for
+    frame 4", the other having removed its temporary as a hard kill's leftover. Leftovers
+    are removed only when no other job holds the folder."""
+    from backend.jobs.runner import _RunLock
+
+    src = _sequence(tmp_path / "seq", range(1, 4))
+    out = tmp_path / "out"
+    _dec(src, out, frames="1-1")
+    other = _RunLock(out)
+    other.acquire()  # the other job, writing frame 2 right now
+    theirs = out / ".tmp_gbuffer_0002_inflight.exr"
+    theirs.write_bytes(b"half of their frame")
+    try:
+        res = _dec(src, out)
+    finally:
+        other.release()
+    assert res.written == [2, 3] and theirs.exists()
+    theirs.unlink()
+    # alone in the folder, a hard kill's leftover of a frame computed again is removed
+    contract.frame_path(out, 3).unlink()
+    leftover = out / ".tmp_gbuffer_0003_killed.exr"
+    leftover.write_bytes(b"x")
+    assert _dec(src, out).written == [3] and not leftover.exists()
+
+
+def test_a_second_signal_between_two_steps_of_a_frame_leaves_no_temporary(tmp_path, monkeypatch):
+    """SIGTERM then SIGHUP at once: a ``.tmp_gbuffer_0004_*`` was left once in 30 tries (the
+    second signal landed after the frame's write was handed to the writer thread and before
+    it was tracked). The run now tracks every temporary it creates until it is renamed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import backend.jobs.runner as runner
+    from backend.errors import JobCancelled
+
+    class SignalAfterSubmit(ThreadPoolExecutor):
+        calls = 0
+
+        def submit(self, fn, *a, **k):
+            fut = super().submit(fn, *a, **k)
+            SignalAfterSubmit.calls += 1
+            if SignalAfterSubmit.calls == 2:
+                fut.result()
+                raise KeyboardInterrupt  # the second signal, right here
+            return fut
+
+    monkeypatch.setattr(runner, "ThreadPoolExecutor", SignalAfterSubmit)
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    out = tmp_path / "out"
+    with pytest.raises(JobCancelled):
+        _dec(src, out)
+    assert not [q.name for q in out.iterdir() if q.name.startswith(".tmp")]
+    assert set(contract.list_frames(out)) <= {1}  # whole frames only

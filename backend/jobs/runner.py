@@ -626,6 +626,9 @@ class FrameRun:
         self.current: Optional[int] = None
         self.frame_failed = False  # later frames are not finalized (order)
         self.writer: Optional[ThreadPoolExecutor] = None
+        #: temporaries this run created and has not renamed yet: removed on the way out, so a
+        #: second signal landing between two steps of a frame leaves none (third hostile trial)
+        self._tmps: set = set()
 
     # ----------------------------------------------------------------- per frame
     def _is_current(self, number: int, final: Path) -> bool:
@@ -721,10 +724,14 @@ class FrameRun:
 
     def _compute(self, number: int, final: Path, work: WorkFn) -> None:
         t1 = time.monotonic()
-        _remove_stale_tmp(final)
+        if self.book.part is not None or not self.book.runlock.others_running():
+            # not while another job writes the folder: it may be computing this very frame
+            # (hostile trial: two identical decomposes at once, one failed "wrote nothing")
+            _remove_stale_tmp(final)
         fd, name = tempfile.mkstemp(prefix=".tmp_" + final.stem + "_", suffix=final.suffix, dir=final.parent)
-        os.close(fd)
         tmp = Path(name)
+        self._tmps.add(tmp)
+        os.close(fd)
         try:
             os.chmod(tmp, contract.default_file_mode())
             info = work(tmp, self.shash)
@@ -761,6 +768,7 @@ class FrameRun:
             raise JobError(f"job wrote nothing for frame {f.number} ({f.final})", frame=f.number, file=f.final)
         sha = f.info.pop("sha256", None) or file_sha256(f.tmp)
         os.replace(f.tmp, f.final)
+        self._tmps.discard(f.tmp)
         entry = self._entry(f.number, f.final, sha)
         entry.update(f.info)
         self.result.written.append(f.number)
@@ -863,6 +871,8 @@ class FrameRun:
             self.writer.shutdown(wait=True)
         for f in self.pending:
             _cleanup_tmp(f.tmp)
+        for tmp in list(self._tmps):
+            _cleanup_tmp(tmp)
 
     def _finish(self) -> JobResult:
         self.result.elapsed_s = time.monotonic() - self.t0
