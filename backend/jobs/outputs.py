@@ -45,15 +45,17 @@ PRODUCER = "gbuffer-editor"
 STATS = "output_stats"
 
 
-def stat_key(p: Path) -> str:
-    """``"size:mtime_ns:ctime_ns:inode"`` of ``p``: changes whenever the file is written,
-    replaced or touched (restoring the old mtime changes the ctime).
+def stat_key(p: Path) -> Dict[str, int]:
+    """``{"size", "mtime_ns", "ctime_ns", "ino"}`` of ``p`` (the fields of the manifest's
+    ``inputs`` cache): changes whenever the file is written, replaced or touched
+    (restoring the old mtime changes the ctime).
 
     Raises:
         OSError: ``p`` cannot be stat'ed.
     """
     st = Path(p).stat()
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+    return {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns), "ctime_ns": int(st.st_ctime_ns),
+            "ino": int(st.st_ino)}
 
 
 def frame_prefix(path_for: Callable[[int], Path]) -> Optional[str]:
@@ -121,7 +123,7 @@ class Ledger:
         self.entries = _entries(old)
         stats = old.get(STATS)
         #: verified identities; updated in place (``old`` keeps them for the run's manifest)
-        self.stats: Dict[str, str] = stats if isinstance(stats, dict) else {}
+        self.stats: Dict[str, Dict[str, int]] = stats if isinstance(stats, dict) else {}
         if isinstance(old, dict) and old and not isinstance(stats, dict):
             old[STATS] = self.stats
         outs = old.get("outputs")
