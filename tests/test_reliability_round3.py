@@ -268,6 +268,23 @@ def test_restyle_of_an_incomplete_gbuffer_folder_is_marked_incomplete(tmp_path):
     assert res.written == [3, 4] and contract.read_manifest(tmp_path / "fog")["complete"] is True
 
 
+def test_restyle_of_a_folder_whose_listed_frames_were_deleted_is_incomplete(tmp_path):
+    """Own hostile variant: the last frame of a complete G-buffer folder deleted; restyle
+    rendered the rest and said complete (no gap inside the range to warn about)."""
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    gb = tmp_path / "gb"
+    _dec(src, gb)
+    contract.frame_path(gb, 4).unlink()
+    log = io.StringIO()
+    res = restyle(gb, tmp_path / "rs", "fog", progress=log, mp4=False)
+    assert res.written == [1, 2, 3]
+    warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert any("1 frame(s) its manifest lists are not in the folder any more (4, e.g. gbuffer_0004.exr)" in w
+               for w in warn), warn
+    man = contract.read_manifest(tmp_path / "rs")
+    assert man["complete"] is False and man["input"]["frames_missing"] == "4"
+
+
 def test_restyle_checks_each_frame_header_against_its_name_and_the_folder(tmp_path):
     """Trial: files swapped by name rendered as named although each header's
     ``frame_number`` contradicts it; a frame of another decompose run was mixed in."""

@@ -764,7 +764,7 @@ class RestyleJob:
 
         inp = self.inputs  # refused: a folder being written, a header contradicting its file, the footage
         self._input_state = check_input(inp.gbuffer_dir, inp.files, self.gb_manifest, self.out_dir,
-                                        inp.reference_dir, inp.ref_files)
+                                        inp.reference_dir, inp.ref_files, inp.all_files)
         pdir = Path(self.out_dir) / PREVIEW_DIR
         if self.previews and (pdir.is_symlink() or (pdir.exists() and not pdir.is_dir())):
             # a link would send our PNGs (and their clean-up) into someone else's folder,

@@ -82,7 +82,8 @@ def check_headers(files: Mapping[int, Path], gb_manifest: Mapping[str, Any], fol
 
 def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mapping[str, Any],
                 out_dir: Path, reference_dir: Optional[Path] = None,
-                ref_files: Optional[Mapping[int, Path]] = None) -> Dict[str, Any]:
+                ref_files: Optional[Mapping[int, Path]] = None,
+                all_files: Optional[Mapping[int, Path]] = None) -> Dict[str, Any]:
     """Every check of the module docstring, before anything is written.
 
     Returns:
@@ -113,12 +114,42 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
     complete = gb_manifest.get("complete")
     state = {"complete": complete if isinstance(complete, bool) else None,
              "frames_missing": str(gb_manifest.get("frames_missing") or "")}
+    gone = _listed_but_gone(gb_manifest, files if all_files is None else all_files)
+    if gone:  # frames the manifest lists were deleted since: the folder is not what it says
+        from .parts import ranges
+
+        events.warning(f"G-buffer folder {gbuffer_dir}: {len(gone)} frame(s) its manifest lists are not in the "
+                       f"folder any more ({ranges(gone)}, e.g. {contract.frame_path(gbuffer_dir, gone[0]).name}); "
+                       f"the restyle is marked incomplete (input_complete: false)", frame=gone[0], file=gbuffer_dir)
+        missing = sorted(set(gone) | set(_parse(state["frames_missing"])))
+        state = {"complete": False, "frames_missing": ranges(missing)}
+        complete = None  # warned already
     if complete is False:
         missing = f" (frames {state['frames_missing']} missing)" if state["frames_missing"] else ""
         events.warning(f"G-buffer folder {gbuffer_dir} is not complete{missing}: its manifest says complete: "
                        f"false (a cancelled, failed or partial decompose, or farm chunks not merged yet); "
                        f"the restyle is marked incomplete too (input_complete: false)", file=gbuffer_dir)
     return state
+
+
+def _listed_but_gone(gb_manifest: Mapping[str, Any], on_disk: Mapping[int, Path]) -> list:
+    frames = gb_manifest.get("frames")
+    listed = set()
+    for e in frames if isinstance(frames, list) else ():
+        try:
+            listed.add(int(e["frame"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(listed - set(on_disk))
+
+
+def _parse(text: str) -> list:
+    from .parts import parse_ranges
+
+    try:
+        return parse_ranges(text)
+    except ValueError:
+        return []
 
 
 def input_changed(gbuffer_dir: Path, all_files: Mapping[int, Path]) -> Optional[str]:
