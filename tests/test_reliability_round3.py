@@ -503,3 +503,24 @@ def test_a_second_signal_between_two_steps_of_a_frame_leaves_no_temporary(tmp_pa
         _dec(src, out)
     assert not [q.name for q in out.iterdir() if q.name.startswith(".tmp")]
     assert set(contract.list_frames(out)) <= {1}  # whole frames only
+
+
+def test_a_closed_event_pipe_does_not_fail_the_job(tmp_path):
+    """Own hostile variant: ``python -m backend decompose ... | head -2`` failed the job at
+    its next event ("frame 2 failed: BrokenPipeError", then a traceback). The events are
+    dropped with one line on stderr and the job finishes."""
+    import shlex
+    import subprocess
+
+    from cli_util import REPO, cli_cmd, cli_env
+
+    src = _sequence(tmp_path / "seq", range(1, 13))
+    out = tmp_path / "out"
+    cmd = shlex.join(map(str, cli_cmd("decompose", src, "--out", out, "--estimator", "tiny", "--max-size", "32",
+                                      tiny=True)))
+    r = subprocess.run(["bash", "-c", f"{cmd} | head -1; exit ${{PIPESTATUS[0]}}"], env=cli_env(), cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "the event stream (stdout) was closed by its reader" in r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["event"] == "start"
+    assert contract.read_manifest(out)["complete"] is True
