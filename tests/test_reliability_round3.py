@@ -524,3 +524,14 @@ def test_a_closed_event_pipe_does_not_fail_the_job(tmp_path):
     assert "Traceback" not in r.stderr and "the event stream (stdout) was closed by its reader" in r.stderr
     assert json.loads(r.stdout.splitlines()[0])["event"] == "start"
     assert contract.read_manifest(out)["complete"] is True
+
+
+def test_restyle_of_farm_chunks_not_merged_names_the_missing_frames(tmp_path):
+    src = _sequence(tmp_path / "seq", range(1, 7))
+    gb = tmp_path / "gb"
+    _dec(src, gb, frames="1-3", warmup=1, manifest_part=True)  # the chunk 4-6 has not run (or died)
+    log = io.StringIO()
+    assert restyle(gb, tmp_path / "rs", "fog", progress=log, mp4=False).written == [1, 2, 3]
+    warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert any(f"G-buffer folder {gb} is not complete (frames 4-6 missing)" in w for w in warn), warn
+    assert contract.read_manifest(tmp_path / "rs")["complete"] is False

@@ -114,6 +114,12 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
     complete = gb_manifest.get("complete")
     state = {"complete": complete if isinstance(complete, bool) else None,
              "frames_missing": str(gb_manifest.get("frames_missing") or "")}
+    if complete is False and not state["frames_missing"] and gb_manifest.get("shot_frames"):
+        # farm chunks not merged yet: the parts say the shot's frames, their entries what is done
+        from .parts import ranges
+
+        listed = set(_listed(gb_manifest))
+        state["frames_missing"] = ranges([n for n in _parse(str(gb_manifest["shot_frames"])) if n not in listed])
     gone = _listed_but_gone(gb_manifest, files if all_files is None else all_files)
     if gone:  # frames the manifest lists were deleted since: the folder is not what it says
         from .parts import ranges
@@ -132,15 +138,20 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
     return state
 
 
-def _listed_but_gone(gb_manifest: Mapping[str, Any], on_disk: Mapping[int, Path]) -> list:
+def _listed(gb_manifest: Mapping[str, Any]) -> list:
+    """Frame numbers the manifest's ``frames`` entries list (malformed ones skipped)."""
     frames = gb_manifest.get("frames")
-    listed = set()
+    listed = []
     for e in frames if isinstance(frames, list) else ():
         try:
-            listed.add(int(e["frame"]))
+            listed.append(int(e["frame"]))
         except (KeyError, TypeError, ValueError):
             continue
-    return sorted(listed - set(on_disk))
+    return listed
+
+
+def _listed_but_gone(gb_manifest: Mapping[str, Any], on_disk: Mapping[int, Path]) -> list:
+    return sorted(set(_listed(gb_manifest)) - set(on_disk))
 
 
 def _parse(text: str) -> list:
