@@ -14,7 +14,7 @@ if not __package__:  # run as a directory / file: make the package importable
     __package__ = "backend"  # noqa: A001 - relative imports below resolve against it
     import backend  # noqa: F401,E402
 
-# SIGINT/SIGTERM from the very first moment: a signal that arrives while Python and the
+# SIGINT/SIGTERM/SIGHUP from the very first moment: a signal that arrives while Python and the
 # packages are still loading cancels the job cleanly (event "cancelled", exit 130)
 # instead of killing the process (exit 143) or printing a traceback. The CLI's
 # SignalCancel takes this event over.
@@ -27,7 +27,9 @@ def _early_signal(signum, frame):
     _cancel.set()
 
 
-for _s in (signal.SIGINT, signal.SIGTERM):
+# SIGHUP (the terminal or ssh session closed) too, where it exists
+_SIGNALS = tuple(getattr(signal, _n) for _n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, _n))
+for _s in _SIGNALS:
     signal.signal(_s, _early_signal)
 
 try:
@@ -42,7 +44,7 @@ try:
     rc = main(cancel=_cancel)
     # the job has reported its last word: a signal from now on (while Python shuts down,
     # when it would otherwise kill the process with 143) changes nothing
-    for _s in (signal.SIGINT, signal.SIGTERM):
+    for _s in _SIGNALS:
         signal.signal(_s, signal.SIG_IGN)
     sys.exit(rc)
 except KeyboardInterrupt:  # a second signal while loading

@@ -4,7 +4,7 @@ Subcommands are modules that expose ``add_parser(subparsers)``; the parser they
 return has ``func(args) -> int`` set with ``set_defaults(func=...)``. To add one,
 append ``"module.path"`` to :data:`SUBCOMMANDS` (a missing optional module is skipped).
 
-Exit codes: 0 success, 130 cancelled (SIGINT/SIGTERM), 1 failure at run time,
+Exit codes: 0 success, 130 cancelled (SIGINT/SIGTERM/SIGHUP), 1 failure at run time,
 2 bad arguments or bad input. On failure a JSON line
 ``{"event": "error", "message", "frame", "file"}`` goes to stdout and a one-line
 reason to stderr; on cancel ``{"event": "cancelled", "written", "frame"}``.
@@ -248,7 +248,7 @@ def json_stdout(force_json: bool = False):
 def main(argv: Optional[List[str]] = None, cancel=None) -> int:
     """Parse ``argv`` and run the subcommand; returns the process exit code.
 
-    SIGINT/SIGTERM cancel the job cleanly (:class:`backend.jobs.runner.SignalCancel`;
+    SIGINT/SIGTERM/SIGHUP cancel the job cleanly (:class:`backend.jobs.runner.SignalCancel`;
     the subcommand gets the event as ``args.cancel``). ``cancel``: an event already set
     by a signal that came while loading (``python -m backend`` installs its handler
     first thing); a job then stops before its first frame with ``cancelled``.

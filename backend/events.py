@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Union
 
@@ -40,14 +41,40 @@ _reporter: Optional[Reporter] = None
 
 
 class JsonLines:
-    """Reporter writing each event as one JSON object per line to ``stream``, flushed."""
+    """Reporter writing each event as one JSON object per line to ``stream``, flushed.
+
+    When the reader of ``stream`` goes away (a pipe closed: ``... | head -2``), the events
+    are dropped from then on, with one line on stderr, and the job goes on: its frames and
+    manifest are its result, not the event stream (hostile trial: the job failed with
+    "frame 2 failed: BrokenPipeError" and a traceback)."""
 
     def __init__(self, stream: IO[str]):
         self.stream = stream
+        self.closed = False
 
     def __call__(self, obj: Dict[str, Any]) -> None:
-        self.stream.write(json.dumps(obj) + "\n")
-        self.stream.flush()
+        if self.closed:
+            return
+        try:
+            self.stream.write(json.dumps(obj) + "\n")
+            self.stream.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self.closed = True
+        try:  # later flushes (at exit too) go nowhere instead of raising again
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, self.stream.fileno())
+            os.close(fd)
+        except (OSError, ValueError, AttributeError):
+            pass
+        try:
+            sys.stderr.write("warning: the event stream (stdout) was closed by its reader: progress events "
+                             "are dropped from here on; the job goes on\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def as_reporter(progress: Progress) -> Optional[Reporter]:

@@ -8,7 +8,8 @@ Supported input
 ---------------
 * **Movies** through PyAV (FFmpeg): any container/codec FFmpeg decodes (mp4, mov,
   mkv, webm, avi; H.264, HEVC, ProRes, MPEG-4, VP9...), 8-bit or higher (decoded to
-  ``rgb48`` above 8 bits), 4:2:0 / 4:2:2 / 4:4:4, with or without alpha.
+  ``rgb48`` above 8 bits), 4:2:0 / 4:2:2 / 4:4:4, with or without alpha (VP9 alpha in
+  WebM through libvpx, which FFmpeg's own VP9 decoder drops).
   YUV -> RGB uses the stream's matrix and range; when the stream does not say,
   BT.709 for frames >= 720 lines high, else BT.601, limited range (FFmpeg's
   convention).
@@ -276,29 +277,47 @@ def is_sequence_pattern(path: os.PathLike) -> bool:
     return not p.exists() and frame_pattern(p.name) is not None
 
 
+#: the frame number in a file's stem: its last run of digits, negative when a ``-`` sits
+#: right before it at the start of the stem or after a separator (``shot_-0002`` is -2;
+#: ``shot-0002`` is 2: there the dash is the separator)
+_NUMBER_RE = re.compile(r"((?<![^_.\s])-)?(\d+)(?!.*\d)")
+
+
 def _natural_number(name: str) -> Optional[int]:
-    m = re.search(r"(\d+)(?!.*\d)", name)
-    return int(m.group(1)) if m else None
+    m = _NUMBER_RE.search(name)
+    if not m:
+        return None
+    return -int(m.group(2)) if m.group(1) else int(m.group(2))
 
 
 def sequence_numbers(files: Sequence[str]) -> List[int]:
-    """Source frame numbers of an image sequence's files (sorted as given): the last
-    number in each file's stem (``shot_1001.png`` -> 1001, gaps kept) when every file
-    has one and they are distinct; otherwise ``1..N``."""
+    """Source frame numbers of an image sequence's files (sorted as :func:`_sequence_files`
+    sorts them: by number, then name): the last number in each file's stem
+    (``shot_1001.png`` -> 1001, gaps kept) when every file has one, they are distinct and
+    none is negative; otherwise ``1..N`` in that order, with a ``warning`` saying so
+    (G-buffer frame numbers are >= 0: ``shot_-0002.png ... shot_0001.png`` become 1-4)."""
     nums = [_natural_number(Path(f).stem) for f in files]
-    if len(files) > 1 and (None in nums or len(set(nums)) != len(nums)):
+    negative = [n for n in nums if n is not None and n < 0]
+    if len(files) > 1 and (None in nums or len(set(nums)) != len(nums) or negative):
         if None in nums:
             why = f"{Path(files[nums.index(None)]).name} has no number"
-        else:
+        elif len(set(nums)) != len(nums):
             counts = collections.Counter(nums)
             dup = next(n for n in nums if counts[n] > 1)
             names = [Path(f).name for f, n in zip(files, nums) if n == dup][:2]
             why = f"{' and '.join(names)} both have number {dup}"
+        else:
+            first = Path(files[nums.index(negative[0])]).name
+            why = (f"{len(negative)} of them carry a negative number, e.g. {first}; G-buffer frame numbers "
+                   f"are 0 or more")
+        order = "by the numbers in their names" + (" (a file without one counts as 0)" if None in nums else "") \
+            + (", then by name" if len(set(nums)) != len(nums) else "")
         _warn_once("numbers", f"{Path(files[0]).parent}: frame numbers cannot be taken from the file names "
-                   f"({why}); the {len(files)} files are numbered 1-{len(files)} in name order instead",
+                   f"({why}); the {len(files)} files are numbered 1-{len(files)} in order {order}: "
+                   f"{Path(files[0]).name} is frame 1, {Path(files[-1]).name} is frame {len(files)}",
                    files[0])
         return list(range(1, len(files) + 1))
-    if len(files) == 1 and nums[0] is None:
+    if len(files) == 1 and (nums[0] is None or nums[0] < 0):
         return [1]
     return [int(n) for n in nums]
 
@@ -507,8 +526,9 @@ def _sequence_files(path: str) -> List[str]:
     """Files of an image sequence given as a folder or a ``%04d`` / ``####`` pattern."""
     p = Path(path)
     if p.is_dir():
-        files = [str(q) for q in p.iterdir()
-                 if q.is_file() and q.suffix.lower() in IMAGE_EXTS and not q.name.startswith(".")]
+        # entries that are not readable files (a dangling symbolic link...) are kept: the
+        # reader skips them with a warning, and the job lists them as missing frames
+        files = [str(q) for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTS and not q.name.startswith(".")]
         if not files:
             raise FootageError(f"{path}: folder contains no images ({', '.join(sorted(IMAGE_EXTS))})",
                                file=path)
@@ -521,7 +541,7 @@ def _sequence_files(path: str) -> List[str]:
         m = frame_pattern(name)
         if not m:
             raise FootageError(f"{path}: not a folder or a frame pattern", file=path)
-        rx = re.compile("^" + re.escape(name[: m.start()]) + r"(\d+)" + re.escape(name[m.end():]) + "$")
+        rx = re.compile("^" + re.escape(name[: m.start()]) + r"(-?\d+)" + re.escape(name[m.end():]) + "$")
         parent = p.parent if str(p.parent) else Path(".")
         if not parent.is_dir():
             raise FootageError(f"{path}: folder {parent} does not exist", file=path)
@@ -556,31 +576,60 @@ class Footage:
         raise NotImplementedError
 
 
+def _unreadable(files: Sequence[str]) -> dict:
+    """Index -> reason for each sequence entry that is not a readable file: a symbolic link
+    to nothing (third hostile trial: dropped without a word), or not a regular file."""
+    out = {}
+    for i, f in enumerate(files):
+        if os.path.islink(f) and not os.path.exists(f):
+            out[i] = f"a symbolic link to {os.readlink(f)}, which does not exist"
+        elif not os.path.isfile(f):
+            out[i] = "not a regular file"
+    return out
+
+
 class _ImageFootage(Footage):
     def __init__(self, files: Sequence[str], kind: str, path: str, colorspace, max_size):
         self._files = list(files)
         self._cs = colorspace
         self._max = max_size
-        _EXR_PART.pop(os.path.dirname(os.path.abspath(self._files[0])), None)  # its first file decides
-        rgb, alpha, pix_fmt, bits, linear = _read_image(self._files[0], colorspace, 0)
+        self._skip = _unreadable(self._files) if kind == "sequence" else {}
+        readable = [i for i in range(len(self._files)) if i not in self._skip]
+        if not readable:
+            raise FootageError(f"{path}: no readable image in the sequence ({Path(self._files[0]).name} is "
+                               f"{self._skip[0]})", file=self._files[0])
+        i0 = readable[0]
+        _EXR_PART.pop(os.path.dirname(os.path.abspath(self._files[i0])), None)  # its first file decides
+        rgb, alpha, pix_fmt, bits, linear = _read_image(self._files[i0], colorspace, 0)
         h, w = rgb.shape[:2]
         ow, oh = fit_long_side(w, h, max_size)
         self._first = (rgb, alpha)
-        ext = Path(self._files[0]).suffix.lower()
-        rot = EXIF_ROTATION[exif_orientation(self._files[0])] if ext != ".exr" else 0
+        ext = Path(self._files[i0]).suffix.lower()
+        rot = EXIF_ROTATION[exif_orientation(self._files[i0])] if ext != ".exr" else 0
         self.info = FootageInfo(
             path=path, kind=kind, width=w, height=h, out_width=ow, out_height=oh,
             fps=SEQUENCE_FPS, n_frames=len(self._files), rotation=rot, pix_fmt=pix_fmt, bit_depth=bits,
-            codec=Path(self._files[0]).suffix.lower().lstrip("."),
+            codec=Path(self._files[i0]).suffix.lower().lstrip("."),
             colorspace=colour.canonical_name(colorspace, is_linear_file=linear),
             has_alpha=alpha is not None, files=self._files,
             numbers=sequence_numbers(self._files) if kind == "sequence" else [1],
         )
+        if self._skip:
+            shown = [f"{Path(self._files[i]).name} (frame {self.info.numbers[i]}) is {why}"
+                     for i, why in list(self._skip.items())[:3]]
+            more = f" and {len(self._skip) - 3} more" if len(self._skip) > 3 else ""
+            events.warning(f"{path}: {'; '.join(shown)}{more}: skipped, so the output misses "
+                           f"{'that frame' if len(self._skip) == 1 else 'those frames'} (listed in "
+                           f"frames_missing; the job is not complete)", file=self._files[min(self._skip)],
+                           frame=self.info.numbers[min(self._skip)])
+        self._i0 = i0
 
     def __iter__(self) -> Iterator[SourceFrame]:
         info = self.info
         for i, f in enumerate(self._files):
-            if i == 0 and self._first is not None:
+            if i in self._skip:
+                continue
+            if i == self._i0 and self._first is not None:
                 rgb, alpha = self._first
                 self._first = None
             else:
@@ -602,6 +651,31 @@ class _ImageFootage(Footage):
             if alpha is not None:
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")
             yield SourceFrame(i, float(i / info.fps), rgb, alpha, f, info.numbers[i])
+
+
+def _vp9_alpha_decoder(path: str, stream):
+    """libvpx's VP9 decoder for a stream that carries alpha (WebM ``alpha_mode=1``), else
+    ``None``.
+
+    FFmpeg's native VP9 decoder ignores the alpha plane WebM keeps in each block's
+    BlockAdditional; libvpx (``libvpx-vp9``) decodes it, giving ``yuva420p`` frames (third
+    hostile trial: ``has_alpha: false``, alpha 1.0 everywhere). Where this FFmpeg build has
+    no libvpx decoder, a ``warning`` says the alpha is dropped.
+    """
+    import av
+
+    meta = {str(k).lower(): v for k, v in (stream.metadata or {}).items()}
+    if stream.codec_context.name != "vp9" or str(meta.get("alpha_mode", "")).strip() != "1":
+        return None
+    try:
+        ctx = av.CodecContext.create("libvpx-vp9", "r")
+    except (av.error.FFmpegError, ValueError, KeyError) as e:
+        events.warning(f"{path}: the VP9 stream carries alpha (alpha_mode=1) but this FFmpeg build has no "
+                       f"libvpx VP9 decoder ({e}): the alpha is dropped, the frames are opaque", file=path)
+        return None
+    ctx.extradata = stream.codec_context.extradata
+    ctx.thread_type = "AUTO"
+    return ctx
 
 
 # YUV matrix names for swscale, by AVColorSpace value
@@ -641,6 +715,10 @@ class _MovieFootage(Footage):
             self._bits = max((c.bits for c in fmt.components), default=8)
             self._alpha = any(getattr(c, "is_alpha", False) for c in fmt.components) or \
                 fmt.name.startswith(("yuva", "rgba", "bgra", "argb", "abgr", "gbrap", "ya"))
+            self._vpx = _vp9_alpha_decoder(path, stream)
+            pix_fmt = fmt.name
+            if self._vpx is not None:
+                self._alpha, pix_fmt = True, "yuva420p"
             self._decoder = self._decode()
             try:
                 first = next(self._decoder)
@@ -665,7 +743,7 @@ class _MovieFootage(Footage):
             self.info = FootageInfo(
                 path=path, kind="movie", width=w, height=h, out_width=ow, out_height=oh,
                 fps=Fraction(fps), n_frames=(stream.frames or None), sar=Fraction(sar),
-                rotation=self._k * 90, pix_fmt=fmt.name, bit_depth=self._bits, codec=cc.name,
+                rotation=self._k * 90, pix_fmt=pix_fmt, bit_depth=self._bits, codec=cc.name,
                 colorspace=colour.canonical_name(colorspace), has_alpha=self._alpha,
             )
         except BaseException:
@@ -677,9 +755,15 @@ class _MovieFootage(Footage):
 
         n = 0
         try:
-            for frame in self._container.decode(self._stream):
-                n += 1
-                yield frame
+            if self._vpx is None:
+                for frame in self._container.decode(self._stream):
+                    n += 1
+                    yield frame
+                return
+            for packet in self._container.demux(self._stream):  # the last, empty packet flushes
+                for frame in self._vpx.decode(packet):
+                    n += 1
+                    yield frame
         except av.error.FFmpegError as e:
             raise FootageError(f"{self._path} (frame {n + 1}): decode failed ({e})",
                                frame=n + 1, file=self._path) from e
@@ -733,10 +817,13 @@ class _MovieFootage(Footage):
                 pts_s = index / float(info.fps)
             rgb, alpha = self._to_rgb(frame, index)
             if rgb.shape[:2] != (info.height, info.width):
-                # mid-stream resolution change: scale to the first frame's size
-                rgb = resize(rgb, (info.width, info.height), "area")
-                if alpha is not None:
-                    alpha = resize(alpha, (info.width, info.height), "area")
+                # refused like a sequence of mixed sizes (third hostile trial: a TS changing
+                # from 64x48 to 96x48 was squeezed to 64x48 without a word)
+                raise FootageError(
+                    f"{self._path} (frame {index + 1}): the movie changes resolution mid-stream, to "
+                    f"{rgb.shape[1]}x{rgb.shape[0]} from the {info.width}x{info.height} of frames 1-{index}; "
+                    f"cut it into parts of one size (or scale it to one size) first",
+                    frame=index + 1, file=self._path)
             rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")

@@ -64,7 +64,7 @@ def _exrs(folder, prefix):
 
 def _manifest(folder):
     man = json.loads((Path(folder) / "manifest.json").read_text())
-    for key in ("elapsed_s",):  # timing fields (none today)
+    for key in ("elapsed_s", "output_stats"):  # timing fields (none today); file identities (inode, times)
         man.pop(key, None)
     return man
 

@@ -669,7 +669,8 @@ def test_sequence_numbers_that_cannot_be_used_are_replaced_with_a_warning(tmp_pa
     assert sorted(res.written) == [1, 2, 3, 4]
     warns = [e["message"] for e in events(buf) if e["event"] == "warning"]
     assert any("frame numbers cannot be taken from the file names" in w and "both have number 3" in w
-               and "numbered 1-4 in name order" in w for w in warns), warns
+               and "numbered 1-4 in order by the numbers in their names, then by name: shot_0001.png is "
+               "frame 1, shot_003.png is frame 4" in w for w in warns), warns
 
 
 def test_restyle_refuses_a_preview_folder_that_is_a_link(tmp_path):
@@ -750,7 +751,12 @@ def test_result_of_a_removed_input_frame_is_no_longer_listed(tmp_path):
     warn = [e for e in events(r.stdout) if e["event"] == "warning" and "no input frame any more" in e["message"]]
     assert len(warn) == 1 and "restyle_1003.exr" in warn[0]["message"] and warn[0]["frame"] == 1003, r.stdout
     man = contract.read_manifest(out)
-    assert [e["frame"] for e in man["frames"]] == [1001, 1002, 1004] and man["complete"] is True
+    assert [e["frame"] for e in man["frames"]] == [1001, 1002, 1004]
+    # the G-buffer folder's own manifest still lists 1003: its input is incomplete, so the
+    # restyle is too (issue 27: restyle carries an incomplete input through, with a warning)
+    assert man["complete"] is False and man["input"]["frames_missing"] == "1003"
+    assert any("its manifest lists are not in the folder any more (1003" in e["message"]
+               for e in events(r.stdout) if e["event"] == "warning")
     assert output_path(out, 1003).exists()  # never deleted: it is the user's to remove
     # the next run no longer adopts it from the manifest on disk
     assert run_cli(*args).returncode == 0
@@ -778,10 +784,11 @@ def test_out_of_memory_decoding_a_sequence_frame_names_the_file(tmp_path, monkey
     assert sorted(contract.list_frames(tmp_path / "out")) == [1001]  # the finished frame is kept
 
 
-def test_a_frame_cut_after_it_was_written_is_computed_again(tmp_path, footage):
+def test_a_frame_cut_after_it_was_written_is_refused_and_computed_again_once_removed(tmp_path, footage):
     """Fresh-eyes trial: ``truncate -s 3000 gbuffer_0007.exr`` and a resume skipped it (its
-    header, with the settings hash, was intact). The manifest records each frame's size:
-    a resume recomputes a frame whose size changed, with a warning naming it."""
+    header, with the settings hash, was intact). The manifest records each frame's checksum
+    and size: a frame changed since it was written is the user's (one rule, docs/
+    reliability.md, issue 27): refused by name and kept; once removed, computed again."""
     out = tmp_path / "out"
     args = ("decompose", footage("boat"), "--out", out, "--frames", "1-4", "--max-size", "32")
     assert run_cli(*args).returncode == 0
@@ -791,10 +798,12 @@ def test_a_frame_cut_after_it_was_written_is_computed_again(tmp_path, footage):
     with open(f, "r+b") as fh:
         fh.truncate(3000)
     r = run_cli(*args)
+    assert r.returncode == 1 and "gbuffer_0003.exr" in r.stderr and "changed since" in r.stderr, r.stderr
+    assert f.stat().st_size == 3000
+    f.unlink()
+    r = run_cli(*args)
     assert r.returncode == 0, r.stderr
     evs = events(r.stdout)
-    warn = [e for e in evs if e["event"] == "warning" and "computing it again" in e["message"]]
-    assert len(warn) == 1 and warn[0]["frame"] == 3 and "3000 bytes" in warn[0]["message"]
     assert evs[-1]["written"] == 1 and evs[-1]["skipped"] == 3
     assert f.read_bytes() == good
 

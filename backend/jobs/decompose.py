@@ -74,6 +74,12 @@ def read_settings_hash(path: Path) -> Optional[str]:
     return None if v is None else str(v)
 
 
+def read_manifest_entry(path: Path) -> Optional[Dict[str, Any]]:
+    """The frame's manifest entry as stored in its header (``gbuffer/manifest_entry``), or None."""
+    v = contract.read_meta(path).get("manifest_entry")
+    return v if isinstance(v, dict) else None
+
+
 def read_input_hash(path: Path) -> Optional[str]:
     """Input fingerprint stored in a contract frame's header (``gbuffer/input_hash``), or None."""
     v = contract.read_meta(path).get("input_hash")
@@ -252,6 +258,9 @@ class _Shot:
             for k in ("provenance", "pass_models"):
                 if k in frame.meta:
                     entry[k] = frame.meta[k]
+            # the entry travels in the frame's header too: a frame written just before a hard
+            # kill (not yet in manifest.json) is recorded on resume with all of it
+            frame.meta["manifest_entry"] = entry
             # validation + EXR encoding run on the runner's writer thread while the next
             # frame is decoded and estimated (the runner renames tmp_path atomically)
             return Deferred(lambda: contract.write_frame(tmp_path, frame, atomic=False) and None, entry)
@@ -687,7 +696,7 @@ def decompose(
                 job="decompose", manifest=manifest,
                 read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
                 input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
-                numbers=chunk, part=part if manifest_part else None,
+                numbers=chunk, part=part if manifest_part else None, read_entry=read_manifest_entry,
             )
             if manifest_part:  # shot-level summaries are the merge's (backend.farm.merge)
                 return result

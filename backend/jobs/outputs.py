@@ -18,7 +18,11 @@ of these cases, decided by :func:`check_previous_outputs` before anything is wri
   header instead; an unrecorded companion beside such a frame likewise). A file with one
   of our names that is not ours (the user's ``preview.mp4``, an edited frame, a plain
   EXR) is never replaced or removed, with or without ``overwrite``: the job refuses,
-  naming it. A ``manifest.json`` this product did not write is refused the same way.
+  naming it. This holds for current frames too: a recorded frame or preview whose bytes
+  changed since (an edit in place with our header kept, a file cut short) is the user's,
+  so a plain resume refuses it as well (docs/reliability.md, "the one rule"); checksums
+  are re-computed only for files whose identity (:func:`stat_key`) changed since they
+  were last verified. A ``manifest.json`` this product did not write is refused the same way.
   Names the manifest lists that are not ours (``notes.txt``, a clip backup) are never
   even looked at.
 """
@@ -35,6 +39,23 @@ from .fingerprint import file_sha256
 
 #: the ``producer`` field of every manifest this product writes
 PRODUCER = "gbuffer-editor"
+#: top-level manifest field: output file (relative path) -> the file's identity when its
+#: checksum was last verified (see :func:`stat_key`), so a resume re-hashes only files
+#: whose identity changed
+STATS = "output_stats"
+
+
+def stat_key(p: Path) -> Dict[str, int]:
+    """``{"size", "mtime_ns", "ctime_ns", "ino"}`` of ``p`` (the fields of the manifest's
+    ``inputs`` cache): changes whenever the file is written, replaced or touched
+    (restoring the old mtime changes the ctime).
+
+    Raises:
+        OSError: ``p`` cannot be stat'ed.
+    """
+    st = Path(p).stat()
+    return {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns), "ctime_ns": int(st.st_ctime_ns),
+            "ino": int(st.st_ino)}
 
 
 def frame_prefix(path_for: Callable[[int], Path]) -> Optional[str]:
@@ -100,6 +121,11 @@ class Ledger:
                  read_hash: Optional[Callable[[Path], Optional[str]]]):
         self.out, self.old, self.path_for, self.read_hash = Path(out), old, path_for, read_hash
         self.entries = _entries(old)
+        stats = old.get(STATS)
+        #: verified identities; updated in place (``old`` keeps them for the run's manifest)
+        self.stats: Dict[str, Dict[str, int]] = stats if isinstance(stats, dict) else {}
+        if isinstance(old, dict) and old and not isinstance(stats, dict):
+            old[STATS] = self.stats
         outs = old.get("outputs")
         self.outputs: Dict[str, str] = dict(outs) if isinstance(outs, dict) else {}
         for e in self.entries.values():
@@ -139,6 +165,25 @@ class Ledger:
         # restyle_1002.exr restyle_1003.exr was removed by --overwrite) is the user's file
         stamped = _safe(_stamped_number, p)
         return stamped is None or stamped == n
+
+    def changed_since(self, p: Path, recorded: Optional[str]) -> bool:
+        """``p`` exists, a checksum was recorded for it, and its bytes are no longer those
+        (hashed only when its identity changed since the last check: :func:`stat_key`)."""
+        if not isinstance(recorded, str):
+            return False
+        rel = _rel(self.out, p)
+        key = _safe(stat_key, p)
+        if key is not None and self.stats.get(rel) == key:
+            return False
+        if _safe(file_sha256, p) != recorded:
+            return True
+        if key is not None:
+            self.stats[rel] = key  # touched or copied back: the same bytes, ours
+        return False
+
+    def frame_changed(self, n: int, p: Path) -> bool:
+        """Frame ``n``'s file ``p`` is not the one recorded for it (edited, cut, replaced)."""
+        return self.changed_since(p, self.entries.get(n, {}).get("sha256"))
 
     def file_is_ours(self, p: Path, frame: Optional[int] = None) -> bool:
         """A companion or extra file: its recorded checksum matches (a companion not yet
@@ -253,10 +298,18 @@ def check_previous_outputs(
     stale = dict(by_settings)
     stale.update({n: v[0] for n, v in by_input.items()})
     foreign = [p for n, p in stale.items() if not book.frame_is_ours(n, p)]
+    # the one rule for user files and edits (docs/reliability.md): a recorded output whose
+    # bytes changed since is the user's, even when current (third hostile trial: a plain
+    # re-run recomputed an edited gbuffer_0002.exr, and the edit was gone)
+    foreign += [p for n, p in on_disk.items() if n not in stale and book.frame_changed(n, p)]
     for n in sorted(set(numbers or ()) | set(on_disk)):
         for c in (companions(n) if companions else ()):
             c = Path(c)
-            if (c.is_file() or c.is_symlink()) and not book.file_is_ours(c, n) and (n in stale or n not in on_disk):
+            if not (c.is_file() or c.is_symlink()):
+                continue
+            if (n in stale or n not in on_disk) and not book.file_is_ours(c, n):
+                foreign.append(c)
+            elif book.changed_since(c, book.outputs.get(_rel(out, c))):
                 foreign.append(c)
     for x in extra_outputs:
         x = Path(x)
@@ -266,7 +319,8 @@ def check_previous_outputs(
         raise JobError(
             f"output folder {out} holds {len(foreign)} file(s) with names {job} writes that it did not "
             f"write or that were changed since ({_names(_rel(out, p) for p in foreign)}): they are "
-            f"never replaced or removed, even with --overwrite; move them away or choose another --out",
+            f"never replaced or removed, even with --overwrite; move them away (a frame moved away or "
+            f"deleted is computed again) or choose another --out",
             file=foreign[0])
     if legacy:
         events.warning(f"{legacy} {job} frame(s) in {out} carry no input fingerprint (written by an older "

@@ -106,6 +106,16 @@ def read_input_hash(path: Path) -> Optional[str]:
     return _header_value(path, "input_hash")
 
 
+def read_manifest_entry(path: Path) -> Optional[Dict[str, Any]]:
+    """The frame's manifest entry as stored in its header (``restyle/manifest_entry``), or None."""
+    v = _header_value(path, "manifest_entry")
+    try:
+        v = json.loads(v) if isinstance(v, str) else None
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None
+
+
 def _header_value(path: Path, key: str) -> Optional[str]:
     import OpenEXR
 
@@ -647,6 +657,7 @@ class RestyleJob:
         self._matcher: Optional[LookMatch] = None
         self.previews, self.mp4, self.flicker = previews, mp4, flicker
         self.gb_manifest = contract.read_manifest(inputs.gbuffer_dir)  # ContractError names it
+        self._input_state: Dict[str, Any] = {}  # what the input folder's manifest says (run() checks it)
         self.fps = _source_fps(self.gb_manifest, inputs.gbuffer_dir / "manifest.json")
         self.use_reference = bool(inputs.ref_files) and look.renderer.accepts_reference
         self._last: Optional[_Rendered] = None
@@ -720,7 +731,13 @@ class RestyleJob:
             "input": {"gbuffer_dir": str(inp.gbuffer_dir.resolve()), "frames": [min(inp.files), max(inp.files)],
                       "reference_dir": str(inp.reference_dir.resolve()) if inp.reference_dir else None,
                       "source": self.gb_manifest.get("source") if isinstance(
-                          self.gb_manifest.get("source"), dict) else None},
+                          self.gb_manifest.get("source"), dict) else None,
+                      # what the G-buffer folder's manifest says (None: it does not say)
+                      "complete": self._input_state.get("complete"),
+                      "frames_missing": self._input_state.get("frames_missing")},
+            # false: the input folder is incomplete or changed while restyle ran, so this is not
+            # complete either (backend.jobs.restyle_input)
+            "input_complete": self._input_state.get("complete") is not False,
             "prompt": look.prompt,
             "looks": look.info.get("looks"),
             "look_params": look.info.get("params"),
@@ -743,6 +760,11 @@ class RestyleJob:
             JobError, JobCancelled, InputError: see :func:`restyle`.
         """
         settings = self.settings()
+        from .restyle_input import check_input
+
+        inp = self.inputs  # refused: a folder being written, a header contradicting its file, the footage
+        self._input_state = check_input(inp.gbuffer_dir, inp.files, self.gb_manifest, self.out_dir,
+                                        inp.reference_dir, inp.ref_files, inp.all_files)
         pdir = Path(self.out_dir) / PREVIEW_DIR
         if self.previews and (pdir.is_symlink() or (pdir.exists() and not pdir.is_dir())):
             # a link would send our PNGs (and their clean-up) into someone else's folder,
@@ -765,6 +787,7 @@ class RestyleJob:
                              numbers=list(self.inputs.files), throttle=False, before_done=self._finish,
                              on_frame=lambda n, entry: self._previews.frame_recorded(n),
                              leftovers=[".tmp_preview_*.mp4", f"{PREVIEW_DIR}/.tmp_{OUT_PREFIX}*"],
+                             read_entry=read_manifest_entry,
                              part=(min(self.inputs.files), max(self.inputs.files)) if self.manifest_part else None)
         except BaseException:
             self._previews.discard()
@@ -845,8 +868,9 @@ class RestyleJob:
                                 for s, e in (self._windows.spans[k] for k in self._windows.windows_of(n))]
         frame = got.frame
         alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
-        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, self._header(path, shash, n),
-                                          frame.combined), entry)
+        header = self._header(path, shash, n)
+        header[HEADER + "manifest_entry"] = dict(entry)  # a resume after a hard kill records it whole
+        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, header, frame.combined), entry)
 
     def _render_window(self, numbers: List[int]) -> List[np.ndarray]:
         """Read and check input frames ``numbers`` and render them as one window."""
@@ -905,7 +929,9 @@ class RestyleJob:
         sha = self._previews.add(n, stored)
         more = {"companions": {f"{PREVIEW_DIR}/{preview_path(self.out_dir, n).name}": sha}} if sha else {}
         if self.flicker:
-            cur = flick.sample(combined[..., :3], rgb)
+            # measured on the values as stored, as a resume measures them from the files
+            # (third hostile trial: the figure changed after a kill and a resume)
+            cur = flick.sample(combined[..., :3], stored)
             last = self._measured
             if last is not None and last.number == n - 1:
                 err = flick.pair_error(last.sample, cur)
@@ -916,11 +942,24 @@ class RestyleJob:
 
     def _finish(self, result: JobResult) -> JobResult:
         man = result.manifest
+        from .restyle_input import input_changed
+
+        why = input_changed(self.inputs.gbuffer_dir, self.inputs.all_files)
+        if why is not None:
+            events.warning(f"{why}: this restyle is marked incomplete (input_complete: false); run it again "
+                           "once the G-buffer folder is finished", file=self.inputs.gbuffer_dir)
+            man["input_complete"] = False
         done = sorted(int(e["frame"]) for e in man.get("frames", []))
         outputs = man.setdefault("outputs", {})
 
+        entries = {f"{PREVIEW_DIR}/{preview_path(self.out_dir, int(e['frame'])).name}": e
+                   for e in man.get("frames", []) if isinstance(e, dict)}
+
         def record(rel: str, sha: str) -> None:  # checksum in the manifest before the file is in place
-            outputs[rel] = sha
+            if rel in entries:  # a resumed frame's preview: in its entry, as when rendered in one go
+                entries[rel]["companions"] = {**(entries[rel].get("companions") or {}), rel: sha}
+            else:
+                outputs[rel] = sha
             if not self.manifest_part:  # a chunk: its part is saved by the runner right after
                 contract.write_manifest(self.out_dir, man)
 

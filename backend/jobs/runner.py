@@ -62,7 +62,7 @@ from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, 
 from .. import contract, events
 from ..errors import JobCancelled, JobError  # noqa: F401  (re-exported: their former home)
 from .fingerprint import file_sha256
-from .outputs import PRODUCER, _entries, check_previous_outputs, read_own_manifest
+from .outputs import PRODUCER, STATS, _entries, _rel, check_previous_outputs, read_own_manifest, stat_key
 
 WorkFn = Callable[[Path, str], Optional[Dict[str, Any]]]
 #: seconds between manifest rewrites during a run (see :func:`run_job`)
@@ -206,8 +206,14 @@ def _oserror_text(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+#: signals that cancel a job cleanly: SIGINT, SIGTERM and (where it exists) SIGHUP, sent
+#: when the terminal or ssh session running the job closes (third hostile trial: SIGHUP
+#: killed the process, leaving the folder's lock file and a ``.tmp`` frame behind)
+CANCEL_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
 class SignalCancel:
-    """Context manager: SIGINT/SIGTERM cancel a job cleanly instead of killing it.
+    """Context manager: SIGINT/SIGTERM/SIGHUP cancel a job cleanly instead of killing it.
 
     The first signal sets :attr:`event` (pass it as ``run_job(cancel=...)``: the frame
     being computed is finished and the job stops with :class:`JobCancelled`); a second
@@ -228,7 +234,7 @@ class SignalCancel:
 
     def __enter__(self) -> threading.Event:
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
+            for s in CANCEL_SIGNALS:
                 try:
                     self._old[s] = signal.signal(s, self._handler)
                 except (ValueError, OSError):  # pragma: no cover
@@ -437,7 +443,10 @@ class _ManifestBook:
                        if n not in self.frames or not Path(self.path_for(n)).exists()]
         self.data["frames_expected"] = None if self.expected is None else len(self.expected)
         self.data["frames_missing"] = _ranges(missing)
-        return not missing and not self.runlock.others_running()
+        # a job that read an incomplete folder, or one that changed while it ran, says so
+        # (restyle: backend.jobs.restyle_input) and is not complete either
+        input_ok = self.data.get("input_complete") is not False
+        return not missing and input_ok and not self.runlock.others_running()
 
     def in_shot(self, number: int) -> bool:
         """Frame ``number`` is one of the shot's (always, when the shot is not known)."""
@@ -487,7 +496,7 @@ class _ManifestBook:
                 if (n not in self.frames and e.get("settings_hash") == self.shash
                         and Path(self.path_for(n)).exists() and self.in_shot(n)):
                     self.frames[n] = e
-        for key in ("outputs", "inputs"):  # merge other chunks' checksums
+        for key in ("outputs", "inputs", STATS):  # merge other chunks' checksums
             if isinstance(disk.get(key), dict) and isinstance(self.data.get(key), dict) \
                     and disk.get("settings_hash") == self.shash:
                 for k, v in disk[key].items():
@@ -592,8 +601,10 @@ class FrameRun:
                  cancel: Optional[threading.Event], old: Dict[str, Any], t0: float,
                  input_for: Optional[Callable[[int], Optional[str]]] = None,
                  read_input: Optional[Callable[[Path], Optional[str]]] = None,
-                 expected: Optional[Sequence[int]] = None, throttle: Optional[bool] = None):
+                 expected: Optional[Sequence[int]] = None, throttle: Optional[bool] = None,
+                 read_entry: Optional[Callable[[Path], Optional[Dict[str, Any]]]] = None):
         self.out, self.total, self.job, self.path_for = out, total, job, path_for
+        self.read_entry = read_entry
         self.input_for, self.read_input = input_for, read_input
         self.before_done: Optional[Callable[[JobResult], None]] = None
         self.read_hash, self.on_frame, self.t0 = read_hash, on_frame, t0
@@ -615,6 +626,9 @@ class FrameRun:
         self.current: Optional[int] = None
         self.frame_failed = False  # later frames are not finalized (order)
         self.writer: Optional[ThreadPoolExecutor] = None
+        #: temporaries this run created and has not renamed yet: removed on the way out, so a
+        #: second signal landing between two steps of a frame leaves none (third hostile trial)
+        self._tmps: set = set()
 
     # ----------------------------------------------------------------- per frame
     def _is_current(self, number: int, final: Path) -> bool:
@@ -637,10 +651,11 @@ class FrameRun:
                 size = final.stat().st_size
             except OSError:
                 return False
-            if size != recorded:  # fresh-eyes trial: a truncated frame was resumed as done
-                events.warning(f"{final} (frame {number}) is {size} bytes but was {recorded} when written "
-                               f"(cut or changed since): computing it again", frame=number, file=final)
-                return False
+            if size != recorded:  # changed since the start's check (which refuses such files)
+                raise JobError(f"{final} (frame {number}) is {size} bytes but was {recorded} when written: "
+                               f"it changed while this job ran; it is never replaced (an edited output is "
+                               f"the user's): move it away (it is then computed again) and run again",
+                               frame=number, file=final)
         return self._input_matches(number, final)
 
     def _input_matches(self, number: int, final: Path) -> bool:
@@ -665,6 +680,8 @@ class FrameRun:
             entry["sha256"] = sha
         try:
             entry["bytes"] = final.stat().st_size  # a resume notices a file cut since
+            if sha is not None:  # verified now: a resume re-hashes it only once its identity changes
+                self.book.data.setdefault(STATS, {})[_rel(self.out, final)] = stat_key(final)
         except OSError:
             pass
         if self.input_for is not None:
@@ -682,20 +699,39 @@ class FrameRun:
                 sha = file_sha256(final)
             except OSError:
                 sha = None
-            entry = self._entry(number, final, sha)
-            if old is not None:
-                entry = {**old, **entry}
+            # every field the job recorded for the frame, from the frame's own header (third
+            # hostile trial: after a SIGKILL these entries kept 6 of 17 fields, and the shot's
+            # flicker figure, a mean over the entries, changed)
+            entry = {**self._header_entry(final), **(old or {}), **self._entry(number, final, sha)}
             self.book.frames[number] = entry
             self.book.dirty = True
         events.emit({"event": "progress", "frame": number, "done": self.done, "total": self.total,
                      "fps": None, "eta_s": None, "skipped": True})
 
+    def _header_entry(self, final: Path) -> Dict[str, Any]:
+        """The job's per-frame manifest fields as stored in the frame file (``read_entry``),
+        ``{}`` when the file holds none (an older version's) or cannot be read."""
+        if self.read_entry is None:
+            return {}
+        try:
+            got = self.read_entry(final)
+        except Exception:  # noqa: BLE001 - unreadable: the runner's own fields only
+            return {}
+        if not isinstance(got, dict):
+            return {}
+        # the runner's own fields come from the file and the folder, never from a header
+        return {k: v for k, v in got.items() if k not in ("frame", "file", "settings_hash", "sha256", "bytes")}
+
     def _compute(self, number: int, final: Path, work: WorkFn) -> None:
         t1 = time.monotonic()
-        _remove_stale_tmp(final)
+        if self.book.part is not None or not self.book.runlock.others_running():
+            # not while another job writes the folder: it may be computing this very frame
+            # (hostile trial: two identical decomposes at once, one failed "wrote nothing")
+            _remove_stale_tmp(final)
         fd, name = tempfile.mkstemp(prefix=".tmp_" + final.stem + "_", suffix=final.suffix, dir=final.parent)
-        os.close(fd)
         tmp = Path(name)
+        self._tmps.add(tmp)
+        os.close(fd)
         try:
             os.chmod(tmp, contract.default_file_mode())
             info = work(tmp, self.shash)
@@ -732,6 +768,7 @@ class FrameRun:
             raise JobError(f"job wrote nothing for frame {f.number} ({f.final})", frame=f.number, file=f.final)
         sha = f.info.pop("sha256", None) or file_sha256(f.tmp)
         os.replace(f.tmp, f.final)
+        self._tmps.discard(f.tmp)
         entry = self._entry(f.number, f.final, sha)
         entry.update(f.info)
         self.result.written.append(f.number)
@@ -834,6 +871,8 @@ class FrameRun:
             self.writer.shutdown(wait=True)
         for f in self.pending:
             _cleanup_tmp(f.tmp)
+        for tmp in list(self._tmps):
+            _cleanup_tmp(tmp)
 
     def _finish(self) -> JobResult:
         self.result.elapsed_s = time.monotonic() - self.t0
@@ -873,6 +912,7 @@ def run_job(
     before_done: Optional[Callable[[JobResult], None]] = None,
     leftovers: Sequence[str] = (),
     part: Optional[Tuple[int, int]] = None,
+    read_entry: Optional[Callable[[Path], Optional[Dict[str, Any]]]] = None,
 ) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
@@ -934,6 +974,11 @@ def run_job(
             or a part whose range overlaps ``A-B`` without being it (another chunking);
             ``overwrite`` is refused (``ValueError``). ``leftovers`` are not removed
             (other chunks may be writing).
+        read_entry: reads the job's per-frame manifest fields stored in an output file's
+            header (the dict ``work`` returned, e.g. decompose's ``gbuffer/manifest_entry``).
+            A frame found on disk but not in the manifest (written in the last moments
+            before a hard kill) is recorded with them, so its entry is the one an
+            uninterrupted run writes.
 
     Returns:
         :class:`JobResult`.
@@ -955,7 +1000,8 @@ def run_job(
                              on_frame=on_frame, overwrite=overwrite, companions=companions,
                              extra_outputs=extra_outputs, input_for=input_for, read_input=read_input,
                              expected=expected, throttle=throttle, t0=t0,
-                             numbers=numbers if numbers is not None else expected, before_done=before_done)
+                             numbers=numbers if numbers is not None else expected, before_done=before_done,
+                             read_entry=read_entry)
         with _manifest_lock(out):
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
@@ -977,7 +1023,7 @@ def run_job(
             run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
                            read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
                            input_for=input_for, read_input=read_input, expected=expected,
-                           throttle=throttle)
+                           throttle=throttle, read_entry=read_entry)
             run.book.runlock = lock
             run.book.created = not old
             run.before_done = before_done
@@ -996,7 +1042,7 @@ def run_job(
 
 def _run_part(out: Path, tasks, part: Tuple[int, int], *, settings, shash, total, job, path_for, manifest,
               read_hash, cancel, on_frame, overwrite, companions, extra_outputs, input_for, read_input,
-              expected, throttle, t0, numbers, before_done) -> JobResult:
+              expected, throttle, t0, numbers, before_done, read_entry=None) -> JobResult:
     """:func:`run_job` in farm chunk mode (``part``): no lock, the manifest part only."""
     from .parts import clean_part_temporaries, folder_view
 
@@ -1014,7 +1060,8 @@ def _run_part(out: Path, tasks, part: Tuple[int, int], *, settings, shash, total
                            read_input=read_input, input_for=input_for, numbers=chunk)
     run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
                    read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
-                   input_for=input_for, read_input=read_input, expected=expected, throttle=throttle)
+                   input_for=input_for, read_input=read_input, expected=expected, throttle=throttle,
+                   read_entry=read_entry)
     run.book.part = (first, last, chunk)
     run.before_done = before_done
     clean_part_temporaries(out, first, last)
