@@ -1,0 +1,285 @@
+"""Single-frame intrinsic decomposition: albedo with the light taken out, the frame's
+lighting as low-order spherical harmonics, and highlight-based material cues.
+
+numpy + OpenCV only (no torch, no scipy): runs on the default CPU path.
+
+Method (issue 25, chosen by measurement on Cycles scenes with exact materials,
+``benchmarks/materials_eval.py``):
+
+1. **Lighting from normals** -- the irradiance of a convex Lambertian surface under
+   distant light is well described by 9 spherical-harmonic coefficients of the
+   normal (Ramamoorthi & Hanrahan, "An Efficient Representation for Irradiance
+   Environment Maps", SIGGRAPH 2001). We fit ``E(n) = B(n) c`` per colour channel to
+   the frame by iteratively reweighted least squares (Cauchy weights on the relative
+   residual, so texture, highlights and shadows count less) on surface pixels;
+   ``shading_sh = E(n)``.
+2. **Colour Retinex on what is left** -- the residual ``log I - log E(n)`` holds log
+   albedo plus what the normals cannot explain (cast shadows, interreflection). Its
+   gradients are split as in colour Retinex (Land & McCann 1971; the chromaticity
+   classifier of Grosse, Johnson, Adelson & Freeman, "Ground truth dataset and
+   baseline evaluations for intrinsic image algorithms", ICCV 2009): a gradient is
+   reflectance where the chromaticity changes or the log-luminance step is large,
+   otherwise shading; the reflectance gradients are integrated by a Neumann Poisson
+   solve (DCT, Simchony, Chellappa & Shao 1990).
+3. **Range** -- albedo = I / shading with one global scale so the 99th percentile
+   of its luminance sits at :data:`ALBEDO_P99`, clipped to [0, 1]; scene-linear Rec.709.
+
+Pixels with Confidence < 0.5 (sky) keep the source colour normalised by the same
+scale and get no say in the fit. A frame without usable surface (all sky, all black,
+fewer than :data:`MIN_PIXELS` lit pixels) returns the source chroma at constant
+brightness with ``ok = False``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import cv2
+import numpy as np
+
+_LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
+#: the albedo's luminance 99th percentile after scaling (contract range [0, 1])
+ALBEDO_P99 = 0.85
+#: fewer lit surface pixels than this: no decomposition (defaults, ok = False)
+MIN_PIXELS = 64
+#: colour Retinex thresholds (chosen on the TUNE seeds): chromaticity gradient that
+#: marks a reflectance edge, and a log-luminance step that is reflectance by itself
+CHROMA_EDGE = 0.02
+LUMA_EDGE = 0.6
+_EPS = 1e-4
+
+
+def sh_basis(normal: np.ndarray) -> np.ndarray:
+    """Real spherical-harmonic basis up to order 2 (9 functions, unnormalised
+    polynomials ``1, y, z, x, xy, yz, 3z^2-1, xz, x^2-y^2``) of unit normals.
+
+    Args:
+        normal: ``... x 3`` float32 unit camera-space normals (OpenGL: +X right, +Y up,
+            +Z toward the camera).
+
+    Returns:
+        ``... x 9`` float32.
+    """
+    x, y, z = normal[..., 0], normal[..., 1], normal[..., 2]
+    one = np.ones_like(x)
+    return np.stack([one, y, z, x, x * y, y * z, 3 * z * z - 1, x * z, x * x - y * y], -1).astype(np.float32)
+
+
+def fit_sh_irradiance(rgb: np.ndarray, normal: np.ndarray, mask: np.ndarray, iters: int = 5) -> Optional[np.ndarray]:
+    """Fit ``rgb ~ sh_basis(normal) @ coeffs`` on ``mask`` (IRLS, Cauchy weights).
+
+    Args:
+        rgb: ``N x 3`` float32 scene-linear colours of surface pixels.
+        normal: ``N x 3`` unit normals of the same pixels.
+        mask: ``N`` bool, pixels allowed in the fit.
+        iters: reweighting rounds.
+
+    Returns:
+        ``9 x 3`` float32 coefficients (irradiance times the mean albedo, linear units
+        of the frame), or ``None`` with fewer than :data:`MIN_PIXELS` pixels.
+    """
+    if int(mask.sum()) < MIN_PIXELS:
+        return None
+    B = sh_basis(normal[mask]).astype(np.float64)
+    Y = rgb[mask].astype(np.float64)
+    w = np.ones(len(B))
+    reg = 1e-3 * np.eye(9) * len(B)
+    reg[0, 0] = 0.0
+    c = None
+    for _ in range(iters):
+        Bw = B * w[:, None]
+        c = np.linalg.solve(B.T @ Bw + reg, Bw.T @ Y)
+        E = np.maximum(B @ c, _EPS)
+        r = np.abs(np.log(np.maximum(Y, _EPS) / E)).mean(-1)
+        s = max(float(np.median(r)), 1e-3) * 1.5
+        w = 1.0 / (1.0 + (r / s) ** 2)
+    return c.astype(np.float32)
+
+
+def _dct2(a: np.ndarray, inverse: bool = False) -> np.ndarray:
+    flag = cv2.DCT_INVERSE if inverse else 0
+    return cv2.dct(a, flags=flag)
+
+
+def poisson_neumann(gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
+    """Least-squares integration of a gradient field (forward differences; ``gx[:, -1]``
+    and ``gy[-1]`` ignored) with Neumann boundaries, by DCT (Simchony et al. 1990).
+
+    Args:
+        gx, gy: ``H x W`` float32 (H, W even; see :func:`integrate_gradients`).
+
+    Returns:
+        ``H x W`` float32 with zero mean.
+    """
+    h, w = gx.shape
+    gx = gx.copy()
+    gy = gy.copy()
+    gx[:, -1] = 0
+    gy[-1, :] = 0
+    div = gx.copy()
+    div[:, 1:] -= gx[:, :-1]
+    div += gy
+    div[1:, :] -= gy[:-1, :]
+    d = _dct2(div.astype(np.float64))
+    yy = np.cos(np.pi * np.arange(h) / h)[:, None]
+    xx = np.cos(np.pi * np.arange(w) / w)[None, :]
+    den = 2 * yy + 2 * xx - 4
+    den[0, 0] = 1.0
+    u = d / den
+    u[0, 0] = 0.0
+    return _dct2(u, inverse=True).astype(np.float32)
+
+
+def integrate_gradients(gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
+    """:func:`poisson_neumann` for any ``H x W`` (padded to even sizes by zero gradients)."""
+    h, w = gx.shape
+    H, W = h + (h & 1), w + (w & 1)
+    px = np.zeros((H, W), np.float32)
+    py = np.zeros((H, W), np.float32)
+    px[:h, :w] = gx
+    py[:h, :w] = gy
+    if W != w:
+        px[:, w - 1] = 0
+    if H != h:
+        py[h - 1, :] = 0
+    return poisson_neumann(px, py)[:h, :w]
+
+
+def retinex_log_albedo(log_lum: np.ndarray, chroma: np.ndarray, surface: np.ndarray,
+                       chroma_edge: float = CHROMA_EDGE, luma_edge: float = LUMA_EDGE) -> np.ndarray:
+    """Colour Retinex (Grosse et al. 2009): log-luminance gradients where the chromaticity
+    changes by more than ``chroma_edge`` (or the step exceeds ``luma_edge``) are
+    reflectance, the rest shading; gradients across the ``surface`` border are dropped.
+
+    Args:
+        log_lum: ``H x W`` float32 log luminance (shading from normals already removed).
+        chroma: ``H x W x 3`` float32 chromaticity ``I / sum(I)``.
+        surface: ``H x W`` bool, pixels that belong to a surface (not sky).
+
+    Returns:
+        ``H x W`` float32 log albedo luminance up to an additive constant.
+    """
+    gx = np.zeros_like(log_lum)
+    gy = np.zeros_like(log_lum)
+    gx[:, :-1] = log_lum[:, 1:] - log_lum[:, :-1]
+    gy[:-1, :] = log_lum[1:, :] - log_lum[:-1, :]
+    cx = np.zeros_like(log_lum)
+    cy = np.zeros_like(log_lum)
+    cx[:, :-1] = np.abs(chroma[:, 1:] - chroma[:, :-1]).sum(-1)
+    cy[:-1, :] = np.abs(chroma[1:, :] - chroma[:-1, :]).sum(-1)
+    keep_x = (cx > chroma_edge) | (np.abs(gx) > luma_edge)
+    keep_y = (cy > chroma_edge) | (np.abs(gy) > luma_edge)
+    sx = np.zeros_like(surface)
+    sy = np.zeros_like(surface)
+    sx[:, :-1] = surface[:, 1:] & surface[:, :-1]
+    sy[:-1, :] = surface[1:, :] & surface[:-1, :]
+    return integrate_gradients(np.where(keep_x & sx, gx, 0).astype(np.float32),
+                               np.where(keep_y & sy, gy, 0).astype(np.float32))
+
+
+@dataclass
+class Intrinsics:
+    """Result of :func:`decompose_frame`.
+
+    Attributes:
+        albedo: ``H x W x 3`` float32 linear Rec.709 in [0, 1].
+        shading: ``H x W x 3`` float32 ``rgb / albedo`` (frame units; 0 where undefined).
+        sh: ``9 x 3`` float32 SH irradiance coefficients (:func:`sh_basis` order) in the
+            frame's linear units per unit albedo after the global scale, or ``None``.
+        ok: False when the frame had no usable surface (defaults were returned).
+        info: numbers for the manifest / logs (``lit_pixels``, ``scale``, ``method``).
+    """
+
+    albedo: np.ndarray
+    shading: np.ndarray
+    sh: Optional[np.ndarray]
+    ok: bool
+    info: dict = field(default_factory=dict)
+
+
+def _fallback(rgb: np.ndarray, reason: str) -> Intrinsics:
+    lum = rgb @ _LUMA
+    chroma = rgb / np.maximum(lum, _EPS)[..., None]
+    grey = np.float32(0.5)
+    alb = np.where(lum[..., None] > _EPS, np.clip(chroma * grey, 0, 1), grey).astype(np.float32)
+    return Intrinsics(alb, np.zeros_like(rgb), None, False, {"method": "default", "reason": reason})
+
+
+def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: Optional[np.ndarray] = None,
+                    *, use_sh: bool = True, use_retinex: bool = True, fit_size: int = 192,
+                    chroma_edge: float = CHROMA_EDGE, luma_edge: float = LUMA_EDGE,
+                    lum_contrast: float = 1.0) -> Intrinsics:
+    """Albedo with the light taken out, for one frame (see the module docstring).
+
+    Args:
+        rgb: ``H x W x 3`` float32 scene-linear Rec.709, >= 0 (NaN/inf treated as 0).
+        normal: ``H x W x 3`` unit camera-space OpenGL normals, or ``None`` (no SH step).
+        confidence: ``H x W`` in [0, 1]; < 0.5 is sky/background (excluded); ``None`` = all.
+        use_sh, use_retinex: switch the two steps (for measurement).
+        fit_size: long side (pixels) at which the SH lighting is fitted.
+        chroma_edge, luma_edge: colour Retinex thresholds (:func:`retinex_log_albedo`).
+
+    Returns:
+        :class:`Intrinsics`; never NaN. ``ok = False`` (source chroma at albedo 0.5) when
+        fewer than :data:`MIN_PIXELS` surface pixels are lit.
+
+    Raises:
+        ValueError: shapes do not match.
+    """
+    rgb = np.maximum(np.nan_to_num(np.asarray(rgb, np.float32), nan=0.0, posinf=0.0, neginf=0.0), 0.0)
+    if rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"expected an H x W x 3 frame, got {rgb.shape}")
+    h, w = rgb.shape[:2]
+    surface = np.ones((h, w), bool) if confidence is None else np.asarray(confidence) >= 0.5
+    lum = rgb @ _LUMA
+    lit = surface & (lum > 1e-3)
+    if int(lit.sum()) < MIN_PIXELS:
+        return _fallback(rgb, "no lit surface")
+    top = float(np.percentile(lum[lit], 99.5))
+    lit &= lum < max(top, 1e-3)  # clipped highlights tell nothing about irradiance
+    info = {"lit_pixels": int(lit.sum()), "method": []}
+
+    shading = np.ones_like(rgb)
+    sh = None
+    if use_sh and normal is not None:
+        if normal.shape != rgb.shape:
+            raise ValueError(f"normal {normal.shape} does not match the frame {rgb.shape}")
+        f = min(1.0, fit_size / max(h, w))
+        sz = (max(1, round(w * f)), max(1, round(h * f)))
+        small = cv2.resize(rgb, sz, interpolation=cv2.INTER_AREA)
+        n_s = cv2.resize(np.ascontiguousarray(normal, np.float32), sz, interpolation=cv2.INTER_AREA)
+        n_s /= np.maximum(np.linalg.norm(n_s, axis=-1, keepdims=True), 1e-6)
+        m_s = cv2.resize(lit.astype(np.float32), sz, interpolation=cv2.INTER_AREA) > 0.99
+        sh = fit_sh_irradiance(small.reshape(-1, 3), n_s.reshape(-1, 3), m_s.reshape(-1))
+        if sh is not None:
+            # the mean colour of the light is not separable from the mean albedo in one
+            # frame: keep the light's colour variation across normals, make its mean grey
+            E_fit = np.maximum(sh_basis(n_s.reshape(-1, 3)[m_s.reshape(-1)]) @ sh, _EPS)
+            tint = E_fit.mean(0)
+            sh = sh * (tint.mean() / np.maximum(tint, _EPS))[None, :]
+            E = sh_basis(normal) @ sh
+            floor = np.maximum(np.percentile(E[lit], 50, axis=0) * 0.1, _EPS)
+            shading = np.maximum(E, floor).astype(np.float32)
+            info["method"].append("sh2")
+    refl = rgb / shading
+    if use_retinex:
+        rl = refl @ _LUMA
+        log_l = np.log(np.maximum(rl, _EPS))
+        chroma = rgb / np.maximum(rgb.sum(-1, keepdims=True), _EPS)
+        log_a = retinex_log_albedo(log_l, chroma, lit, chroma_edge, luma_edge)
+        if lum_contrast != 1.0:
+            mu = float(np.median(log_a[lit]))
+            log_a = mu + np.float32(lum_contrast) * (log_a - mu)
+        # the Retinex shading (residual) is the part of log_l the integrated albedo misses
+        s_res = np.exp(np.clip(log_l - log_a, -20, 20))
+        s_res = np.where(lit, s_res, np.median(s_res[lit]))
+        refl = refl / s_res[..., None]
+        shading = shading * s_res[..., None]
+        info["method"].append("colour-retinex")
+    a_l = refl @ _LUMA
+    p99 = float(np.percentile(a_l[lit], 99))
+    scale = ALBEDO_P99 / max(p99, 1e-8)
+    albedo = np.clip(np.nan_to_num(refl * scale, nan=0.0, posinf=1.0), 0, 1).astype(np.float32)
+    info.update(scale=scale, method="+".join(info["method"]) or "none")
+    sh_out = None if sh is None else (sh / scale).astype(np.float32)
+    return Intrinsics(albedo, (shading / scale).astype(np.float32), sh_out, True, info)

@@ -1,0 +1,141 @@
+"""Single-frame materials against exact ground truth (issue 25).
+
+Scenes: ``tests/material_scenes.py`` (Cycles through our scene export: exact albedo,
+roughness, metallic), TUNE seeds for choosing, HELD-OUT seeds for the reported numbers.
+Renders are cached in ``--cache`` (rendering needs ``bpy``; scoring does not).
+
+Metrics on surface pixels (exported Confidence > 0.5):
+
+* albedo scale-invariant PSNR: one scalar ``s`` per frame minimising
+  ``|s x - gt|^2`` over the pixels' RGB, then PSNR with peak 1 (linear values);
+  baselines: the source frame, the scene-mean colour (the frame's mean colour at every
+  pixel), the shipped estimator's albedo;
+* roughness MAE against the best constant (the TUNE scenes' median, applied to the
+  held-out ones) and the oracle constant (each held-out frame's own median);
+* metallic: precision / recall / F1 of ``metallic > 0.5``.
+
+Usage: ``.venv/bin/python benchmarks/materials_eval.py --cache /tmp/matscenes --json out.json``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+
+def si_psnr(x: np.ndarray, gt: np.ndarray, m: np.ndarray) -> float:
+    """Scale-invariant PSNR (dB, peak 1) of ``x`` against ``gt`` on mask ``m``."""
+    a, b = x[m].astype(np.float64).ravel(), gt[m].astype(np.float64).ravel()
+    s = float(a @ b / max(a @ a, 1e-12))
+    mse = float(np.mean((s * a - b) ** 2))
+    return float(10 * np.log10(1.0 / max(mse, 1e-12)))
+
+
+def load(cache: Path, seed: int, render: bool):
+    import material_scenes as ms
+
+    if render:
+        from blender_workflow_util import put_checkout_on_path
+
+        put_checkout_on_path()
+    elif not (cache / f"s{seed:03d}" / "gbuffer_0001.exr").is_file():
+        raise FileNotFoundError(f"seed {seed} not rendered in {cache} (run with --render)")
+    return ms.render_scene(seed, cache / f"s{seed:03d}")
+
+
+def albedo_variants(d, est):
+    from backend.intrinsic import decompose_frame
+
+    rgb, m = d["rgb"], d["mask"]
+    mean = np.broadcast_to(rgb[m].mean(0), rgb.shape)
+    out = {"source": rgb, "scene_mean": mean, "embedded_net": est.albedo}
+    out["sh_est"] = decompose_frame(rgb, est.normal, est.confidence, use_retinex=False).albedo
+    out["retinex"] = decompose_frame(rgb, None, est.confidence, use_sh=False).albedo
+    out["sh_est+retinex"] = decompose_frame(rgb, est.normal, est.confidence).albedo
+    out["sh_gt+retinex"] = decompose_frame(rgb, d["normal"], est.confidence).albedo
+    return out
+
+
+def roughness_variants(d, est):
+    from backend.materials import estimate_materials
+
+    mat = estimate_materials(d["rgb"], est.albedo, est.confidence)
+    return {"embedded_net": est.roughness, "highlights": mat.roughness}, {"highlights": mat.metallic}
+
+
+def score(seeds, cache, render):
+    from backend.estimators.embedded import EmbeddedEstimator
+
+    est_model = EmbeddedEstimator()
+    rows = []
+    for s in seeds:
+        d = load(cache, s, render)
+        est = est_model.predict(d["rgb"])
+        m = d["mask"]
+        row = {"seed": s, "albedo_psnr": {k: si_psnr(v, d["albedo"], m) for k, v in albedo_variants(d, est).items()}}
+        try:
+            rough, metal = roughness_variants(d, est)
+        except ImportError:
+            rough, metal = {"embedded_net": est.roughness}, {}
+        gt_r = d["roughness"]
+        row["rough_mae"] = {k: float(np.abs(v - gt_r)[m].mean()) for k, v in rough.items()}
+        row["rough_gt"] = gt_r[m]
+        row["rough_oracle_const_mae"] = float(np.abs(np.median(gt_r[m]) - gt_r)[m].mean())
+        gt_m = d["metallic"][m] > 0.5
+        row["metal_fraction"] = float(gt_m.mean())
+        for k, v in metal.items():
+            p = v[m] > 0.5
+            tp = float((p & gt_m).sum())
+            prec, rec = tp / max(p.sum(), 1), tp / max(gt_m.sum(), 1)
+            row.setdefault("metal", {})[k] = {"precision": prec, "recall": rec,
+                                             "f1": 2 * prec * rec / max(prec + rec, 1e-9)}
+        rows.append(row)
+    return rows
+
+
+def summary(rows, const=None):
+    out = {"seeds": [r["seed"] for r in rows]}
+    out["albedo_psnr"] = {k: float(np.mean([r["albedo_psnr"][k] for r in rows])) for k in rows[0]["albedo_psnr"]}
+    if const is None:
+        const = float(np.median(np.concatenate([r["rough_gt"] for r in rows])))
+    out["rough_const"] = const
+    out["rough_mae"] = {k: float(np.mean([r["rough_mae"][k] for r in rows])) for k in rows[0]["rough_mae"]}
+    out["rough_mae"]["constant"] = float(np.mean([np.abs(r["rough_gt"] - const).mean() for r in rows]))
+    out["rough_mae"]["constant_0.5"] = float(np.mean([np.abs(r["rough_gt"] - 0.5).mean() for r in rows]))
+    out["rough_mae"]["oracle_constant_per_frame"] = float(np.mean([r["rough_oracle_const_mae"] for r in rows]))
+    if "metal" in rows[0]:
+        out["metal"] = {k: {q: float(np.mean([r["metal"][k][q] for r in rows])) for q in ("precision", "recall", "f1")}
+                        for k in rows[0]["metal"]}
+    out["per_seed_albedo_psnr"] = {r["seed"]: r["albedo_psnr"] for r in rows}
+    return out
+
+
+def main(argv=None):
+    import material_scenes as ms
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/matscenes"))
+    ap.add_argument("--render", action="store_true", help="render missing scenes (needs bpy)")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--split", choices=("tune", "heldout", "both"), default="both")
+    a = ap.parse_args(argv)
+    res = {}
+    tune = summary(score(ms.TUNE_SEEDS, a.cache, a.render))
+    if a.split in ("tune", "both"):
+        res["tune"] = tune
+    if a.split in ("heldout", "both"):
+        res["heldout"] = summary(score(ms.HELDOUT_SEEDS, a.cache, a.render), const=tune["rough_const"])
+    print(json.dumps({k: {q: v for q, v in r.items() if not q.startswith("per_seed")} for k, r in res.items()},
+                     indent=1))
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
