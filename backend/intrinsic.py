@@ -22,7 +22,8 @@ Method (issue 25, chosen by measurement on Cycles scenes with exact materials,
    otherwise shading; the reflectance gradients are integrated by a Neumann Poisson
    solve (DCT, Simchony, Chellappa & Shao 1990).
 3. **Range** -- albedo = I / shading with one global scale so the 99th percentile
-   of its luminance sits at :data:`ALBEDO_P99`, clipped to [0, 1]; scene-linear Rec.709.
+   of its largest channel sits at :data:`ALBEDO_P99`, clipped to [0, 1]; scene-linear
+   Rec.709.
 
 Pixels with Confidence < 0.5 (sky) keep the source colour normalised by the same
 scale and get no say in the fit. A frame without usable surface (all sky, all black,
@@ -38,7 +39,7 @@ import cv2
 import numpy as np
 
 _LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
-#: the albedo's luminance 99th percentile after scaling (contract range [0, 1])
+#: the 99th percentile of the albedo's largest channel after scaling (contract range [0, 1])
 ALBEDO_P99 = 0.85
 #: fewer lit surface pixels than this: no decomposition (defaults, ok = False)
 MIN_PIXELS = 64
@@ -135,17 +136,14 @@ def poisson_neumann(gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
 
 
 def integrate_gradients(gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
-    """:func:`poisson_neumann` for any ``H x W`` (padded to even sizes by zero gradients)."""
+    """:func:`poisson_neumann` for any ``H x W`` (odd sizes padded by one replicated
+    row / column: its gradients copied, the step onto it zero)."""
     h, w = gx.shape
-    H, W = h + (h & 1), w + (w & 1)
-    px = np.zeros((H, W), np.float32)
-    py = np.zeros((H, W), np.float32)
-    px[:h, :w] = gx
-    py[:h, :w] = gy
-    if W != w:
-        px[:, w - 1] = 0
-    if H != h:
-        py[h - 1, :] = 0
+    pad = ((0, h & 1), (0, w & 1))
+    px = np.pad(np.asarray(gx, np.float32), pad, mode="edge")
+    py = np.pad(np.asarray(gy, np.float32), pad, mode="edge")
+    px[:, w - 1] = 0
+    py[h - 1, :] = 0
     return poisson_neumann(px, py)[:h, :w]
 
 
@@ -286,7 +284,7 @@ def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: O
     if int(lit.sum()) < MIN_PIXELS:
         return _fallback(rgb, "no lit surface")
     top = float(np.percentile(lum[lit], 99.5))
-    lit &= lum < max(top, 1e-3)  # clipped highlights tell nothing about irradiance
+    lit &= lum <= max(top, 1e-3)  # clipped highlights tell nothing about irradiance
     info = {"lit_pixels": int(lit.sum()), "method": []}
     if fix_highlights:
         hl = highlight_mask(rgb, surface)
@@ -329,8 +327,7 @@ def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: O
         refl = refl / s_res[..., None]
         shading = shading * s_res[..., None]
         info["method"].append("colour-retinex")
-    a_l = refl @ _LUMA
-    p99 = float(np.percentile(a_l[lit], 99))
+    p99 = float(np.percentile(refl.max(-1)[lit], 99))
     scale = ALBEDO_P99 / max(p99, 1e-8)
     albedo = np.clip(np.nan_to_num(refl * scale, nan=0.0, posinf=1.0), 0, 1).astype(np.float32)
     info.update(scale=scale, method="+".join(info["method"]) or "none")

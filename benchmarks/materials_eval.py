@@ -49,16 +49,16 @@ def load(cache: Path, seed: int, render: bool):
     return ms.render_scene(seed, cache / f"s{seed:03d}")
 
 
-def albedo_variants(d, est):
+def albedo_variants(d, est, old):
     from backend.intrinsic import decompose_frame
 
     rgb, m = d["rgb"], d["mask"]
     mean = np.broadcast_to(rgb[m].mean(0), rgb.shape)
-    out = {"source": rgb, "scene_mean": mean, "embedded_net": est.albedo}
-    out["sh_est"] = decompose_frame(rgb, est.normal, est.confidence, use_retinex=False).albedo
+    out = {"source": rgb, "scene_mean": mean, "network_main": old.albedo, "shipped_decompose": est.albedo}
+    out["sh_est"] = decompose_frame(rgb, est.normal, est.confidence, use_sh=True, use_retinex=False).albedo
     out["retinex"] = decompose_frame(rgb, None, est.confidence, use_sh=False).albedo
-    out["sh_est+retinex"] = decompose_frame(rgb, est.normal, est.confidence).albedo
-    out["sh_gt+retinex"] = decompose_frame(rgb, d["normal"], est.confidence).albedo
+    out["sh_est+retinex"] = decompose_frame(rgb, est.normal, est.confidence, use_sh=True).albedo
+    out["sh_gt+retinex"] = decompose_frame(rgb, d["normal"], est.confidence, use_sh=True).albedo
     return out
 
 
@@ -70,19 +70,24 @@ def roughness_variants(d, est):
 
 
 def score(seeds, cache, render):
-    from backend.estimators.embedded import EmbeddedEstimator
+    from backend.decomposer import Decomposer
 
-    est_model = EmbeddedEstimator()
+    # the Decompose path as shipped (network at 192 px, passes upsampled) and as on main
+    # before issue 25 (the network's albedo + source chroma + detail transfer)
+    new, before = Decomposer("embedded"), Decomposer("embedded", estimator_options={"albedo": "network"})
     rows = []
     for s in seeds:
         d = load(cache, s, render)
-        est = est_model.predict(d["rgb"])
+        est, old = new.frame(d["rgb"]), before.frame(d["rgb"])
         m = d["mask"]
-        row = {"seed": s, "albedo_psnr": {k: si_psnr(v, d["albedo"], m) for k, v in albedo_variants(d, est).items()}}
+        row = {"seed": s, "albedo_psnr": {k: si_psnr(v, d["albedo"], m)
+                                          for k, v in albedo_variants(d, est, old).items()}}
         try:
             rough, metal = roughness_variants(d, est)
         except ImportError:
             rough, metal = {"embedded_net": est.roughness}, {}
+        new.reset()
+        before.reset()
         gt_r = d["roughness"]
         row["rough_mae"] = {k: float(np.abs(v - gt_r)[m].mean()) for k, v in rough.items()}
         row["rough_gt"] = gt_r[m]
