@@ -22,8 +22,8 @@ Method (issue 25, chosen by measurement on Cycles scenes with exact materials,
    otherwise shading; the reflectance gradients are integrated by a Neumann Poisson
    solve (DCT, Simchony, Chellappa & Shao 1990).
 3. **Range** -- albedo = I / shading with one global scale so the 99th percentile
-   of its largest channel sits at :data:`ALBEDO_P99`, clipped to [0, 1]; scene-linear
-   Rec.709.
+   of its largest channel sits at :data:`ALBEDO_P99`; brighter pixels are scaled down
+   to a largest channel of 1 (hue kept, no per-channel clipping); scene-linear Rec.709.
 
 Pixels with Confidence < 0.5 (sky) keep the source colour normalised by the same
 scale and get no say in the fit. A frame without usable surface (all sky, all black,
@@ -50,7 +50,13 @@ CHROMA_EDGE = 0.12
 LUMA_EDGE = float("inf")
 #: the integrated log albedo luminance is shrunk toward its median by this factor
 #: (1 = as integrated, 0 = constant brightness; see the module docstring)
-LUM_CONTRAST = 0.25
+LUM_CONTRAST = 0.5
+#: shading is smoothed by a guided filter (guide: log luminance) of this radius, as a
+#: share of the long side, and this eps (log units squared); chosen on the TUNE seeds
+SHADING_RADIUS = 0.03
+SHADING_EPS = 0.1
+#: long side (pixels) at which the shading is estimated (then upsampled)
+WORK_SIZE = 480
 _EPS = 1e-4
 
 
@@ -125,12 +131,12 @@ def poisson_neumann(gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
     div[:, 1:] -= gx[:, :-1]
     div += gy
     div[1:, :] -= gy[:-1, :]
-    d = _dct2(div.astype(np.float64))
+    d = _dct2(div.astype(np.float32))
     yy = np.cos(np.pi * np.arange(h) / h)[:, None]
     xx = np.cos(np.pi * np.arange(w) / w)[None, :]
     den = 2 * yy + 2 * xx - 4
     den[0, 0] = 1.0
-    u = d / den
+    u = (d / den).astype(np.float32)
     u[0, 0] = 0.0
     return _dct2(u, inverse=True).astype(np.float32)
 
@@ -221,6 +227,30 @@ def _fill_chroma(rgb: np.ndarray, bad: np.ndarray, sigma: float = 6.0) -> np.nda
     return out
 
 
+def guided_filter(guide: np.ndarray, src: np.ndarray, radius: int, eps: float) -> np.ndarray:
+    """Guided filter (He, Sun & Tang, "Guided Image Filtering", ECCV 2010 / TPAMI 2013)
+    with a single-channel guide, by box filters.
+
+    Args:
+        guide, src: ``H x W`` float32.
+        radius: box radius in pixels (window ``2 radius + 1``).
+        eps: regularisation (in the guide's units squared); larger = smoother.
+
+    Returns:
+        ``H x W`` float32, edge-preserving smoothing of ``src`` along ``guide``'s edges.
+    """
+    k = (2 * radius + 1, 2 * radius + 1)
+    box = lambda a: cv2.boxFilter(a, cv2.CV_32F, k, borderType=cv2.BORDER_REFLECT)
+    g = np.ascontiguousarray(guide, np.float32)
+    p = np.ascontiguousarray(src, np.float32)
+    mg, mp = box(g), box(p)
+    var = box(g * g) - mg * mg
+    cov = box(g * p) - mg * mp
+    a = cov / (var + np.float32(eps))
+    b = mp - a * mg
+    return box(a) * g + box(b)
+
+
 @dataclass
 class Intrinsics:
     """Result of :func:`decompose_frame`.
@@ -249,23 +279,70 @@ def _fallback(rgb: np.ndarray, reason: str) -> Intrinsics:
     return Intrinsics(alb, np.zeros_like(rgb), None, False, {"method": "default", "reason": reason})
 
 
+def _sh_log_shading(rgb, normal, lit, fit_size):
+    """``(sh, log_shading or None)`` of the SH step at the working size (see decompose_frame)."""
+    h, w = rgb.shape[:2]
+    f = min(1.0, fit_size / max(h, w))
+    sz = (max(1, round(w * f)), max(1, round(h * f)))
+    small = cv2.resize(rgb, sz, interpolation=cv2.INTER_AREA)
+    n_s = cv2.resize(np.ascontiguousarray(normal, np.float32), sz, interpolation=cv2.INTER_AREA)
+    n_s /= np.maximum(np.linalg.norm(n_s, axis=-1, keepdims=True), 1e-6)
+    lum = small @ _LUMA
+    m_s = cv2.resize(lit.astype(np.float32), sz, interpolation=cv2.INTER_AREA) > 0.99
+    m_s = (m_s & (lum <= np.percentile(lum[m_s], 99.5) if m_s.any() else m_s)).reshape(-1)  # clipped highlights
+    sh = fit_sh_irradiance(small.reshape(-1, 3), n_s.reshape(-1, 3), m_s)
+    if sh is None:
+        return None, None
+    # the mean colour of the light is not separable from the mean albedo in one frame:
+    # keep the light's colour variation across normals, make its mean grey
+    tint = np.maximum(sh_basis(n_s.reshape(-1, 3)[m_s]) @ sh, _EPS).mean(0)
+    E = sh_basis(normal) @ (sh * (tint.mean() / np.maximum(tint, _EPS))[None, :])
+    floor = np.maximum(np.percentile(E[lit], 50, axis=0) * 0.1, _EPS)
+    return sh, np.log(np.maximum(E, floor)).astype(np.float32)
+
+
+def _retinex_log_shading(refl, rgb, lit, chroma_edge, luma_edge, lum_contrast, radius, eps):
+    """Grey log shading of the colour Retinex step at the working size (decompose_frame)."""
+    log_l = np.log(np.maximum(refl @ _LUMA, _EPS))
+    chroma = rgb / np.maximum(rgb.sum(-1, keepdims=True), _EPS)
+    log_a = retinex_log_albedo(log_l, chroma, lit, chroma_edge, luma_edge)
+    if lum_contrast != 1.0:
+        mu = float(np.median(log_a[lit]))
+        log_a = mu + np.float32(lum_contrast) * (log_a - mu)
+    log_s = log_l - log_a  # the part of log luminance the integrated albedo misses
+    med = np.float32(np.median(log_s[lit]))
+    if radius > 0:  # shading is smooth: fine texture Retinex lost goes back to the albedo
+        r = max(1, int(round(radius * max(log_l.shape))))
+        log_s = guided_filter(log_l, np.where(lit, log_s, med), r, eps)
+    return np.where(lit, log_s, med).astype(np.float32)
+
+
 def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: Optional[np.ndarray] = None,
-                    *, use_sh: bool = False, use_retinex: bool = True, fit_size: int = 192,
+                    *, use_sh: bool = False, fit_lighting: bool = False, use_retinex: bool = True,
+                    fit_size: int = 192, work_size: int = WORK_SIZE,
                     chroma_edge: float = CHROMA_EDGE, luma_edge: float = LUMA_EDGE,
-                    lum_contrast: float = LUM_CONTRAST, fix_highlights: bool = False) -> Intrinsics:
+                    lum_contrast: float = LUM_CONTRAST, fix_highlights: bool = False,
+                    shading_radius: float = SHADING_RADIUS, shading_eps: float = SHADING_EPS) -> Intrinsics:
     """Albedo with the light taken out, for one frame (see the module docstring).
+
+    The shading is estimated at ``work_size`` (long side; area downscale) and upsampled
+    (bilinear, in log) to divide the full-size frame.
 
     Args:
         rgb: ``H x W x 3`` float32 scene-linear Rec.709, >= 0 (NaN/inf treated as 0).
         normal: ``H x W x 3`` unit camera-space OpenGL normals, or ``None`` (no SH step).
         confidence: ``H x W`` in [0, 1]; < 0.5 is sky/background (excluded); ``None`` = all.
-        use_sh, use_retinex: switch the two steps; the SH division is off by default
-            (it costs 0.15 dB on the TUNE seeds with the embedded network's normals).
+        use_sh: divide by the SH irradiance (off by default: it costs 0.15-0.4 dB on the
+            TUNE seeds with the embedded network's normals, and with exact normals).
+        fit_lighting: fit the SH lighting (``Intrinsics.sh``) even when not dividing.
+        use_retinex: the colour Retinex step.
+        fit_size: long side (pixels) at which the SH lighting is fitted.
+        work_size: long side (pixels) at which the shading is estimated.
+        chroma_edge, luma_edge: colour Retinex thresholds (:func:`retinex_log_albedo`).
         lum_contrast: :data:`LUM_CONTRAST`.
         fix_highlights: replace the chromaticity of :func:`highlight_mask` pixels by their
             neighbours' (no measurable effect on the TUNE seeds; off).
-        fit_size: long side (pixels) at which the SH lighting is fitted.
-        chroma_edge, luma_edge: colour Retinex thresholds (:func:`retinex_log_albedo`).
+        shading_radius, shading_eps: :data:`SHADING_RADIUS`, :data:`SHADING_EPS`.
 
     Returns:
         :class:`Intrinsics`; never NaN. ``ok = False`` (source chroma at albedo 0.5) when
@@ -277,59 +354,46 @@ def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: O
     rgb = np.maximum(np.nan_to_num(np.asarray(rgb, np.float32), nan=0.0, posinf=0.0, neginf=0.0), 0.0)
     if rgb.ndim != 3 or rgb.shape[2] != 3:
         raise ValueError(f"expected an H x W x 3 frame, got {rgb.shape}")
+    if normal is not None and normal.shape != rgb.shape:
+        raise ValueError(f"normal {normal.shape} does not match the frame {rgb.shape}")
     h, w = rgb.shape[:2]
     surface = np.ones((h, w), bool) if confidence is None else np.asarray(confidence) >= 0.5
     lum = rgb @ _LUMA
     lit = surface & (lum > 1e-3)
     if int(lit.sum()) < MIN_PIXELS:
         return _fallback(rgb, "no lit surface")
-    top = float(np.percentile(lum[lit], 99.5))
-    lit &= lum <= max(top, 1e-3)  # clipped highlights tell nothing about irradiance
     info = {"lit_pixels": int(lit.sum()), "method": []}
     if fix_highlights:
         hl = highlight_mask(rgb, surface)
         rgb = _fill_chroma(rgb, hl)
         info["highlight_fraction"] = float(hl.mean())
-
-    shading = np.ones_like(rgb)
+    f = min(1.0, work_size / max(h, w))
+    sz = (max(1, round(w * f)), max(1, round(h * f)))
+    small = cv2.resize(rgb, sz, interpolation=cv2.INTER_AREA) if f < 1 else rgb
+    lit_s = cv2.resize(lit.astype(np.float32), sz, interpolation=cv2.INTER_AREA) > 0.5 if f < 1 else lit
+    if int(lit_s.sum()) < MIN_PIXELS:
+        return _fallback(rgb, "no lit surface")
+    log_s = np.zeros(small.shape, np.float32)
     sh = None
-    if normal is not None:  # the lighting is fitted for the manifest even when not divided out
-        if normal.shape != rgb.shape:
-            raise ValueError(f"normal {normal.shape} does not match the frame {rgb.shape}")
-        f = min(1.0, fit_size / max(h, w))
-        sz = (max(1, round(w * f)), max(1, round(h * f)))
-        small = cv2.resize(rgb, sz, interpolation=cv2.INTER_AREA)
-        n_s = cv2.resize(np.ascontiguousarray(normal, np.float32), sz, interpolation=cv2.INTER_AREA)
-        n_s /= np.maximum(np.linalg.norm(n_s, axis=-1, keepdims=True), 1e-6)
-        m_s = cv2.resize(lit.astype(np.float32), sz, interpolation=cv2.INTER_AREA) > 0.99
-        sh = fit_sh_irradiance(small.reshape(-1, 3), n_s.reshape(-1, 3), m_s.reshape(-1))
-        if sh is not None and use_sh:
-            # the mean colour of the light is not separable from the mean albedo in one
-            # frame: keep the light's colour variation across normals, make its mean grey
-            E_fit = np.maximum(sh_basis(n_s.reshape(-1, 3)[m_s.reshape(-1)]) @ sh, _EPS)
-            tint = E_fit.mean(0)
-            E = sh_basis(normal) @ (sh * (tint.mean() / np.maximum(tint, _EPS))[None, :])
-            floor = np.maximum(np.percentile(E[lit], 50, axis=0) * 0.1, _EPS)
-            shading = np.maximum(E, floor).astype(np.float32)
+    if normal is not None and (use_sh or fit_lighting):
+        n_s = cv2.resize(np.ascontiguousarray(normal, np.float32), sz, interpolation=cv2.INTER_AREA) if f < 1 \
+            else normal
+        sh, log_sh = _sh_log_shading(small, n_s / np.maximum(np.linalg.norm(n_s, axis=-1, keepdims=True), 1e-6),
+                                     lit_s, fit_size)
+        if log_sh is not None and use_sh:
+            log_s += log_sh
             info["method"].append("sh2")
-    refl = rgb / shading
     if use_retinex:
-        rl = refl @ _LUMA
-        log_l = np.log(np.maximum(rl, _EPS))
-        chroma = rgb / np.maximum(rgb.sum(-1, keepdims=True), _EPS)
-        log_a = retinex_log_albedo(log_l, chroma, lit, chroma_edge, luma_edge)
-        if lum_contrast != 1.0:
-            mu = float(np.median(log_a[lit]))
-            log_a = mu + np.float32(lum_contrast) * (log_a - mu)
-        # the Retinex shading (residual) is the part of log_l the integrated albedo misses
-        s_res = np.exp(np.clip(log_l - log_a, -20, 20))
-        s_res = np.where(lit, s_res, np.median(s_res[lit]))
-        refl = refl / s_res[..., None]
-        shading = shading * s_res[..., None]
+        log_s += _retinex_log_shading(small / np.exp(log_s), small, lit_s, chroma_edge, luma_edge,
+                                      lum_contrast, shading_radius, shading_eps)[..., None]
         info["method"].append("colour-retinex")
-    p99 = float(np.percentile(refl.max(-1)[lit], 99))
-    scale = ALBEDO_P99 / max(p99, 1e-8)
-    albedo = np.clip(np.nan_to_num(refl * scale, nan=0.0, posinf=1.0), 0, 1).astype(np.float32)
+    if f < 1:
+        log_s = cv2.resize(log_s, (w, h), interpolation=cv2.INTER_LINEAR)
+    shading = np.exp(np.clip(log_s, -20, 20))
+    refl = rgb / shading
+    scale = ALBEDO_P99 / max(float(np.percentile(refl.max(-1)[lit], 99)), 1e-8)
+    albedo = np.maximum(np.nan_to_num(refl * scale, nan=0.0, posinf=1.0), 0).astype(np.float32)
+    albedo /= np.maximum(albedo.max(-1, keepdims=True), 1.0)  # into [0, 1] keeping the hue
     info.update(scale=scale, method="+".join(info["method"]) or "none")
     sh_out = None if sh is None else (sh / scale).astype(np.float32)
     return Intrinsics(albedo, (shading / scale).astype(np.float32), sh_out, True, info)

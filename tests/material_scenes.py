@@ -7,7 +7,9 @@ objects (spheres, cubes, cylinders, a torus) with Principled materials drawn fro
 families -- matte dielectrics, glossy dielectrics, polished metals, rough metals --
 with plain or procedurally textured base colours; a sun (white or tinted) that casts
 shadows, a coloured sky (world background) and, on some seeds, a coloured point light.
-The camera looks down at the objects from a random azimuth. :func:`render_scene`
+The camera looks down at the objects from a random azimuth. A third of the dielectric
+colours and half of the metal colours are grey (achromatic reflectance edges, as on
+real footage). :func:`render_scene`
 exports the frame with ``export_scene_gbuffers`` (exact passes) and returns the
 contract frame's arrays.
 
@@ -24,7 +26,7 @@ from typing import Dict
 import numpy as np
 
 #: seeds methods and constants are chosen on
-TUNE_SEEDS = tuple(range(0, 6))
+TUNE_SEEDS = tuple(range(0, 16))
 #: seeds the reported numbers come from; never used for choosing anything
 HELDOUT_SEEDS = tuple(range(100, 108))
 
@@ -53,11 +55,13 @@ def _material(name: str, rng: random.Random, family: str, textured: bool, tex_sc
              "metal_rough": (0.35, 0.7)}[family]
     p.inputs["Roughness"].default_value = rng.uniform(*rough)
     p.inputs["Metallic"].default_value = 1.0 if family.startswith("metal") else 0.0
-    c1 = _colour(rng, grey=family.startswith("metal") and rng.random() < 0.5)
+    # real scenes have many achromatic surfaces (white hulls, grey animals, black tyres):
+    # a third of dielectrics and half of metals are grey
+    c1 = _colour(rng, grey=rng.random() < (0.5 if family.startswith("metal") else 0.33))
     if family.startswith("metal"):
         c1 = tuple(0.5 + 0.5 * c for c in c1)  # metals are bright (F0 0.5..1)
     if textured:
-        c2 = _colour(rng)
+        c2 = _colour(rng, grey=rng.random() < 0.33)
         tex = t.nodes.new("ShaderNodeTexChecker" if rng.random() < 0.5 else "ShaderNodeTexNoise")
         tex.inputs["Scale"].default_value = rng.uniform(3.0, 8.0) * tex_scale
         if tex.bl_idname == "ShaderNodeTexChecker":

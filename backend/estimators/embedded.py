@@ -67,7 +67,7 @@ def source_chroma_albedo(albedo: np.ndarray, rgb: np.ndarray, amount: float = SO
 #: albedo methods: ``intrinsic`` (default; :func:`backend.intrinsic.decompose_frame` on the
 #: full-size frame) or ``network`` (the network's albedo with :func:`source_chroma_albedo`)
 ALBEDO_METHODS = ("intrinsic", "network")
-INTRINSIC_ID = "colour-retinex (Grosse et al. 2009), luminance contrast 0.25"
+INTRINSIC_ID = "colour-retinex (Grosse et al. 2009) + guided-filter shading"
 OUTPUT_NAMES = ("disparity", "normal", "albedo", "metallic", "roughness", "sky")
 
 #: a metallic output whose maximum is below this is a default (no metal anywhere)
