@@ -1,7 +1,7 @@
 """Seconds per frame and memory of issue 25's single-frame steps at 960x540.
 
-Steps: :func:`backend.intrinsic.decompose_frame` (albedo), :func:`backend.materials.estimate_materials`
-(roughness/metallic), and one :meth:`backend.decomposer.Decomposer.frame` of the embedded
+Steps: :func:`backend.intrinsic.decompose_frame` (albedo; the one new shipped step: no
+roughness/metallic step is shipped), and one :meth:`backend.decomposer.Decomposer.frame` of the embedded
 estimator with the new albedo and with the network albedo as on main before issue 25.
 Input: frames of ``../shared/footage/dolphins.mp4`` (real 960x540 footage). Median of
 ``--repeat`` runs after one warm-up; memory = peak of Python-tracked allocations
@@ -48,7 +48,6 @@ def main(argv=None):
     from backend.decomposer import Decomposer
     from backend.footage import open_footage
     from backend.intrinsic import decompose_frame
-    from backend.materials import estimate_materials
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -63,8 +62,6 @@ def main(argv=None):
     f0 = new.frame(rgb)
     rows = {
         "intrinsic albedo (decompose_frame)": measure(lambda: decompose_frame(rgb, f0.normal, f0.confidence), a.repeat),
-        "roughness/metallic (estimate_materials)": measure(lambda: estimate_materials(rgb, None, f0.confidence),
-                                                           a.repeat),
         "Decomposer.frame, embedded, intrinsic albedo": measure(lambda: (new.reset(), new.frame(rgb)), a.repeat),
         "Decomposer.frame, embedded, network albedo (main)": measure(lambda: (old.reset(), old.frame(rgb)), a.repeat),
     }
