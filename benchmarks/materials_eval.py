@@ -12,7 +12,12 @@ Metrics on surface pixels (exported Confidence > 0.5):
   pixel), the shipped estimator's albedo;
 * roughness MAE against the best constant (the TUNE scenes' median, applied to the
   held-out ones) and the oracle constant (each held-out frame's own median);
-* metallic: precision / recall / F1 of ``metallic > 0.5``.
+* metallic: precision / recall / F1 of ``metallic > 0.5``;
+* lighting: on matte dielectric pixels (metallic 0, roughness > 0.6, albedo luminance
+  > 0.05) the true irradiance luminance ``Y(I) / Y(albedo)`` against the fitted
+  order-2 SH irradiance (:func:`backend.intrinsic.fit_sh_irradiance`) at the estimated
+  and at the exact normals, after one median scale; median relative error per scene,
+  baseline a constant irradiance.
 
 Usage: ``.venv/bin/python benchmarks/materials_eval.py --cache /tmp/matscenes --json out.json``
 """
@@ -90,6 +95,24 @@ def roughness_variants(d, est, const):
     return {"embedded_net": est.roughness, "highlights": highlight_roughness(d["rgb"], est.confidence, const)}
 
 
+def lighting_errors(d, f):
+    """Median relative irradiance error per lighting model (see the module docstring),
+    or ``None`` with fewer than 100 matte pixels."""
+    from backend.intrinsic import decompose_frame, sh_basis
+
+    L = np.array([0.2126, 0.7152, 0.0722], np.float32)
+    m = d["mask"] & (d["metallic"] < 0.5) & (d["roughness"] > 0.6) & ((d["albedo"] @ L) > 0.05)
+    if m.sum() < 100:
+        return None
+    true = (d["rgb"] @ L)[m] / (d["albedo"] @ L)[m]
+    rel = lambda e: float(np.median(np.abs(e * np.median(true / np.maximum(e, 1e-6)) - true) / true))
+    out = {"constant": rel(np.ones_like(true))}
+    for k, n in (("sh_estimated_normals", f.normal), ("sh_exact_normals", d["normal"])):
+        sh = decompose_frame(d["rgb"], n, f.confidence, fit_lighting=True).sh
+        out[k] = rel((sh_basis(n) @ sh @ L)[m]) if sh is not None else None
+    return out
+
+
 def score(seeds, cache, render, rough_const):
     from backend.decomposer import Decomposer
 
@@ -103,6 +126,7 @@ def score(seeds, cache, render, rough_const):
         m = d["mask"]
         row = {"seed": s, "albedo_psnr": {k: si_psnr(v, d["albedo"], m)
                                           for k, v in albedo_variants(d, est, old).items()}}
+        row["lighting"] = lighting_errors(d, est)
         rough = roughness_variants(d, est, rough_const)
         metal = {"embedded_net": est.metallic}
         new.reset()
@@ -134,6 +158,10 @@ def summary(rows, const):
     if "metal" in rows[0]:
         out["metal"] = {k: {q: float(np.mean([r["metal"][k][q] for r in rows])) for q in ("precision", "recall", "f1")}
                         for k in rows[0]["metal"]}
+    lit = [r["lighting"] for r in rows if r["lighting"]]
+    out["lighting_median_rel_error"] = {k: float(np.median([x[k] for x in lit if x[k] is not None]))
+                                        for k in lit[0]} if lit else {}
+    out["per_seed_lighting"] = {r["seed"]: r["lighting"] for r in rows}
     out["per_seed_albedo_psnr"] = {r["seed"]: r["albedo_psnr"] for r in rows}
     return out
 
