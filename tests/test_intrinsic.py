@@ -122,3 +122,28 @@ def test_decompose_of_a_flat_frame_is_finite_and_labelled(frame):
         assert float(np.ptp(f.albedo)) == 0.0
     else:
         assert prov["albedo"] == "estimated"
+
+
+def test_no_light_halo_at_the_frame_border():
+    """The network albedo had a light halo along the frame border (issue 25). A checker of
+    two colours under a smooth left-to-right light falloff: through the shipped Decompose
+    path, the red squares' albedo at the border rows/columns matches the interior's."""
+    h, w = 120, 200
+    yy, xx = np.mgrid[0:h, 0:w]
+    red = ((yy // 20 + xx // 20) % 2) == 0
+    alb = np.where(red[..., None], np.float32([0.6, 0.12, 0.08]), np.float32([0.1, 0.3, 0.5]))
+    rgb = (alb * (0.4 + 0.6 * xx / w)[..., None]).astype(np.float32)
+    f = Decomposer("embedded").frame(rgb)
+    a = f.albedo @ L
+    src = rgb @ L
+    inner = np.zeros((h, w), bool)
+    inner[20:-20, 20:-20] = True
+    border = np.zeros((h, w), bool)
+    border[:3] = border[-3:] = True
+    border[:, :3] = border[:, -3:] = True
+    ref = float(np.median(a[red & inner]))
+    assert abs(float(np.median(a[red & border])) / ref - 1) < 0.05
+    # the falloff is gone: right and left red squares agree (in the source they differ 2.2x)
+    left, right = red & (xx < 40), red & (xx >= w - 40)
+    assert float(np.median(src[right]) / np.median(src[left])) > 2.0
+    assert abs(float(np.median(a[right]) / np.median(a[left])) - 1) < 0.1
