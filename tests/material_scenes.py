@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import numpy as np
 
@@ -79,8 +79,10 @@ def _material(name: str, rng: random.Random, family: str, textured: bool, tex_sc
     return m
 
 
-def build_scene(seed: int, size=(256, 192)):
-    """A fresh Cycles scene for ``seed`` (see the module docstring)."""
+def build_scene(seed: int, size=(256, 192), n_frames: int = 1, orbit_deg: float = 30.0):
+    """A fresh Cycles scene for ``seed`` (see the module docstring); with ``n_frames > 1``
+    the camera orbits ``orbit_deg`` degrees around the objects over the frames (for the
+    multi-view materials path: a static scene seen from several directions)."""
     import bpy
 
     rng = random.Random(seed)
@@ -141,23 +143,59 @@ def build_scene(seed: int, size=(256, 192)):
     cam.data.lens = 28.0
     scene.collection.objects.link(cam)
     scene.camera = cam
-    az = math.radians(rng.uniform(0, 360))
+    az0 = math.radians(rng.uniform(0, 360))
     dist, height = rng.uniform(4.5, 5.5), rng.uniform(2.5, 3.5)
-    cam.location = (dist * math.sin(az), -dist * math.cos(az), height)
     target = np.array([0.0, 0.2, 0.4])
-    d = target - np.array(cam.location)
-    pitch = math.atan2(math.hypot(d[0], d[1]), -d[2])
-    yaw = math.atan2(d[1], d[0]) - math.pi / 2
-    cam.rotation_euler = (pitch, 0.0, yaw)
+    scene.frame_end = n_frames
+    for i in range(n_frames):  # an orbit of orbit_deg around the target (one frame: az0)
+        az = az0 + math.radians(orbit_deg) * (i / (n_frames - 1) - 0.5 if n_frames > 1 else 0.0)
+        cam.location = (dist * math.sin(az), -dist * math.cos(az), height)
+        d = target - np.array(cam.location)
+        pitch = math.atan2(math.hypot(d[0], d[1]), -d[2])
+        yaw = math.atan2(d[1], d[0]) - math.pi / 2
+        cam.rotation_euler = (pitch, 0.0, yaw)
+        if n_frames > 1:
+            cam.keyframe_insert("location", frame=i + 1)
+            cam.keyframe_insert("rotation_euler", frame=i + 1)
     return scene
+
+
+def render_shot(seed: int, out: Path, n_frames: int = 7, orbit_deg: float = 30.0, size=(256, 192),
+                samples: int = 16) -> List[Dict]:
+    """Render ``seed`` with an orbiting camera (:func:`build_scene`) into ``out`` unless
+    already there; one dict per frame as :func:`render_scene` gives, plus ``camera_to_world``
+    (4x4, Blender's convention) and ``intrinsics`` ``[fx, fy, cx, cy]`` from the export's
+    manifest."""
+    from gbuffer_editor.backend import contract as ext_contract
+
+    out = Path(out)
+    if not (out / f"gbuffer_{n_frames:04d}.exr").is_file():
+        from gbuffer_editor.addon.scene.export import export_scene_gbuffers
+
+        export_scene_gbuffers(build_scene(seed, size, n_frames, orbit_deg), out, samples=samples, denoise=True)
+    rows = ext_contract.read_manifest(out)["frames"]
+    shots = []
+    for row in rows:
+        d = _frame_arrays(out / row["file"])
+        d.update(camera_to_world=np.asarray(row["camera_matrix_world"], np.float64),
+                 intrinsics=list(row["intrinsics"]), frame=row["frame"])
+        shots.append(d)
+    return shots
+
+
+def _frame_arrays(path: Path) -> Dict[str, np.ndarray]:
+    from backend import contract
+
+    fr = contract.read_frame(path)
+    return {"rgb": np.ascontiguousarray(fr.combined[..., :3], np.float32), "albedo": fr.albedo[..., :3],
+            "roughness": fr.roughness, "metallic": fr.metallic, "normal": fr.normal, "depth": fr.depth,
+            "mask": fr.confidence > 0.5}
 
 
 def render_scene(seed: int, out: Path, size=(256, 192), samples: int = 16) -> Dict[str, np.ndarray]:
     """Render ``seed`` into ``out`` (a scene-export folder) unless already there; return
     ``rgb`` (scene-linear Combined), ``albedo``, ``roughness``, ``metallic``, ``normal``,
     ``depth`` and ``mask`` (geometry, not sky: exported Confidence > 0.5) as float32 arrays."""
-    from backend import contract
-
     out = Path(out)
     path = out / "gbuffer_0001.exr"
     if not path.is_file():
@@ -165,7 +203,4 @@ def render_scene(seed: int, out: Path, size=(256, 192), samples: int = 16) -> Di
 
         scene = build_scene(seed, size)
         export_scene_gbuffers(scene, out, samples=samples, denoise=True)
-    fr = contract.read_frame(path)
-    return {"rgb": np.ascontiguousarray(fr.combined[..., :3], np.float32), "albedo": fr.albedo[..., :3],
-            "roughness": fr.roughness, "metallic": fr.metallic, "normal": fr.normal, "depth": fr.depth,
-            "mask": fr.confidence > 0.5}
+    return _frame_arrays(path)
