@@ -1,0 +1,106 @@
+"""Roughness from many views against exact materials (issue 25, item 2), with exact
+depth and cameras (an upper bound for a solved shot: the fused surface of issue 24
+replaces the exact depth in the product).
+
+Shots: ``tests/material_scenes.render_shot`` (the single-frame scenes seen by a camera
+orbiting 30 degrees over 5 frames; cached in ``--cache``). For the middle frame,
+:func:`backend.multiview.materials.gather_observations` + ``view_dependence`` give a
+per-pixel specularity (luminance spread over the views), box-smoothed over 5x5 pixels.
+A monotone lookup specularity -> roughness (median ground-truth roughness per
+specularity decile, made non-increasing) is fitted on the TUNE shots and applied to the
+HELD-OUT ones. Baselines: the TUNE median roughness (constant) and the per-frame oracle
+constant.
+
+Usage: ``.venv/bin/python benchmarks/materials_multiview_eval.py --cache /tmp/matshots --json out.json``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+TUNE = (0, 1, 2, 3, 4, 5, 6, 7)
+HELDOUT = (100, 101, 102, 103, 104, 105)
+N_FRAMES = 5
+
+
+def shot_features(cache: Path, seed: int):
+    """Specularity, view counts and ground truth of the middle frame of shot ``seed``."""
+    import cv2
+
+    import material_scenes as ms
+    from backend.multiview.cameras import Camera
+    from backend.multiview.materials import gather_observations, view_dependence
+
+    folder = cache / f"s{seed:03d}"
+    if not (folder / f"gbuffer_{N_FRAMES:04d}.exr").is_file():
+        raise FileNotFoundError(f"shot {seed} not rendered in {cache}")
+    frames = ms.render_shot(seed, folder, n_frames=N_FRAMES)
+    h, w = frames[0]["depth"].shape
+    cams = [Camera.from_c2w_opengl(f["camera_to_world"], w, h, *f["intrinsics"]) for f in frames]
+    ref = N_FRAMES // 2
+    obs, valid = gather_observations(ref, [f["rgb"] for f in frames], [f["depth"] for f in frames], cams)
+    diffuse, spec, n = view_dependence(obs, valid)
+    ok = (n >= 3).astype(np.float32)
+    spec_s = cv2.blur(spec * ok, (5, 5)) / np.maximum(cv2.blur(ok, (5, 5)), 1e-6)
+    d = frames[ref]
+    return {"spec": spec_s, "n": n, "mask": d["mask"] & (n >= 3), "rough": d["roughness"], "metal": d["metallic"],
+            "coverage": float((d["mask"] & (n >= 3)).sum() / max(d["mask"].sum(), 1))}
+
+
+def fit_lookup(feats, bins: int = 10):
+    s = np.concatenate([f["spec"][f["mask"]] for f in feats])
+    r = np.concatenate([f["rough"][f["mask"]] for f in feats])
+    edges = np.quantile(s, np.linspace(0, 1, bins + 1))
+    idx = np.clip(np.searchsorted(edges, s, side="right") - 1, 0, bins - 1)
+    med = np.array([np.median(r[idx == b]) if (idx == b).any() else np.nan for b in range(bins)])
+    med = np.minimum.accumulate(np.nan_to_num(med, nan=float(np.nanmedian(med))))  # non-increasing
+    return edges, med
+
+
+def apply_lookup(spec, edges, med):
+    idx = np.clip(np.searchsorted(edges, spec, side="right") - 1, 0, len(med) - 1)
+    return med[idx].astype(np.float32)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/matshots"))
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    tune = [shot_features(a.cache, s) for s in TUNE]
+    held = [shot_features(a.cache, s) for s in HELDOUT]
+    const = float(np.median(np.concatenate([f["rough"][f["mask"]] for f in tune])))
+    edges, med = fit_lookup(tune)
+    res = {"lookup_edges": edges.tolist(), "lookup_roughness": med.tolist(), "constant": const}
+    for name, feats, seeds in (("tune", tune, TUNE), ("heldout", held, HELDOUT)):
+        rows = []
+        for s, f in zip(seeds, feats):
+            m, gt = f["mask"], f["rough"]
+            est = apply_lookup(f["spec"], edges, med)
+            rows.append({"seed": s, "coverage": f["coverage"],
+                         "mae_view_dependence": float(np.abs(est - gt)[m].mean()),
+                         "mae_constant": float(np.abs(const - gt)[m].mean()),
+                         "mae_oracle_constant": float(np.abs(np.median(gt[m]) - gt)[m].mean()),
+                         "spearman_spec_vs_roughness": float(_spearman(f["spec"][m], gt[m]))})
+        res[name] = {"per_shot": rows, **{k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "seed"}}
+    print(json.dumps({k: {q: v for q, v in r.items() if q != "per_shot"} if isinstance(r, dict) else r
+                      for k, r in res.items()}, indent=1))
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+
+
+def _spearman(a, b):
+    ra = np.argsort(np.argsort(a)).astype(np.float64)
+    rb = np.argsort(np.argsort(b)).astype(np.float64)
+    return np.corrcoef(ra, rb)[0, 1] if ra.std() > 0 and rb.std() > 0 else 0.0
+
+
+if __name__ == "__main__":
+    main()
