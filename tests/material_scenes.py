@@ -166,14 +166,14 @@ def render_shot(seed: int, out: Path, n_frames: int = 7, orbit_deg: float = 30.0
     already there; one dict per frame as :func:`render_scene` gives, plus ``camera_to_world``
     (4x4, Blender's convention) and ``intrinsics`` ``[fx, fy, cx, cy]`` from the export's
     manifest."""
-    from gbuffer_editor.backend import contract as ext_contract
+    from backend import contract
 
     out = Path(out)
     if not (out / f"gbuffer_{n_frames:04d}.exr").is_file():
         from gbuffer_editor.addon.scene.export import export_scene_gbuffers
 
         export_scene_gbuffers(build_scene(seed, size, n_frames, orbit_deg), out, samples=samples, denoise=True)
-    rows = ext_contract.read_manifest(out)["frames"]
+    rows = contract.read_manifest(out)["frames"]
     shots = []
     for row in rows:
         d = _frame_arrays(out / row["file"])

@@ -79,3 +79,27 @@ def test_occluded_points_are_not_observations_and_bad_input_is_refused():
     assert n.max() == 2 and float(spec.max()) == 0.0  # fewer than 3 views: no claim
     with pytest.raises(ValueError):
         gather_observations(3, [s[1] for s in shots], [s[0] for s in shots], cams)
+
+
+def test_surface_patches_pool_sparse_view_dependence():
+    """Two planes meeting at a crease and a depth step: three patches; a reflection seen
+    in a few pixels of one patch marks the whole patch, not the others."""
+    from backend.multiview.materials import region_specularity, surface_regions
+
+    h, w = 40, 60
+    depth = np.full((h, w), 4.0, np.float32)
+    depth[:, 40:] = 6.0  # a depth step
+    normal = np.zeros((h, w, 3), np.float32)
+    normal[..., 2] = 1.0
+    normal[20:, :40] = (0.0, 0.7071, 0.7071)  # a crease at row 20 (45 degrees)
+    mask = np.ones((h, w), bool)
+    mask[:, 55:] = False
+    lab = surface_regions(depth, normal, mask)
+    assert len(set(np.unique(lab)) - {0}) == 3 and (lab[:, 55:] == 0).all()
+    a, b, c = lab[5, 5], lab[30, 5], lab[5, 45]
+    assert len({a, b, c}) == 3 and 0 not in (a, b, c)
+    spec = np.zeros((h, w), np.float32)
+    spec[2:6, 10:14] = 0.8  # 16 of the first patch's ~780 pixels
+    reg = region_specularity(spec, lab, q=98)
+    assert float(reg[lab == a].min()) > 0.5 and float(reg[lab == b].max()) == 0.0 == float(reg[lab == c].max())
+    assert float(reg[lab == 0].max()) == 0.0
