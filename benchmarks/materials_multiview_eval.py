@@ -10,7 +10,8 @@ and the same pooled per smooth surface patch (``surface_regions`` on the exact d
 normals, 98th percentile). A monotone lookup specularity -> roughness (median
 ground-truth roughness per specularity decile, made non-increasing) is fitted on the
 TUNE shots and applied to the HELD-OUT ones. Baselines: the TUNE median roughness (constant) and the per-frame oracle
-constant.
+constant. Metal: a patch whose median specularity exceeds a threshold (chosen on the
+TUNE shots for pixel F1) is called metal; precision / recall / F1 of ``metallic > 0.5``.
 
 Usage: ``.venv/bin/python benchmarks/materials_multiview_eval.py --cache /tmp/matshots --json out.json``
 """
@@ -61,7 +62,8 @@ def shot_features(cache: Path, seed: int):
     d = frames[ref]
     m = d["mask"] & (n >= 3)
     labels = surface_regions(d["depth"], d["normal"], m)
-    return {"spec": spec_s, "spec_region": region_specularity(spec, labels, REGION_Q), "n": n, "mask": m,
+    return {"spec": spec_s, "spec_region": region_specularity(spec, labels, REGION_Q),
+            "spec_region_median": region_specularity(spec, labels, 50), "n": n, "mask": m,
             "mask_region": m & (labels > 0), "rough": d["roughness"], "metal": d["metallic"],
             "coverage": float(m.sum() / max(d["mask"].sum(), 1)),
             "coverage_region": float((m & (labels > 0)).sum() / max(d["mask"].sum(), 1))}
@@ -75,6 +77,17 @@ def fit_lookup(feats, bins: int = 10, key: str = "spec", mkey: str = "mask"):
     med = np.array([np.median(r[idx == b]) if (idx == b).any() else np.nan for b in range(bins)])
     med = np.minimum.accumulate(np.nan_to_num(med, nan=float(np.nanmedian(med))))  # non-increasing
     return edges, med
+
+
+def metal_f1(feats, t):
+    """Pixel F1 of ``metallic > 0.5`` against "patch median specularity > t"."""
+    tp = fp = fn = 0
+    for f in feats:
+        m = f["mask_region"]
+        p, g = (f["spec_region_median"] > t)[m], (f["metal"] > 0.5)[m]
+        tp, fp, fn = tp + int((p & g).sum()), fp + int((p & ~g).sum()), fn + int((~p & g).sum())
+    prec, rec = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+    return {"precision": prec, "recall": rec, "f1": 2 * prec * rec / max(prec + rec, 1e-9)}
 
 
 def apply_lookup(spec, edges, med):
@@ -94,6 +107,10 @@ def main(argv=None):
     redges, rmed = fit_lookup(tune, key="spec_region", mkey="mask_region")
     res = {"lookup_edges": edges.tolist(), "lookup_roughness": med.tolist(), "constant": const,
            "region_lookup_edges": redges.tolist(), "region_lookup_roughness": rmed.tolist(), "region_q": REGION_Q}
+    ts = np.round(np.arange(0.05, 0.40, 0.01), 2)
+    t_best = float(ts[int(np.argmax([metal_f1(tune, t)["f1"] for t in ts]))])
+    res["metal_threshold"] = t_best
+    res["metal_tune"], res["metal_heldout"] = metal_f1(tune, t_best), metal_f1(held, t_best)
     for name, feats, seeds in (("tune", tune, TUNE), ("heldout", held, HELDOUT)):
         rows = []
         for s, f in zip(seeds, feats):
