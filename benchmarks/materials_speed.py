@@ -1,7 +1,9 @@
 """Seconds per frame and memory of issue 25's single-frame steps at 960x540.
 
 Steps: :func:`backend.intrinsic.decompose_frame` (albedo; the one new shipped step: no
-roughness/metallic step is shipped), and one :meth:`backend.decomposer.Decomposer.frame` of the embedded
+roughness/metallic step is shipped), the multi-view observation step of
+:mod:`backend.multiview.materials` for 5 views (not in Decompose yet; the frame reused as
+every view, speed only), and one :meth:`backend.decomposer.Decomposer.frame` of the embedded
 estimator with the new albedo and with the network albedo as on main before issue 25.
 Input: frames of ``../shared/footage/dolphins.mp4`` (real 960x540 footage). Median of
 ``--repeat`` runs after one warm-up; memory = peak of Python-tracked allocations
@@ -44,6 +46,19 @@ def measure(fn, repeat):
             "peak_traced_mb": round(peak / 2**20, 1)}
 
 
+def _multiview(rgb, f0):
+    """Speed only: the frame seen by 5 cameras 5 cm apart, depth from the decompose."""
+    from backend.multiview.cameras import Camera
+    from backend.multiview.materials import gather_observations, region_specularity, surface_regions, view_dependence
+
+    h, w = rgb.shape[:2]
+    cams = [Camera(w, h, 0.9 * w, 0.9 * w, w / 2, h / 2, R=np.eye(3), t=np.array([0.05 * i, 0.0, 0.0]))
+            for i in range(-2, 3)]
+    obs, valid = gather_observations(2, [rgb] * 5, [f0.depth] * 5, cams)
+    _, spec, n = view_dependence(obs, valid)
+    region_specularity(spec, surface_regions(f0.depth, f0.normal, n >= 3), 98)
+
+
 def main(argv=None):
     from backend.decomposer import Decomposer
     from backend.footage import open_footage
@@ -65,6 +80,8 @@ def main(argv=None):
         "Decomposer.frame, embedded, intrinsic albedo": measure(lambda: (new.reset(), new.frame(rgb)), a.repeat),
         "Decomposer.frame, embedded, network albedo (main)": measure(lambda: (old.reset(), old.frame(rgb)), a.repeat),
     }
+    rows["multi-view observations + patches, 5 views (gather_observations, view_dependence, "
+         "surface_regions, region_specularity)"] = measure(lambda: _multiview(rgb, f0), a.repeat)
     res = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus (shared, noisy)",
            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "resolution": "960x540",
            "input": "dolphins.mp4 frame 0", "rows": rows}
