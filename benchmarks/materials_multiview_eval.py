@@ -38,7 +38,7 @@ AGG_MAX, AGG_MEAN = 0, 5
 REGION_Q = 98
 
 
-def shot_features(cache: Path, seed: int):
+def shot_features(cache: Path, seed: int, measured=None):
     """Specularity, view counts and ground truth of the middle frame of shot ``seed``."""
     import cv2
 
@@ -53,7 +53,15 @@ def shot_features(cache: Path, seed: int):
     h, w = frames[0]["depth"].shape
     cams = [Camera.from_c2w_opengl(f["camera_to_world"], w, h, *f["intrinsics"]) for f in frames]
     ref = N_FRAMES // 2
-    obs, valid = gather_observations(ref, [f["rgb"] for f in frames], [f["depth"] for f in frames], cams)
+    rgbs, depths, normal = [f["rgb"] for f in frames], [f["depth"] for f in frames], frames[ref]["normal"]
+    if measured is not None:  # Decompose with the exact cameras: measured depth/normals, 8-bit colour
+        from backend import contract
+
+        gb = [contract.read_frame(contract.frame_path(measured / f"s{seed:03d}" / "gb", f["frame"])) for f in frames]
+        rgbs = [g.combined[..., :3] for g in gb]
+        depths = [g.depth for g in gb]
+        normal = gb[ref].normal
+    obs, valid = gather_observations(ref, rgbs, depths, cams)
     diffuse, spec, n = view_dependence(obs, valid)
     ok = (n >= 3).astype(np.float32)
     if AGG_MAX:  # highlights are sparse: the neighbourhood's largest spread, then a mean
@@ -61,7 +69,7 @@ def shot_features(cache: Path, seed: int):
     spec_s = cv2.blur(spec * ok, (AGG_MEAN, AGG_MEAN)) / np.maximum(cv2.blur(ok, (AGG_MEAN, AGG_MEAN)), 1e-6)
     d = frames[ref]
     m = d["mask"] & (n >= 3)
-    labels = surface_regions(d["depth"], d["normal"], m)
+    labels = surface_regions(depths[ref], normal, m)
     return {"spec": spec_s, "spec_region": region_specularity(spec, labels, REGION_Q),
             "spec_region_median": region_specularity(spec, labels, 50), "n": n, "mask": m,
             "mask_region": m & (labels > 0), "rough": d["roughness"], "metal": d["metallic"],
@@ -99,9 +107,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, default=Path("/tmp/matshots"))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--measured", type=Path, help="folder of Decompose runs with the exact cameras "
+                    "(<seed>/gb): use their measured depth, normals and 8-bit colour instead of the exact ones")
     a = ap.parse_args(argv)
-    tune = [shot_features(a.cache, s) for s in TUNE]
-    held = [shot_features(a.cache, s) for s in HELDOUT]
+    tune = [shot_features(a.cache, s, a.measured) for s in TUNE]
+    held = [shot_features(a.cache, s, a.measured) for s in HELDOUT]
     const = float(np.median(np.concatenate([f["rough"][f["mask"]] for f in tune])))
     edges, med = fit_lookup(tune)
     redges, rmed = fit_lookup(tune, key="spec_region", mkey="mask_region")
