@@ -14,6 +14,9 @@ constant. Metal: a patch whose median specularity exceeds a threshold (chosen on
 TUNE shots for pixel F1) is called metal; precision / recall / F1 of ``metallic > 0.5``.
 
 Usage: ``.venv/bin/python benchmarks/materials_multiview_eval.py --cache /tmp/matshots --json out.json``
+(exact geometry), or ``... --measured /tmp/mvmeas --prepare-measured`` (Decompose's measured
+depth and normals with the exact cameras; the shots are rendered by
+``tests/material_scenes.render_shot`` into ``--cache`` first, which needs ``bpy``).
 """
 from __future__ import annotations
 
@@ -77,6 +80,30 @@ def shot_features(cache: Path, seed: int, measured=None):
             "coverage_region": float((m & (labels > 0)).sum() / max(d["mask"].sum(), 1))}
 
 
+def prepare_measured(cache: Path, out: Path, seed: int) -> None:
+    """Decompose shot ``seed`` as a user would with exact cameras: the frames as 8-bit
+    sRGB PNGs, our cameras JSON, ``decompose --cameras`` at 256 px, into ``out/s<seed>/gb``."""
+    import cv2
+
+    import material_scenes as ms
+    from backend import decompose
+    from backend.colour import linear_to_srgb
+    from backend.multiview.camera_files import save_cameras_json
+    from backend.multiview.cameras import Camera
+
+    frames = ms.render_shot(seed, cache / f"s{seed:03d}", n_frames=N_FRAMES)
+    root = out / f"s{seed:03d}"
+    (root / "shot").mkdir(parents=True, exist_ok=True)
+    h, w = frames[0]["depth"].shape
+    cams = {}
+    for f in frames:
+        png = (linear_to_srgb(np.clip(f["rgb"], 0, 1)) * 255 + 0.5).astype(np.uint8)
+        cv2.imwrite(str(root / "shot" / f"shot_{f['frame']:04d}.png"), png[..., ::-1])
+        cams[f["frame"]] = Camera.from_c2w_opengl(f["camera_to_world"], w, h, *f["intrinsics"], name=str(f["frame"]))
+    save_cameras_json(root / "cameras.json", cams, units="metres", depth_range=(0.5, 100.0))
+    decompose(root / "shot", root / "gb", cameras=root / "cameras.json", multiview={"processing_width": 256})
+
+
 def fit_lookup(feats, bins: int = 10, key: str = "spec", mkey: str = "mask"):
     s = np.concatenate([f[key][f[mkey]] for f in feats])
     r = np.concatenate([f["rough"][f[mkey]] for f in feats])
@@ -109,7 +136,12 @@ def main(argv=None):
     ap.add_argument("--json", type=Path)
     ap.add_argument("--measured", type=Path, help="folder of Decompose runs with the exact cameras "
                     "(<seed>/gb): use their measured depth, normals and 8-bit colour instead of the exact ones")
+    ap.add_argument("--prepare-measured", action="store_true", help="first run those Decompose runs into --measured")
     a = ap.parse_args(argv)
+    if a.prepare_measured and a.measured:
+        for s in TUNE + HELDOUT:
+            if not (a.measured / f"s{s:03d}" / "gb" / "manifest.json").is_file():
+                prepare_measured(a.cache, a.measured, s)
     tune = [shot_features(a.cache, s, a.measured) for s in TUNE]
     held = [shot_features(a.cache, s, a.measured) for s in HELDOUT]
     const = float(np.median(np.concatenate([f["rough"][f["mask"]] for f in tune])))
