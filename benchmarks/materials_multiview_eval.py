@@ -51,7 +51,8 @@ def shot_features(cache: Path, seed: int, measured=None):
 
     folder = cache / f"s{seed:03d}"
     if not (folder / f"gbuffer_{N_FRAMES:04d}.exr").is_file():
-        raise FileNotFoundError(f"shot {seed} not rendered in {cache}")
+        if "gbuffer_editor" not in sys.modules:
+            raise FileNotFoundError(f"shot {seed} not rendered in {cache} (run with --render)")
     frames = ms.render_shot(seed, folder, n_frames=N_FRAMES)
     h, w = frames[0]["depth"].shape
     cams = [Camera.from_c2w_opengl(f["camera_to_world"], w, h, *f["intrinsics"]) for f in frames]
@@ -137,7 +138,13 @@ def main(argv=None):
     ap.add_argument("--measured", type=Path, help="folder of Decompose runs with the exact cameras "
                     "(<seed>/gb): use their measured depth, normals and 8-bit colour instead of the exact ones")
     ap.add_argument("--prepare-measured", action="store_true", help="first run those Decompose runs into --measured")
+    ap.add_argument("--render", action="store_true", help="render missing shots (needs bpy)")
     a = ap.parse_args(argv)
+    if a.render:
+        from blender_workflow_util import put_checkout_on_path
+
+        put_checkout_on_path()
+        import gbuffer_editor  # noqa: F401  (the checkout as the extension package)
     if a.prepare_measured and a.measured:
         for s in TUNE + HELDOUT:
             if not (a.measured / f"s{s:03d}" / "gb" / "manifest.json").is_file():
