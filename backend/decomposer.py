@@ -20,7 +20,9 @@ The per-frame half of Decompose (the file-and-folder half is
    normal = (0, 0, 1), Confidence = 0.
 6. Resample every pass to the full frame size (bilinear; normals re-normalised; sky
    mask at the 0.5 level); restore fine albedo detail lost to the downscale
-   (:func:`albedo_detail_transfer`).
+   (:func:`albedo_detail_transfer`), unless the estimator computes its albedo on the
+   full-size frame itself (:meth:`~backend.estimators.base.Estimator.full_size_albedo`:
+   the embedded estimator's single-frame intrinsic decomposition).
 """
 from __future__ import annotations
 
@@ -174,6 +176,9 @@ class FrameReport:
     """
 
     filled: List[str] = field(default_factory=list)
+    #: ``(provenance, method)`` when the estimator made the albedo at full size
+    #: (:meth:`~backend.estimators.base.Estimator.full_size_albedo`), else ``None``
+    albedo_full: Optional[Tuple[str, str]] = None
     normal_depth_angle_deg: Optional[float] = None
     flicker_raw: Optional[Dict[str, Any]] = None
     flicker: Optional[Dict[str, Any]] = None
@@ -364,8 +369,10 @@ class Decomposer:
         combined = np.concatenate([rgb_c, alpha_f[..., None]], axis=-1).astype(np.float32)
         provenance, pass_models = pass_provenance(
             out, self.estimator_name, self.report.filled,
-            albedo_detail=self.albedo_detail and plan.downscaled,
+            albedo_detail=self.albedo_detail and plan.downscaled and self.report.albedo_full is None,
             stabilized=self.report.flicker is not None)
+        if self.report.albedo_full is not None:  # computed on the full frame, after stabilisation
+            provenance["albedo"], pass_models["albedo"] = self.report.albedo_full
         header = contract.make_meta(
             estimator=self.estimator_name, models=out.models, depth_kind=out.depth_kind,
             depth_near=near, depth_far=far, intrinsics=plan.intrinsics,
@@ -451,9 +458,6 @@ class Decomposer:
         nn = np.linalg.norm(normal, axis=-1, keepdims=True)
         normal = np.where(nn > 1e-6, normal / np.maximum(nn, 1e-6), np.float32(0))
         normal[nn[..., 0] <= 1e-6] = contract.SKY_NORMAL
-        albedo = np.clip(_resample(passes["albedo"], W, H), 0, 1)
-        if self.albedo_detail and plan.downscaled:
-            albedo = albedo_detail_transfer(albedo, rgb, small)
         metallic = np.clip(_resample(passes["metallic"], W, H), 0, 1)
         roughness = np.clip(_resample(passes["roughness"], W, H), 0, 1)
         confidence = None
@@ -465,6 +469,16 @@ class Decomposer:
             confidence[~sky] = np.maximum(confidence[~sky], 2 * SKY_CONFIDENCE)
             depth[sky] = far
             normal[sky] = contract.SKY_NORMAL
+        own = None
+        if "albedo" not in self.report.filled:
+            own = self.estimator.full_size_albedo(rgb, normal, confidence)
+        if own is not None:  # the estimator's full-size albedo (no upsampling, no detail transfer)
+            albedo = np.clip(own[0], 0, 1).astype(np.float32)
+            self.report.albedo_full = own[1:]
+        else:
+            albedo = np.clip(_resample(passes["albedo"], W, H), 0, 1)
+            if self.albedo_detail and plan.downscaled:
+                albedo = albedo_detail_transfer(albedo, rgb, small)
         return {"depth": np.clip(depth, near, far).astype(np.float32), "normal": normal.astype(np.float32),
                 "albedo": albedo, "metallic": metallic, "roughness": roughness, "confidence": confidence}
 

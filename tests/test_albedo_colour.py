@@ -30,13 +30,13 @@ def test_black_frame_gives_finite_albedo():
 
 
 def test_estimator_albedo_follows_a_coloured_frame():
-    """A saturated blue-green frame: the shipped estimator's albedo keeps more of that colour
+    """A saturated blue-green frame: the network albedo path keeps more of that colour
     with the default source chroma than with the network's own chroma (0)."""
     h, w = 96, 128
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
     frame = np.stack([0.02 + 0.01 * xx / w, 0.25 + 0.1 * yy / h, 0.45 + 0.1 * xx / w], -1).astype(np.float32)
-    own = EmbeddedEstimator(source_chroma=0.0).predict(frame).albedo
-    mixed = EmbeddedEstimator().predict(frame).albedo
+    own = EmbeddedEstimator(source_chroma=0.0, albedo="network").predict(frame).albedo
+    mixed = EmbeddedEstimator(albedo="network").predict(frame).albedo
     assert SOURCE_CHROMA > 0
     sat = lambda a: float(((a.max(-1) - a.min(-1)) / np.maximum(a.max(-1), 1e-4)).mean())
     assert sat(mixed) > sat(own) + 0.2

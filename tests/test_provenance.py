@@ -26,7 +26,8 @@ def test_embedded_network_on_real_footage_gives_default_materials(footage):
     assert "constant" in models["metallic"] and "near-constant" in models["roughness"]
     assert prov["depth"] == prov["normal"] == prov["albedo"] == "estimated"
     assert models["depth"] == "gbuffer_editor/embedded"
-    assert "source detail" in models["albedo"]  # the detail transfer is named
+    # the albedo is the single-frame intrinsic decomposition on the full frame (issue 25)
+    assert models["albedo"].startswith("colour-retinex") and "source detail" not in models["albedo"]
 
 
 def test_material_provenance_rule():

@@ -99,6 +99,22 @@ class Estimator:
         full frame), before the first :meth:`predict`; estimators with an internal
         resize of their own (Marigold's pipeline) adopt it. Default: nothing."""
 
+    def full_size_albedo(self, rgb: np.ndarray, normal: np.ndarray,
+                         confidence: Optional[np.ndarray]) -> Optional[tuple]:
+        """An albedo computed on the full-size frame after :meth:`predict` ran at the
+        processing size, or ``None`` (default: the processing-size albedo is upsampled).
+
+        Args:
+            rgb: ``H x W x 3`` float32 scene-linear full-size frame.
+            normal: ``H x W x 3`` unit camera-space normals (upsampled).
+            confidence: ``H x W`` in [0, 1] or ``None``.
+
+        Returns:
+            ``(albedo, provenance, method)``: ``H x W x 3`` float32 in [0, 1], the
+            provenance kind and the method's name, or ``None``.
+        """
+        return None
+
     @property
     def native_max_size(self) -> Optional[int]:
         """Deprecated name of :attr:`max_resolution`."""

@@ -24,6 +24,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ..imaging import resize
+from ..intrinsic import decompose_frame
 from ..model.encoding import disparity_to_depth, encode_input
 from .base import Estimator, EstimatorOutput
 
@@ -63,6 +64,10 @@ def source_chroma_albedo(albedo: np.ndarray, rgb: np.ndarray, amount: float = SO
     from_src = (albedo @ _LUMA)[..., None] * chroma
     out = albedo * np.float32(1.0 - m) + from_src * np.float32(m)
     return np.clip(out, 0.0, 1.0).astype(np.float32, copy=False)
+#: albedo methods: ``intrinsic`` (default; :func:`backend.intrinsic.decompose_frame` on the
+#: full-size frame) or ``network`` (the network's albedo with :func:`source_chroma_albedo`)
+ALBEDO_METHODS = ("intrinsic", "network")
+INTRINSIC_ID = "colour-retinex (Grosse et al. 2009) + guided-filter shading"
 OUTPUT_NAMES = ("disparity", "normal", "albedo", "metallic", "roughness", "sky")
 
 #: a metallic output whose maximum is below this is a default (no metal anywhere)
@@ -118,11 +123,16 @@ class EmbeddedEstimator(Estimator):
         threads: onnxruntime intra-op threads (default 2).
         device: accepted for CLI compatibility; only ``cpu`` (or ``None``/``auto``).
         source_chroma: share of the albedo's chromaticity taken from the frame
-            (:func:`source_chroma_albedo`; 0 = the network's own), in [0, 1].
+            (:func:`source_chroma_albedo`; 0 = the network's own), in [0, 1]; only
+            with ``albedo="network"``.
+        albedo: ``"intrinsic"`` (default: single-frame colour Retinex on the full-size
+            frame, :func:`backend.intrinsic.decompose_frame`; +1.9 dB scale-invariant
+            PSNR over the network's albedo on held-out Cycles scenes, see
+            docs/model-card.md) or ``"network"``.
 
     Raises:
         FileNotFoundError: the model file does not exist.
-        ValueError: bad ``max_size``/``threads``/``device``.
+        ValueError: bad ``max_size``/``threads``/``device``/``albedo``.
     """
 
     name = "embedded"
@@ -132,7 +142,7 @@ class EmbeddedEstimator(Estimator):
 
     def __init__(self, model_path: Optional[os.PathLike] = None, max_size: Optional[int] = DEFAULT_MAX_SIZE,
                  threads: Optional[int] = 2, device: Optional[str] = None,
-                 source_chroma: float = SOURCE_CHROMA, **_ignored):
+                 source_chroma: float = SOURCE_CHROMA, albedo: str = "intrinsic", **_ignored):
         import onnxruntime as ort
 
         self.model_path = Path(model_path) if model_path else DEFAULT_MODEL
@@ -157,6 +167,9 @@ class EmbeddedEstimator(Estimator):
         if not 0.0 <= float(source_chroma) <= 1.0:
             raise ValueError(f"source_chroma must be in [0, 1], got {source_chroma}")
         self.source_chroma = float(source_chroma)
+        if albedo not in ALBEDO_METHODS:
+            raise ValueError(f"albedo must be one of {ALBEDO_METHODS}, got {albedo!r}")
+        self.albedo_method = albedo
         self.sha256 = _file_sha256(self.model_path)
         self.threads = threads
 
@@ -226,6 +239,9 @@ class EmbeddedEstimator(Estimator):
         metallic = unit[..., 4]
         rough = unit[..., 5]
         provenance, pass_models = material_provenance(o["metallic"], o["roughness"])
+        if self.albedo_method == "intrinsic":
+            albedo, provenance["albedo"], pass_models["albedo"] = self.full_size_albedo(
+                np.maximum(np.nan_to_num(rgb.astype(np.float32, copy=False)), 0.0), n, conf)
         return EstimatorOutput(
             depth=np.ascontiguousarray(depth), depth_kind="relative", normal=np.ascontiguousarray(n),
             albedo=np.ascontiguousarray(albedo), metallic=np.ascontiguousarray(metallic),
@@ -233,6 +249,19 @@ class EmbeddedEstimator(Estimator):
             models={MODEL_ID: self.sha256[:12]}, provenance=provenance, pass_models=pass_models,
         )
 
+    def full_size_albedo(self, rgb: np.ndarray, normal: np.ndarray, confidence: Optional[np.ndarray]):
+        """With ``albedo="intrinsic"``: :func:`backend.intrinsic.decompose_frame` on the
+        full-size frame (see :meth:`Estimator.full_size_albedo`); ``None`` otherwise."""
+        if self.albedo_method != "intrinsic":
+            return None
+        intr = decompose_frame(rgb, normal, confidence)
+        if intr.ok:
+            return intr.albedo, "estimated", INTRINSIC_ID
+        return intr.albedo, "default", f"{INTRINSIC_ID} (no lit surface: constant 0.5)"
+
     def settings(self) -> Dict[str, object]:
-        return {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12],
-                "source_chroma": self.source_chroma}
+        out = {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12],
+               "albedo": self.albedo_method}
+        if self.albedo_method == "network":
+            out["source_chroma"] = self.source_chroma
+        return out
