@@ -767,7 +767,7 @@ def test_out_of_memory_decoding_a_sequence_frame_names_the_file(tmp_path, monkey
     """Fresh-eyes trial: running out of memory while decoding a sequence frame (seen with
     ``ulimit -v`` on 3000x2000 PNGs) named only the output folder. Fault injected: the
     second frame's decode raises MemoryError."""
-    import backend.footage as fm
+    import backend.footage.images as fm
 
     seq = _sequence(tmp_path / "seq", [1001, 1002, 1003])
     real = fm._read_image
