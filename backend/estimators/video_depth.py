@@ -58,7 +58,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..imaging import resize
-from .onnx_depth import DepthAnythingEstimator, DepthModel
+from .onnx_depth import DepthAnythingEstimator, DepthModel, DepthModelError
 
 #: the published inference settings (upstream ``INFER_LEN``, ``OVERLAP``, ``KEYFRAMES[1]``)
 WINDOW, OVERLAP, KEYFRAME = 32, 10, 12
@@ -98,6 +98,25 @@ def scale_and_shift(pred: np.ndarray, target: np.ndarray) -> Tuple[float, float]
     return (a11 * b0 - a01 * b1) / det, (-a01 * b0 + a00 * b1) / det
 
 
+def graph_shape(session, input_name: str) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
+    """``(T, (H, W))`` an ONNX session's ``[N, T, 3, H, W]`` input is fixed to; ``None`` for
+    each that is dynamic (a named or unknown axis)."""
+    dims = next(i.shape for i in session.get_inputs() if i.name == input_name)
+    fixed = [d if isinstance(d, int) and d > 0 else None for d in dims]
+    size = (fixed[3], fixed[4]) if fixed[3] and fixed[4] else None
+    return fixed[1], size
+
+
+def fit_box(h: int, w: int, gh: int, gw: int, multiple: int = 14) -> Tuple[int, int, int, int]:
+    """Where an ``h x w`` frame goes inside a fixed ``gh x gw`` network input: ``(y0, x0,
+    bh, bw)``, the largest box of the frame's aspect (each side a multiple of ``multiple``
+    where the graph allows, at least one multiple) that fits, centred."""
+    s = min(gh / h, gw / w)
+    bh = min(gh, max(multiple, int(round(h * s / multiple)) * multiple))
+    bw = min(gw, max(multiple, int(round(w * s / multiple)) * multiple))
+    return (gh - bh) // 2, (gw - bw) // 2, bh, bw
+
+
 def blend_weights(n: int) -> np.ndarray:
     """Weights of the newer window over ``n`` blended frames: 0 -> 1 linearly (upstream
     ``get_interpolate_frames``); one frame: 0.5."""
@@ -127,25 +146,78 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
     name = "video-depth-anything-small"
     windowed = True
 
-    def __init__(self, window: int = WINDOW, overlap: int = OVERLAP, keyframe: Optional[int] = None,
+    def __init__(self, window: Optional[int] = None, overlap: Optional[int] = None, keyframe: Optional[int] = None,
                  align: bool = True, model: str = "video-depth-anything-small", **options):
         if model not in VIDEO_MODELS:
             raise KeyError(f"unknown video depth model {model!r}; known: {', '.join(sorted(VIDEO_MODELS))}")
-        window, overlap = int(window), int(overlap)
+        super().__init__(model=VIDEO_MODELS[model], **options)
+        self.name = self.spec.key
+        self.fixed_frames, self.fixed_size = graph_shape(self.session, self.spec.input_name)
+        if window is None:
+            window = self.fixed_frames or WINDOW
+        window = int(window)
+        if self.fixed_frames and window != self.fixed_frames:
+            raise ValueError(f"window={window}: the ONNX file {self.model_path} was exported for windows of "
+                             f"{self.fixed_frames} frames only (its input shape is fixed); use window="
+                             f"{self.fixed_frames} or export another (docs/models.md)")
+        overlap = int(overlap) if overlap is not None else max(2, min(OVERLAP, int(round(OVERLAP * window / WINDOW))))
         if window < 4 or not 2 <= overlap < window:
             raise ValueError(f"window must be >= 4 and 2 <= overlap < window, got window={window}, overlap={overlap}")
         self.window, self.overlap, self.interp = window, overlap, overlap - 2
         k = int(round(KEYFRAME * window / WINDOW)) if keyframe is None else int(keyframe)
         self.keyframe = min(max(k, 1), window - self.interp - 1)
         self.align = bool(align)
-        super().__init__(model=VIDEO_MODELS[model], **options)
-        self.name = self.spec.key
+        self._box: Optional[Tuple[int, int, int, int]] = None  # content box inside a fixed-size input
         self.reset_stream()
 
     def settings(self) -> Dict[str, object]:
         out = super().settings()
-        out.update(window=self.window, overlap=self.overlap, keyframe=self.keyframe, align=self.align)
+        out.update(window=self.window, overlap=self.overlap, keyframe=self.keyframe, align=self.align,
+                   graph_size=list(self.fixed_size) if self.fixed_size else None)
         return out
+
+    # ------------------------------------------------------------------ fixed-shape graphs
+    def network_input(self, rgb: np.ndarray) -> np.ndarray:
+        """As :meth:`.onnx_depth.DepthAnythingEstimator.network_input`; for a graph with a
+        fixed ``H x W`` (:attr:`fixed_size`) the frame is resized to fit inside it keeping
+        its aspect (a multiple of 14 on each side) and edge-padded to exactly ``H x W``
+        (:func:`fit_box`); :meth:`_crop` takes the content back out of the output."""
+        if not self.fixed_size:
+            return super().network_input(rgb)
+        gh, gw = self.fixed_size
+        box = fit_box(rgb.shape[0], rgb.shape[1], gh, gw, self.spec.multiple)
+        y0, x0, bh, bw = box
+        x = super().network_input(resize(np.ascontiguousarray(rgb, dtype=np.float32), (bw, bh), "cubic")
+                                  if (bh, bw) != rgb.shape[:2] else rgb)
+        bh, bw = min(x.shape[1], gh), min(x.shape[2], gw)
+        x = x[:, :bh, :bw]
+        self._box = (y0, x0, bh, bw)
+        if (bh, bw) == (gh, gw):
+            return np.ascontiguousarray(x)
+        return np.ascontiguousarray(np.pad(x, ((0, 0), (y0, gh - bh - y0), (x0, gw - bw - x0)), mode="edge"))
+
+    def _crop(self, d: np.ndarray) -> np.ndarray:
+        """The content box of a fixed-size output (``... x H x W``), else ``d``."""
+        if not self.fixed_size or self._box is None:
+            return d
+        y0, x0, bh, bw = self._box
+        return np.ascontiguousarray(d[..., y0:y0 + bh, x0:x0 + bw])
+
+    def _run(self, inputs: List[np.ndarray]) -> np.ndarray:
+        """The network on a window of inputs (``T x 3 x H x W``): ``T x h x w`` disparity >= 0
+        (content box only). A graph that does not answer at this shape (an export that
+        declares dynamic axes but traced its sizes in) is one line naming the file."""
+        x = np.stack(inputs)[None]
+        try:
+            (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: x})
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own message is many lines
+            why = " ".join(str(e).split())[:160]
+            raise DepthModelError(
+                f"{self.spec.label} ({self.model_path}) does not run on a window of {x.shape[1]} frames at "
+                f"{x.shape[3]}x{x.shape[4]}: the export traced fixed sizes while declaring them dynamic; export it "
+                f"again with fixed shapes (docs/models.md) ({why})") from e
+        d = np.maximum(np.nan_to_num(np.asarray(out, np.float32)[0], nan=0.0, posinf=0.0), 0.0)
+        return self._crop(d)
 
     # ------------------------------------------------------------------ streaming
     def reset_stream(self) -> None:
@@ -203,8 +275,7 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
         inputs = self._carry + [x for _, x in self._new]
         real = len(inputs)
         inputs += [inputs[-1]] * (self.window - real)  # the shot's tail: copies of its last frame
-        (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: np.stack(inputs)[None]})
-        d = np.maximum(np.nan_to_num(np.asarray(out, np.float32)[0], nan=0.0, posinf=0.0), 0.0)
+        d = self._run(inputs)
         T, O, I, K = self.window, self.overlap, self.interp, self.keyframe
         first = not self._refs
         done: List[int] = []
@@ -248,16 +319,18 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
         self.current_window = self._current[1]
 
     def disparity(self, rgb: np.ndarray) -> np.ndarray:
-        """The taken frame's disparity (:meth:`take`), else this frame alone (``T = 1``),
-        resized (bilinear) to ``rgb``'s size: ``H x W`` float32 >= 0, larger = nearer."""
+        """The taken frame's disparity (:meth:`take`), else this frame alone, resized
+        (bilinear) to ``rgb``'s size: ``H x W`` float32 >= 0, larger = nearer.
+
+        A frame alone runs as ``T = 1``, or, for a graph exported with a fixed ``T``
+        (:attr:`fixed_frames`), as a window of ``T`` copies of the frame (upstream pads a
+        shot's tail the same way), which costs ``T`` frames of compute."""
         h, w = rgb.shape[:2]
         if self._current is not None:
             d, _ = self._current
             self._current = None
         else:
-            x = self.network_input(rgb)
-            (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: x[None, None]})
-            d = np.maximum(np.nan_to_num(np.asarray(out, np.float32)[0, 0], nan=0.0, posinf=0.0), 0.0)
+            d = self._run([self.network_input(rgb)] * (self.fixed_frames or 1))[0]
         if d.shape != (h, w):
             d = resize(np.ascontiguousarray(d, dtype=np.float32), (w, h), "linear")
         return np.ascontiguousarray(d, dtype=np.float32)
