@@ -58,7 +58,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..imaging import resize
-from .onnx_depth import DepthAnythingEstimator, DepthModel, DepthModelError
+from .onnx_depth import DepthAnythingEstimator, DepthModel, DepthModelError, network_size, upstream_size
 
 #: the published inference settings (upstream ``INFER_LEN``, ``OVERLAP``, ``KEYFRAMES[1]``)
 WINDOW, OVERLAP, KEYFRAME = 32, 10, 12
@@ -175,6 +175,18 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
         out.update(window=self.window, overlap=self.overlap, keyframe=self.keyframe, align=self.align,
                    graph_size=list(self.fixed_size) if self.fixed_size else None)
         return out
+
+    def network_shape(self, h: int, w: int) -> Tuple[int, int]:
+        """As the image model's (upstream's short side >= ``input_size``), with upstream
+        ``infer_video_depth``'s cap for frames wider than 16:9 (``input_size`` scaled by
+        ``1.777 / ratio``, to a multiple of 14); a fixed-size graph's fitted box as it is."""
+        m = self.spec.multiple
+        if self.fixed_size or self.fit == "frame":
+            return network_size(h, w, m)
+        size, ratio = self.input_size, max(h, w) / min(h, w)
+        if ratio > 1.78:
+            size = max(m, int(round(int(size * 1.777 / ratio) / m)) * m)
+        return upstream_size(h, w, size, m)
 
     # ------------------------------------------------------------------ fixed-shape graphs
     def network_input(self, rgb: np.ndarray) -> np.ndarray:
