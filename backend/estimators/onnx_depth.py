@@ -31,8 +31,9 @@ Running
 -------
 onnxruntime with the best execution provider the installed build has: CUDA, CoreML,
 DirectML, else CPU (:func:`select_providers`). ``variant="auto"`` takes the fp16 file
-on a GPU provider and the fp32 file on the CPU (fp16 is slower on CPUs; ``int8`` is
-the published dynamically quantized file, smaller and on some CPUs faster).
+on a GPU provider and the fp32 file on the CPU (fp16 is slower on CPUs; ``int8`` and
+``uint8`` are the published dynamically quantized files with signed / unsigned 8-bit
+weights, smaller and on some CPUs faster).
 
 Per frame (:meth:`DepthAnythingEstimator.predict`): the scene-linear frame is clipped
 to [0, 1] and sRGB-encoded (the network was trained on ordinary photos), resized
@@ -162,8 +163,11 @@ MODELS: Dict[str, DepthModel] = {
         key="depth-anything-v2-small",
         label="Depth Anything V2 Small",
         repo_id="onnx-community/depth-anything-v2-small",
-        files={"fp32": "onnx/model.onnx", "fp16": "onnx/model_fp16.onnx", "int8": "onnx/model_quantized.onnx"},
-        sizes_mb={"fp32": 99.1, "fp16": 49.6, "int8": 27.3},
+        # int8: signed 8-bit weights (model_int8.onnx); uint8: the repository's default quantized
+        # file (model_quantized.onnx, unsigned 8-bit weights, what transformers.js loads as q8)
+        files={"fp32": "onnx/model.onnx", "fp16": "onnx/model_fp16.onnx", "int8": "onnx/model_int8.onnx",
+               "uint8": "onnx/model_quantized.onnx"},
+        sizes_mb={"fp32": 99.1, "fp16": 49.6, "int8": 27.3, "uint8": 27.3},
         licence="Apache-2.0",
         commercial_use=True,
         parameters_m=24.8,
@@ -403,7 +407,8 @@ class DepthAnythingEstimator(Estimator):
     Args:
         model: registry key (:data:`MODELS`), default ``depth-anything-v2-small``, or a
             :class:`DepthModel`.
-        variant: ``auto`` (fp16 on a GPU provider, else fp32), ``fp32``, ``fp16``, ``int8``.
+        variant: ``auto`` (fp16 on a GPU provider, else fp32), ``fp32``, ``fp16``, ``int8``
+            (``onnx/model_int8.onnx``), ``uint8`` (``onnx/model_quantized.onnx``).
         model_file: an ONNX file to use instead of the models folder (no download).
         cache_dir: the models folder (a Hugging Face cache); default ``HF_HUB_CACHE``.
         local_files_only: never download (``None``: when ``HF_HUB_OFFLINE`` is set).
@@ -545,7 +550,8 @@ class DepthAnythingEstimator(Estimator):
         rgb = np.asarray(rgb, dtype=np.float32)
         if rgb.ndim != 3 or rgb.shape[2] != 3 or min(rgb.shape[:2]) < 1:
             raise ValueError(f"expected an H x W x 3 RGB frame, got shape {rgb.shape}")
-        depth, _ = disparity_to_depth(self.disparity(rgb))
+        disp = self.disparity(rgb)
+        depth, _ = disparity_to_depth(disp)
         models = {self.model_id: self.revision}
         pass_models = {"depth": self.model_id, "normal": "derived from depth (backend.geometry)"}
         provenance = {"depth": "estimated", "normal": "derived"}
@@ -567,4 +573,4 @@ class DepthAnythingEstimator(Estimator):
                 provenance[k] = "estimated"
         return EstimatorOutput(depth=np.ascontiguousarray(depth, dtype=np.float32), depth_kind="relative",
                                albedo=albedo, metallic=metallic, roughness=roughness, models=models,
-                               provenance=provenance, pass_models=pass_models)
+                               provenance=provenance, pass_models=pass_models, disparity=disp)
