@@ -273,8 +273,11 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
         return self._run_window()
 
     def finish(self) -> List[int]:
-        """The shot ended: run the last, padded window and release every frame left."""
-        done = self._run_window() if self._new else []
+        """The shot ended: run the last, padded window and release every frame left. A shot
+        that ended exactly at a window's end still runs one window of carried keyframes
+        padded with copies of the last frame, so its last ``interp`` frames are blended like
+        every other (upstream pads the shot to cover them the same way)."""
+        done = self._run_window() if (self._new or self._tail) else []
         for n, d in self._tail:
             self._ready[n] = (d, self.windows - 1)
             done.append(n)
