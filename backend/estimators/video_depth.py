@@ -16,7 +16,10 @@ Upstream publishes the PyTorch checkpoint only; no ONNX export was found publish
 model hub (checked 2026-12). :data:`VIDEO_MODELS` therefore names the file an export
 must have inside the models folder (Hugging Face cache layout of that repository,
 ``onnx/model.onnx``) with the graph names ``frames`` -> ``depth`` (layout above, T, H,
-W dynamic); ``docs/models.md`` shows the export. Nothing is downloaded for it.
+W fixed or dynamic); ``docs/models.md`` shows the export (fixed shapes: upstream's forward
+bakes sizes while tracing, so the graph answers at its traced size only; this estimator
+reads a fixed shape from the file and fits frames and windows to it). Nothing is
+downloaded for it.
 
 Windows (the published inference scheme, ``infer_video_depth``)
 -----------------------------------------------------------------
@@ -70,7 +73,9 @@ VIDEO_MODELS: Dict[str, DepthModel] = {
         label="Video Depth Anything Small",
         repo_id="depth-anything/Video-Depth-Anything-Small",
         files={"fp32": "onnx/model.onnx"},
-        sizes_mb={"fp32": 116.0},  # the published PyTorch checkpoint; an fp32 export is about as large
+        # an fp32 export with upstream's code (issue 26's review: a 319 MB constant from its temporal
+        # head); the published PyTorch checkpoint it is made from is 116 MB
+        sizes_mb={"fp32": 435.0},
         licence="Apache-2.0",
         commercial_use=True,
         parameters_m=28.4,
