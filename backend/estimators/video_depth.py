@@ -51,7 +51,17 @@ network inputs are held (the carried keyframes plus the new frames) and at most
 ``window`` disparity maps (the frames done but not taken, the ``interp`` waiting for a
 blend, two alignment references): :attr:`~VideoDepthAnythingEstimator.held` counts them.
 :meth:`predict` without a :meth:`take` (a still image, the multi-view prior) runs the
-network on that one frame (``T = 1``).
+network on that one frame (``T = 1``; a graph exported with a fixed ``T`` gets a window of
+``T`` copies of the frame).
+
+Fixed-shape graphs
+------------------
+Upstream's forward bakes sizes while tracing, so an ONNX export answers at its traced
+``T x H x W`` only; docs/models.md exports with those shapes fixed in the graph's
+signature. :func:`graph_shape` reads them; the window is then the graph's ``T``, and each
+frame is fitted inside its ``H x W`` keeping the aspect (:func:`fit_box`), edge-padded,
+and its output cropped back. With dynamic axes the network size is upstream's
+(:meth:`VideoDepthAnythingEstimator.network_shape`).
 """
 from __future__ import annotations
 
