@@ -30,8 +30,8 @@ _ESTIMATORS: Dict[str, dict] = {
     "depth-anything-v2-small": {"summary": "Depth Anything V2 Small (Apache-2.0, ONNX Runtime, no torch): "
                                            "pretrained relative depth, normals from it, materials from the "
                                            "embedded network; network at upstream's size (short side 518: 518 x 924 "
-                                           "for 16:9); about 1.2 s per frame at 294 x 518 (fit=frame) on 2 CPU "
-                                           "cores, roughly 3x that at 518 x 924 (estimated from the pixel count)",
+                                           "for 16:9); about 1.2 s per frame at 294 x 518 (fit=frame) on 2 idle CPU "
+                                           "cores, about 4x that at 518 x 924",
                                 "packages": ("onnxruntime",),
                                 "models": (("onnx-community/depth-anything-v2-small", "onnx/model.onnx"),),
                                 "gpu": False},
