@@ -55,9 +55,13 @@ def model_specs() -> Tuple[ModelSpec, ...]:
     sd, cn_depth, cn_normal = cn.DEFAULT_BASE_MODEL, cn.DEFAULT_DEPTH_MODEL, cn.DEFAULT_NORMAL_MODEL
     return (
         ModelSpec("embedded", "Embedded G-buffer net (bundled)", "", "estimator 'embedded'"),
-        ModelSpec("marigold_depth", "Marigold Depth", depth, "estimator 'marigold'"),
-        ModelSpec("marigold_normals", "Marigold Normals", normals, "estimator 'marigold'"),
-        ModelSpec("marigold_iid", "Marigold Appearance (albedo, roughness, metallic)", iid, "estimator 'marigold'"),
+        # the fp32 weights only (_SD_FILES): the estimator never loads the *.fp16.safetensors copies
+        ModelSpec("marigold_depth", "Marigold Depth", depth, "estimator 'marigold'", _SD_FILES,
+                  licence="OpenRAIL++-M"),
+        ModelSpec("marigold_normals", "Marigold Normals", normals, "estimator 'marigold'", _SD_FILES,
+                  licence="OpenRAIL++-M"),
+        ModelSpec("marigold_iid", "Marigold Appearance (albedo, roughness, metallic)", iid, "estimator 'marigold'",
+                  _SD_FILES, licence="OpenRAIL++-M"),
         ModelSpec("sd15", "Stable Diffusion 1.5", sd, "renderer 'controlnet'", _SD_FILES),
         ModelSpec("controlnet_depth", "ControlNet Depth (SD 1.5)", cn_depth, "renderer 'controlnet'"),
         ModelSpec("controlnet_normal", "ControlNet Normal (SD 1.5)", cn_normal, "renderer 'controlnet'"),

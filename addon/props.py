@@ -167,6 +167,16 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
     )
     # -- decompose -------------------------------------------------------------
     estimator: EnumProperty(name="Estimator", items=_estimator_items, description="G-buffer estimator")
+    use_best_prior: BoolProperty(
+        name="Best Available Prior",
+        default=True,
+        description="With the Embedded estimator: run Depth Anything V2 Small for depth when it is in "
+                    "the models folder (materials still from the embedded network); off, or another "
+                    "estimator picked: exactly the one chosen",
+    )
+    last_estimator: StringProperty(
+        name="Last Estimator", description="The estimator the last Decompose ran (Best Available Prior resolved)"
+    )
     # on (the default): no --processing-resolution is passed, so the sidebar computes at the
     # same size as the command line and the Python API (the estimator's own default)
     use_estimator_resolution: BoolProperty(

@@ -29,7 +29,9 @@ _ESTIMATORS: Dict[str, dict] = {
                             "prs-eth/marigold-iid-appearance-v1-1"), "gpu": True},
     "depth-anything-v2-small": {"summary": "Depth Anything V2 Small (Apache-2.0, ONNX Runtime, no torch): "
                                            "pretrained relative depth, normals from it, materials from the "
-                                           "embedded network; about 1.2 s per frame at 518 px on 2 CPU cores",
+                                           "embedded network; network at upstream's size (short side 518: 518 x 924 "
+                                           "for 16:9); about 1.2 s per frame at 294 x 518 (fit=frame) on 2 idle CPU "
+                                           "cores, about 4x that at 518 x 924",
                                 "packages": ("onnxruntime",),
                                 "models": (("onnx-community/depth-anything-v2-small", "onnx/model.onnx"),),
                                 "gpu": False},
@@ -57,6 +59,13 @@ _RENDERERS: Dict[str, dict] = {
                  "packages": ("torch", "diffusers", "transformers"),
                  "models": ("Wan-AI/Wan2.1-VACE-1.3B-diffusers",), "gpu": True},
 }
+#: the estimator Decompose runs in place of the default ``embedded`` once its model is in
+#: the models folder (the add-on's *Best Available Prior*, on by default): pretrained depth
+#: (Depth Anything V2 Small, Apache-2.0), materials still from the embedded network
+BEST_PRIOR = "depth-anything-v2-small"
+#: what the add-on says when it offers :data:`BEST_PRIOR` for download
+BEST_PRIOR_OFFER = "Depth Anything V2 Small: better depth (Apache-2.0, 99 MB download)"
+
 #: where an artist gets what is missing (the add-on's preferences)
 PACKAGES_WHERE = "Preferences > Add-ons > G-Buffer Editor > Diffusion packages"
 MODELS_WHERE = "Preferences > Add-ons > G-Buffer Editor > Models"

@@ -115,6 +115,11 @@ def pass_provenance(out: EstimatorOutput, estimator_name: str, filled: List[str]
     return prov, models
 
 
+#: what a relative depth made from affine-invariant disparity is, in the frame header
+RELATIVE_FROM_DISPARITY = ("1 / network disparity, whose shift is unknown and taken as 0 (no metric evidence "
+                           "in this job): the depth ordering holds, far depth ratios are distorted")
+
+
 def check_estimator_output(out: EstimatorOutput, h: int, w: int, name: str) -> None:
     """Shapes, finiteness and depth kind of an estimator's result.
 
@@ -259,6 +264,7 @@ class Decomposer:
         self.sar = float(sar)
         self.albedo_detail = bool(albedo_detail)
         self.report = FrameReport()
+        self.last_disparity: Optional[np.ndarray] = None
         self._hist = _History()
         self._aligner = geometry.TemporalDepthAligner(contract.RELATIVE_NEAR, contract.RELATIVE_FAR)
         self._plans: Dict[Tuple[int, int], FramePlan] = {}
@@ -358,6 +364,9 @@ class Decomposer:
         small = resize(rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else rgb
         out = self.estimator.predict(np.ascontiguousarray(small, dtype=np.float32))
         check_estimator_output(out, plan.proc_height, plan.proc_width, self.estimator_name)
+        #: the estimator's affine-invariant disparity of this frame (``None``: it gave none, or
+        #: metric depth), for a caller with metric evidence (the multi-view shot) to align
+        self.last_disparity = out.disparity if out.depth_kind == "relative" else None
         self.report = FrameReport()
         surface = None if out.confidence is None else out.confidence > SKY_CONFIDENCE
         passes, near, far = self._passes(out, small, plan, surface)
@@ -382,6 +391,8 @@ class Decomposer:
         for k in ("flicker", "normal_depth_angle_deg"):
             if getattr(self.report, k) is not None:
                 header[k] = getattr(self.report, k)
+        if self.last_disparity is not None:  # say what the relative depth is (issue 26)
+            header["relative_depth"] = RELATIVE_FROM_DISPARITY
         header.update(meta or {})
         frame = contract.GBufferFrame(combined=combined, meta=header, **full)
         self.seed(contract.as_stored(frame) if self.stabilize else frame,  # depth is stored exactly

@@ -6,8 +6,13 @@
   the L2-normalised CLIP image embeddings of the two sets; the estimator of the paper's
   reference code (means over all pairs, diagonal included, so a set against itself is 0).
   Embeddings come from ``transformers``' ``CLIPVisionModelWithProjection`` +
-  ``CLIPImageProcessor`` loaded from a local folder (safetensors only, offline); the
-  paper uses ``openai/clip-vit-large-patch14-336``. Needs torch + transformers.
+  ``CLIPImageProcessor`` loaded from a local folder (offline; ``model.safetensors``, else
+  ``pytorch_model.bin``, which is all the paper's ``openai/clip-vit-large-patch14-336``
+  publishes besides ``tf_model.h5``). Preprocessing as the reference code
+  (google-research ``cmmd/io_util.py``): each frame decoded at full resolution, centre-
+  cropped to a square, resized to the model's input size (336) with PIL's bicubic filter
+  (antialiased), then only normalised. Needs torch + transformers (+ Pillow, which
+  transformers' image processors need anyway).
 * **Colour** (always available, no weights): the 2-Wasserstein distance between the
   Gaussians fitted to the two sets' colour distributions in ``log2(rgb + 1/256)``
   (:func:`backend.look_match.gaussian_w2`) and the per-channel scene-linear means.
@@ -31,7 +36,8 @@ SIGMA = 10.0
 SCALE = 1000.0
 
 
-def _frames(path: os.PathLike, max_frames: Optional[int], size: int) -> Iterator[np.ndarray]:
+def _frames(path: os.PathLike, max_frames: Optional[int], size: Optional[int]) -> Iterator[np.ndarray]:
+    """Scene-linear frames of a set, long side at most ``size`` (``None``: full resolution)."""
     from .footage import FootageError, open_footage
     try:
         with open_footage(path, max_size=size) as foot:
@@ -84,9 +90,29 @@ def mmd(x: np.ndarray, y: np.ndarray, sigma: float = SIGMA, scale: float = SCALE
     return scale * (k(x, x) + k(y, y) - 2.0 * k(x, y))
 
 
+def centre_crop_resize(srgb8: np.ndarray, size: int) -> np.ndarray:
+    """The CMMD reference's preprocessing of one image (``cmmd/io_util.py``
+    ``_center_crop_and_resize``): the centred square of side ``min(H, W)``, resized to
+    ``size x size`` with PIL's bicubic filter (which antialiases when shrinking).
+
+    Args:
+        srgb8: ``H x W x 3`` uint8 sRGB.
+
+    Returns:
+        ``size x size x 3`` uint8.
+    """
+    from PIL import Image
+
+    h, w = srgb8.shape[:2]
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    sq = np.ascontiguousarray(srgb8[top:top + side, left:left + side])
+    return np.asarray(Image.fromarray(sq).resize((size, size), resample=Image.BICUBIC))
+
+
 class ClipEmbedder:
     """CLIP image embeddings from a local ``transformers`` folder (``config.json``,
-    ``model.safetensors``, ``preprocessor_config.json``); offline, safetensors only.
+    ``model.safetensors`` or ``pytorch_model.bin``, ``preprocessor_config.json``); offline.
 
     Raises:
         InputError: the folder is missing or holds no CLIP vision model.
@@ -105,27 +131,33 @@ class ClipEmbedder:
         from transformers import CLIPImageProcessor, CLIPVisionModelWithProjection
         try:
             self.model = CLIPVisionModelWithProjection.from_pretrained(
-                p, local_files_only=True, use_safetensors=True).to(device).eval()
+                p, local_files_only=True).to(device).eval()  # safetensors when present, else the .bin
             self.proc = CLIPImageProcessor.from_pretrained(p, local_files_only=True)
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: weights of other shapes
             raise InputError(f"CLIP model {p}: {str(e).splitlines()[0]}") from e
+        crop = getattr(self.proc, "crop_size", None) or {}
+        self.size = int(crop.get("height") or self.model.config.image_size)
         self.torch, self.device, self.batch = torch, device, batch
 
     def embed(self, frames: Iterator[np.ndarray]) -> np.ndarray:
-        """Scene-linear frames -> ``N x D`` float32 L2-normalised embeddings (sRGB 8-bit in)."""
+        """Scene-linear frames (full resolution) -> ``N x D`` float32 L2-normalised
+        embeddings: sRGB 8-bit, :func:`centre_crop_resize` to the model's input size, then
+        the processor's rescale and normalisation only."""
         from .colour import linear_to_srgb
 
         out, buf = [], []
 
         def flush():
-            inp = self.proc(images=buf, return_tensors="pt").to(self.device)
+            inp = self.proc(images=buf, do_resize=False, do_center_crop=False,
+                            return_tensors="pt").to(self.device)
             with self.torch.no_grad():
                 e = self.model(**inp).image_embeds
             out.append(self.torch.nn.functional.normalize(e, dim=-1).float().cpu().numpy())
             buf.clear()
 
         for rgb in frames:
-            buf.append((linear_to_srgb(rgb) * 255.0 + 0.5).astype(np.uint8))
+            srgb8 = (np.clip(linear_to_srgb(rgb), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+            buf.append(centre_crop_resize(srgb8, self.size))
             if len(buf) >= self.batch:
                 flush()
         if buf:
@@ -141,8 +173,8 @@ def cmmd(a: os.PathLike, b: os.PathLike, clip: os.PathLike, max_frames: Optional
         InputError: unreadable or empty set, missing CLIP model.
     """
     emb = ClipEmbedder(clip, device=device)
-    ea = emb.embed(_frames(a, max_frames, 512))
-    eb = emb.embed(_frames(b, max_frames, 512))
+    ea = emb.embed(_frames(a, max_frames, None))  # full resolution: cropped, then resized once
+    eb = emb.embed(_frames(b, max_frames, None))
     for path, e in ((a, ea), (b, eb)):
         if len(e) == 0:
             raise InputError(f"metrics set {os.fspath(path)}: no frames")

@@ -177,11 +177,13 @@ def main(argv=None) -> int:
         configs = [
             ("embedded (192 px)", {"estimator": "embedded", "resolution": 192, "options": {"threads": args.threads}}),
             ("depth-anything-v2-small fp32, depth only", {"estimator": "depth-anything-v2-small", "resolution": 518,
-             "options": {"threads": args.threads, "materials": "none", "variant": "fp32"}}),
+             "options": {"threads": args.threads, "materials": "none", "variant": "fp32", "fit": "frame"}}),
+            # the file built above is model_quantized.onnx (unsigned 8-bit weights): variant uint8 since
+            # issue 26 (int8 is model_int8.onnx, signed); fit=frame: the 294 x 518 network these rows measured
             ("depth-anything-v2-small int8, depth only", {"estimator": "depth-anything-v2-small", "resolution": 518,
-             "options": {"threads": args.threads, "materials": "none", "variant": "int8"}}),
+             "options": {"threads": args.threads, "materials": "none", "variant": "uint8", "fit": "frame"}}),
             ("depth-anything-v2-small fp32 + embedded materials", {"estimator": "depth-anything-v2-small",
-             "resolution": 518, "options": {"threads": args.threads, "variant": "fp32"}}),
+             "resolution": 518, "options": {"threads": args.threads, "variant": "fp32", "fit": "frame"}}),
         ]
         for label, cfg in configs:
             spec = dict(base, **cfg, decompose=True)

@@ -42,6 +42,19 @@ def not_ready(kind: str, name: str, prefs=None) -> Optional[str]:
     return readiness(kind, name or "embedded", **prefs_mod.catalog_options(prefs or preferences()))
 
 
+def chosen_estimator(s, prefs=None) -> str:
+    """The estimator Decompose runs for the scene settings ``s``: the dropdown's choice, except
+    that the default ``embedded`` with *Best Available Prior* on becomes
+    :data:`backend.catalog.BEST_PRIOR` when that can run here (its model in the models
+    folder or bundled); the embedded network stays the offline fallback."""
+    from ..backend.catalog import BEST_PRIOR
+
+    name = s.estimator or "embedded"
+    if name == "embedded" and getattr(s, "use_best_prior", False) and not_ready("estimator", BEST_PRIOR, prefs) is None:
+        return BEST_PRIOR
+    return name
+
+
 def worker_python(prefs=None) -> tuple:
     """``(python executable, is_external)``: the preferences' backend Python when set, else
     Blender's own (``sys.executable``)."""

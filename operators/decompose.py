@@ -117,9 +117,11 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         # source frame numbers (a movie's 1..N, a sequence's file numbers)
         frames = (max(base, first - start + base), max(base, last - start + base))
         prefs = backend_args.preferences()
-        missing = backend_args.not_ready("estimator", s.estimator, prefs)
+        estimator = backend_args.chosen_estimator(s, prefs)
+        missing = backend_args.not_ready("estimator", estimator, prefs)
         if missing:  # refused before any folder exists or anything runs
             raise JobFailed(missing)
+        s.last_estimator = estimator
         if self.resume and s.last_decompose_dir and os.path.isdir(s.last_decompose_dir):
             out_dir = Path(s.last_decompose_dir)
         else:
@@ -128,7 +130,7 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         argv = backend_args.decompose_argv(
             footage.backend_input(source),
             out_dir,
-            estimator=s.estimator,
+            estimator=estimator,
             max_size=None if s.use_estimator_resolution else s.max_size,
             frames=frames,
             stabilize=s.stabilize,

@@ -6,7 +6,7 @@ editors; their drawing code is shared (``draw_*`` functions taking a layout).
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
 import bpy
 
@@ -71,21 +71,68 @@ def missing_model_note(estimator: str, cache) -> str:
     return ""
 
 
+def prior_note(estimator: str, use_best_prior: bool, present: bool, online: bool) -> Tuple[str, bool]:
+    """The sidebar's line about the depth prior: ``(text, offer_download)``.
+
+    Args:
+        estimator: the dropdown's choice; use_best_prior: the *Best Available Prior* box.
+        present: whether :data:`backend.catalog.BEST_PRIOR` can run (model in the folder).
+        online: whether downloads are allowed (Blender's online access on, offline mode off).
+
+    Returns:
+        ``("", False)`` when another estimator is chosen or the box is off; else which one
+        will run, and whether to offer the download (missing, and online).
+    """
+    from ..backend.catalog import BEST_PRIOR_OFFER
+
+    if estimator != "embedded" or not use_best_prior:
+        return "", False
+    if present:
+        return "Depth: Depth Anything V2 Small; materials: embedded network", False
+    if online:
+        return BEST_PRIOR_OFFER, True
+    return "Depth: embedded network (offline; Depth Anything V2 Small is not in the models folder)", False
+
+
+def draw_prior(col, s) -> None:
+    """Which prior Decompose will run, the download offer, and which one ran last."""
+    from ..addon.preferences import downloads_allowed, get_preferences
+    from ..backend.catalog import BEST_PRIOR
+    from ..operators import backend_args
+
+    if s.estimator == "embedded":
+        col.prop(s, "use_best_prior")
+    prefs = get_preferences()
+    present = backend_args.not_ready("estimator", BEST_PRIOR, prefs) is None
+    text, offer = prior_note(s.estimator, s.use_best_prior, present, downloads_allowed(prefs)[0])
+    if text:
+        col.label(text=text, icon="IMPORT" if offer else "INFO")
+    if offer:
+        col.operator("gbuffer.download_model", text="Download Depth Anything V2 Small",
+                     icon="IMPORT").model = BEST_PRIOR
+    if s.last_estimator:
+        col.label(text=f"Last run: {s.last_estimator}", icon="CHECKMARK")
+
+
 def draw_decompose(layout, context) -> None:
     s = settings(context)
     col = layout.column()
     col.use_property_split = True
     col.use_property_decorate = False
     col.prop(s, "estimator")
+    draw_prior(col, s)
     col.prop(s, "use_estimator_resolution")
     sub = col.column()
     sub.active = not s.use_estimator_resolution
     sub.prop(s, "max_size")
     requested = None if s.use_estimator_resolution else s.max_size
-    col.label(text=resolution_note(s.estimator, requested), icon="INFO")
+    from ..operators.backend_args import chosen_estimator
+
+    chosen = chosen_estimator(s)
+    col.label(text=resolution_note(chosen, requested), icon="INFO")
     from ..addon.preferences import cache_dir
 
-    missing = missing_model_note(s.estimator, cache_dir())
+    missing = missing_model_note(chosen, cache_dir())
     if missing:
         col.label(text=missing, icon="ERROR")
     col.prop(s, "use_scene_range")

@@ -150,11 +150,32 @@ def tiny_video_model(seed: int = 0, window_gain: float = 12.0):
     return TinyVDA().eval()
 
 
+def baked_video_model(frames: int, height: int, width: int, seed: int = 0):
+    """:func:`tiny_video_model` behind a reshape that bakes ``frames x height x width`` into
+    the traced graph (as upstream's ``int(patch_h * 14)`` and positional-embedding scale
+    factors do): exported with dynamic axes declared, it answers at that size only."""
+    import torch
+
+    inner = tiny_video_model(seed)
+
+    class Baked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x.reshape(1, frames, 3, height, width))
+
+    return Baked().eval()
+
+
 def export_video_replica(path: os.PathLike, height: int, width: int, frames: int = 4, *, model=None,
-                         names=("frames", "depth")) -> Path:
+                         names=("frames", "depth"), fixed: bool = False) -> Path:
     """Export ``model`` (default :func:`tiny_video_model`) to ONNX at ``path`` with input
-    ``names[0]`` ``[1, T, 3, H, W]`` and output ``names[1]`` ``[1, T, H, W]``, T, H and W
-    dynamic (the layout :data:`backend.estimators.video_depth.VIDEO_MODELS` expects)."""
+    ``names[0]`` ``[1, T, 3, H, W]`` and output ``names[1]`` ``[1, T, H, W]``: T, H and W
+    dynamic (the layout :data:`backend.estimators.video_depth.VIDEO_MODELS` expects), or,
+    with ``fixed``, fixed at ``frames x height x width`` in the graph's signature (the
+    export docs/models.md gives for the published checkpoint)."""
     import torch
 
     model = model if model is not None else tiny_video_model()
@@ -162,8 +183,8 @@ def export_video_replica(path: os.PathLike, height: int, width: int, frames: int
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     inp, out = names
-    torch.onnx.export(model, (x,), str(path), input_names=[inp], output_names=[out],
-                      dynamic_axes={inp: {0: "batch_size", 1: "frames", 3: "height", 4: "width"},
-                                    out: {0: "batch_size", 1: "frames", 2: "height", 3: "width"}},
+    dynamic = None if fixed else {inp: {0: "batch_size", 1: "frames", 3: "height", 4: "width"},
+                                  out: {0: "batch_size", 1: "frames", 2: "height", 3: "width"}}
+    torch.onnx.export(model, (x,), str(path), input_names=[inp], output_names=[out], dynamic_axes=dynamic,
                       opset_version=17, dynamo=False)
     return path

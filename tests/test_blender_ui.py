@@ -421,6 +421,23 @@ def test_model_list_status_and_preferences_draw(addon, tmp_path):
         prefs.model_dir = ""
 
 
+def test_marigold_downloads_only_the_weights_it_loads(addon):
+    """Issue 26: the Marigold repositories publish every weight file in fp32 and fp16
+    (tests/fixtures/hub_files.json); the estimator loads the fp32 ones, so Preferences >
+    Models fetches those and the configs/tokenizer, never the fp16 copies."""
+    from fnmatch import fnmatch
+
+    import hub_cache_util as hub
+    from gbuffer_editor.addon.model_catalog import model_specs
+
+    listed = hub.published()["prs-eth/marigold-depth-v1-1"]["files"]
+    for spec in (m for m in model_specs() if m.key.startswith("marigold_")):
+        fetched = {f for f in listed if any(fnmatch(f, a) for a in spec.allow)}
+        assert not [f for f in fetched if ".fp16." in f], spec.key
+        assert fetched == {f for f in listed if ".fp16." not in f}, sorted(set(listed) - fetched)
+        assert spec.licence == "OpenRAIL++-M"
+
+
 def test_download_worker_reports_failure_offline(addon, tmp_path):
     """The real download script in a worker: offline, it ends with an error event naming the repo."""
     from gbuffer_editor.addon import worker

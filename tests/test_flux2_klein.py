@@ -262,3 +262,23 @@ def test_img2img_start_latent_and_schedule_are_the_documented_ones(models):
     start = (1 - s0) * x0 + s0 * noise                          # (1, C, 3, 4)
     packed = start.reshape(1, start.shape[1], -1).permute(0, 2, 1)
     torch.testing.assert_close(seen[0], packed, rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_offload_sends_the_init_to_the_execution_device(models):
+    """Issue 26: under ``enable_model_cpu_offload`` the VAE's parameters wait on the CPU and
+    its hook runs it on the execution device; the init image must go to that execution
+    device (diffusers' ``_execution_device``), not to where the parameters are. The CPU is
+    the stand-in for the GPU here: the hooks report ``cpu:0`` as execution device while the
+    parameters are on ``cpu``; the render is the same as without offload."""
+    from backend.renderers.flux2_klein import init_device
+
+    frame = sphere_frames(64, 80, 1)[0]
+    off = _renderer(models, cpu_offload=True)
+    a = off.render(frame, "a foggy harbour")
+    pipe = off._pipe
+    assert hasattr(pipe.vae, "_hf_hook"), "the offload hooks were not installed"
+    exe = pipe._execution_device
+    assert exe == torch.device("cpu:0") and next(pipe.vae.parameters()).device == torch.device("cpu")
+    assert init_device(pipe, off._device) == exe
+    b = _renderer(models).render(frame, "a foggy harbour")
+    assert np.allclose(a, b, atol=1e-5)

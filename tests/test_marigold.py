@@ -152,6 +152,34 @@ def test_wrong_pipeline_class_is_refused(tiny_models):
         MarigoldEstimator(depth=str(tiny_models["normals"]), normals=None, intrinsics=None, device="cpu")
 
 
+def test_upstream_class_name_is_accepted(tiny_models, tmp_path):
+    """Issue 26: upstream's IID folder declares ``MarigoldIIDPipeline`` (diffusers ignores the
+    field when a class loads a folder): it loads as the intrinsics pipeline."""
+    folder = tmp_path / "iid"
+    shutil.copytree(tiny_models["intrinsics"], folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    index["_class_name"] = "MarigoldIIDPipeline"
+    (folder / "model_index.json").write_text(json.dumps(index))
+    est = MarigoldEstimator(depth=None, normals=None, intrinsics=str(folder), device="cpu")
+    out = est.predict(_frame(16, 20))
+    assert out.albedo.shape == (16, 20, 3) and out.roughness.shape == (16, 20)
+
+
+def test_fp16_weight_copies_are_not_downloaded():
+    """Issue 26: the published repositories hold fp32 and fp16 copies of every weight file;
+    only the fp32 ones are loaded, so only they are fetched."""
+    import fnmatch
+
+    from backend.estimators.marigold import _ALLOW, _IGNORE
+
+    def fetched(path):
+        return (any(fnmatch.fnmatch(path, p) for p in _ALLOW) and not any(fnmatch.fnmatch(path, p) for p in _IGNORE))
+
+    assert fetched("unet/diffusion_pytorch_model.safetensors") and fetched("model_index.json")
+    assert not fetched("unet/diffusion_pytorch_model.fp16.safetensors")
+    assert not fetched("text_encoder/model.fp16.safetensors")
+
+
 def test_fp16_overflow_is_rerun_in_fp32(tiny_models, tmp_path):
     """Large UNet output weights (still representable in fp16) make fp16 activations overflow
     to inf/NaN but not fp32: the frame is re-run in fp32."""

@@ -89,3 +89,69 @@ def test_colour_measures_on_real_footage_and_bad_sets(tmp_path, footage):
         assert "CMMD (CLIP embeddings) needs torch, transformers" in r.stderr, r.stderr
     else:
         assert "CLIP model" in r.stderr, r.stderr
+
+
+def test_clip_folder_with_only_pytorch_model_bin_loads(tmp_path, tiny_clip):
+    """Issue 26: openai/clip-vit-large-patch14-336 publishes pytorch_model.bin (and
+    tf_model.h5), no safetensors, of a whole ``CLIPModel`` (text and vision towers, config
+    ``model_type: clip``); the loader takes the vision tower from that .bin."""
+    import json as _json
+
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+
+    from backend.metrics import ClipEmbedder
+
+    binary = tmp_path / "clip-bin"
+    binary.mkdir()
+    vision = _json.loads((tiny_clip / "config.json").read_text())
+    cfg = CLIPConfig(text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, vocab_size=100, max_position_embeddings=16,
+                                      projection_dim=16),
+                     # the published config repeats projection_dim (768) inside vision_config
+                     vision_config={k: vision[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                                          "num_attention_heads", "image_size", "patch_size",
+                                                          "projection_dim")},
+                     projection_dim=16)
+    torch.manual_seed(3)
+    full = CLIPModel(cfg).eval()
+    cfg.save_pretrained(binary)
+    torch.save(full.state_dict(), binary / "pytorch_model.bin")
+    (binary / "preprocessor_config.json").write_bytes((tiny_clip / "preprocessor_config.json").read_bytes())
+    assert not list(binary.glob("*.safetensors"))
+    emb = ClipEmbedder(binary)
+    want = full.state_dict()
+    for name, p in emb.model.state_dict().items():
+        assert torch.equal(p, want[name]), name
+
+
+def test_cmmd_preprocessing_is_the_reference(footage, tiny_clip):
+    """Issue 26: as the CMMD reference (google-research cmmd io_util): the full-resolution
+    frame is centre-cropped to a square, resized to the model's input size with PIL's
+    bicubic (antialiased) filter, then only normalised; the embedding equals that
+    pipeline's, computed here independently from the decoded frame."""
+    import torch
+    from PIL import Image
+    from transformers import CLIPImageProcessor, CLIPVisionModelWithProjection
+
+    from backend.colour import linear_to_srgb
+    from backend.footage import open_footage
+    from backend.metrics import ClipEmbedder
+
+    with open_footage(footage("boat")) as fo:
+        rgb = next(iter(fo)).rgb
+    h, w = rgb.shape[:2]
+    assert w > h  # a wide frame: the crop matters
+    srgb8 = (np.clip(linear_to_srgb(rgb), 0, 1) * 255 + 0.5).astype(np.uint8)
+    side = min(h, w)
+    sq = Image.fromarray(np.ascontiguousarray(srgb8[(h - side) // 2:(h - side) // 2 + side,
+                                                    (w - side) // 2:(w - side) // 2 + side]))
+    x = np.asarray(sq.resize((32, 32), resample=Image.BICUBIC), np.float32) / 255.0
+    proc = CLIPImageProcessor.from_pretrained(tiny_clip)
+    x = (x - np.asarray(proc.image_mean, np.float32)) / np.asarray(proc.image_std, np.float32)
+    model = CLIPVisionModelWithProjection.from_pretrained(tiny_clip).eval()
+    with torch.no_grad():
+        ref = torch.nn.functional.normalize(model(pixel_values=torch.from_numpy(x.transpose(2, 0, 1))[None])
+                                            .image_embeds, dim=-1).numpy()[0]
+    got = ClipEmbedder(tiny_clip).embed(iter([rgb]))[0]
+    np.testing.assert_allclose(got, ref, atol=2e-5)

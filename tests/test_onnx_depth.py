@@ -71,7 +71,8 @@ def test_registered_and_listed():
     assert network_size(291, 518) == (294, 518) and network_size(5, 5) == (14, 14)
     import backend
 
-    assert backend.resolution_of(NAME) == 518 and backend.resolution_of(NAME, 1024) == 1024  # no cap
+    # 924: 16:9 at upstream's network size (518 x 924) without upsampling (issue 26; was 518)
+    assert backend.resolution_of(NAME) == 924 and backend.resolution_of(NAME, 1024) == 1024  # no cap
     assert backend.resolution_of(NAME, 0) is None  # full size
 
 
@@ -336,3 +337,22 @@ def test_multiview_uses_the_pretrained_depth_as_prior(tmp_path, monkeypatch):
 
     assert detail(b) > 0.8 * detail(a), (detail(a), detail(b))
     assert float(np.abs(a - b).mean()) < 0.03
+
+
+def test_network_size_is_upstreams_by_default(replica):
+    """Issue 26: upstream resizes so the SHORT side is at least 518 (keep aspect, multiples of
+    14, ``lower_bound``): 16:9 -> 518 x 924; ``fit=frame`` keeps the faster frame-sized input."""
+    from backend.estimators.onnx_depth import upstream_size
+
+    cache = replica[0]
+    assert upstream_size(1080, 1920) == (518, 924)
+    assert upstream_size(480, 640) == (518, 686) and upstream_size(100, 100) == (518, 518)
+    assert upstream_size(1920, 1080) == (924, 518)
+    est = DepthAnythingEstimator(cache_dir=cache, local_files_only=True, materials="none")
+    assert est.resolution() == 924 and est.network_input(np.zeros((520, 924, 3), np.float32)).shape == (3, 518, 924)
+    assert est.network_input(np.zeros((H, W, 3), np.float32)).shape == (3, 518, 784)
+    fast = DepthAnythingEstimator(cache_dir=cache, local_files_only=True, materials="none", fit="frame")
+    assert fast.resolution() == 518 and fast.network_input(np.zeros((291, 518, 3), np.float32)).shape == (3, 294, 518)
+    assert fast.settings()["fit"] == "frame"
+    with pytest.raises(ValueError, match="fit"):
+        DepthAnythingEstimator(cache_dir=cache, local_files_only=True, fit="long")

@@ -92,3 +92,47 @@ def test_blender_decompose_with_depth_anything_offline(addon, footage, tmp_path)
     assert fr.meta["models"][f"{spec.repo_id}/{spec.files['fp32']}"] == odu.COMMIT
     assert fr.meta["processing_size"] == [pw, ph]
     assert fr.depth.std() > 0 and np.allclose(np.linalg.norm(fr.normal, axis=-1), 1.0, atol=1e-2)
+
+
+def test_best_available_prior_by_default(addon, tmp_path):
+    """Issue 26: with the default estimator (embedded) and *Best Available Prior* on (the
+    default), Decompose runs Depth Anything V2 Small once it is in the models folder; the
+    artist's other choice (or the box off) is run as chosen; missing and online, the panel
+    offers the download with size and licence; offline the embedded network runs and the
+    panel says so; the panel says which one ran last."""
+    from gbuffer_editor.operators import backend_args
+    from gbuffer_editor.panels import sidebar
+
+    spec = MODELS[NAME]
+    s = bpy.context.scene.gbuffer_editor
+    prefs = bpy.context.preferences.addons[util.PACKAGE].preferences
+    assert s.estimator == "embedded" and s.use_best_prior
+    prefs.model_dir, prefs.offline_mode = str(tmp_path / "empty"), True
+    assert backend_args.chosen_estimator(s, prefs) == "embedded"  # missing: the offline fallback
+    cache = tmp_path / "models"
+    odu.install_in_cache(cache, spec.repo_id, spec.files["fp32"], odu.export_replica(tmp_path / "m.onnx", 56, 84))
+    prefs.model_dir = str(cache)
+    assert backend_args.chosen_estimator(s, prefs) == NAME
+    s.use_best_prior = False
+    assert backend_args.chosen_estimator(s, prefs) == "embedded"
+    s.use_best_prior = True
+    s.estimator = "marigold"
+    assert backend_args.chosen_estimator(s, prefs) == "marigold"
+    s.estimator = "embedded"
+    # the panel's line: which one runs, the offer (size, licence) only when missing and online
+    text, offer = sidebar.prior_note("embedded", True, present=False, online=True)
+    assert offer and "99 MB" in text and "Apache-2.0" in text
+    text, offer = sidebar.prior_note("embedded", True, present=False, online=False)
+    assert not offer and "embedded network" in text and "offline" in text
+    assert sidebar.prior_note("embedded", True, present=True, online=False)[0].startswith("Depth: Depth Anything")
+    assert sidebar.prior_note("marigold", True, present=True, online=True) == ("", False)
+    # drawn: the box, the line, and (here offline) no download button; "Last run" after a run
+    s.last_estimator = NAME
+    layout = util.RecordingLayout()
+    sidebar.draw_prior(layout, s)
+    labels = [c[1].get("text", "") for c in layout.calls if c[0] == "label"]
+    assert "Depth: Depth Anything V2 Small; materials: embedded network" in labels
+    assert f"Last run: {NAME}" in labels
+    assert not [c for c in layout.calls if c[0] == "operator"]
+    s.property_unset("use_best_prior")
+    s.property_unset("last_estimator")

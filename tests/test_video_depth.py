@@ -98,10 +98,14 @@ def test_windows_are_aligned_and_memory_is_bounded(clip):
     est = VideoDepthAnythingEstimator(**kw)
     out, win = _stream(est, frames)
     assert sorted(out) == list(range(1, N + 1))
-    assert est.windows == 1 + -(-(N - T) // (T - O)) == 9
+    # 1 + ceil((N - T) / step) windows, + 1 as the clip ends exactly at a window's end (its last
+    # overlap - 2 frames are then blended with a padded window, as upstream's padding does;
+    # issue 26): upstream's ceil(N / step) = 10 too
+    assert est.windows == 1 + -(-(N - T) // (T - O)) + 1 == -(-N // (T - O)) == 10
     assert est.max_inputs_held <= T and est.max_outputs_held <= T + O, est.report()
     inner, boundary = _steps(out, win)
-    assert len(boundary) == 8
+    assert len(boundary) == 9
+    assert win[N] == est.windows - 1  # the clip's last frame was blended into the padded last window
     off = VideoDepthAnythingEstimator(align=False, **kw)
     out_off, win_off = _stream(off, frames)
     assert win_off == win and all(f == (1.0, 0.0) for f in off.fits)
@@ -128,7 +132,7 @@ def test_cli_decompose_writes_contract_frames(clip, tmp_path):
     assert len(list(out.glob("gbuffer_*.exr"))) == N
     man = json.loads((out / "manifest.json").read_text())
     rep = man["depth_windows"]
-    assert rep["windows"] == 9 and rep["window"] == T and rep["overlap"] == O and rep["align"]
+    assert rep["windows"] == 10 and rep["window"] == T and rep["overlap"] == O and rep["align"]
     assert rep["max_inputs_held"] <= T and rep["max_outputs_held"] <= T + O
     assert man["estimator"]["settings"]["window"] == T
     assert [f["depth_window"] for f in man["frames"]][:10] == [0] * 7 + [1] * 3
@@ -171,3 +175,85 @@ def test_bad_models_are_one_clear_line(clip, tmp_path):
         VideoDepthAnythingEstimator(window=8, overlap=8, cache_dir=cache)
     with pytest.raises(DepthModelError):
         VideoDepthAnythingEstimator(cache_dir=tmp_path / "empty", local_files_only=False)
+
+
+# ---------------------------------------------------------------------------- fixed-shape exports (issue 26)
+
+GT, GH, GW = 4, 56, 98  # the fixed replica's window and size: neither the clip's size nor its aspect
+
+
+@pytest.fixture(scope="module")
+def fixed_cache(tmp_path_factory):
+    """A cache holding a replica exported with FIXED shapes (``[1, 4, 3, 56, 98]``), as the
+    export in docs/models.md (and upstream's traced graph) answers at one size only."""
+    root = tmp_path_factory.mktemp("vda_fixed")
+    cache = root / "cache"
+    odu.install_in_cache(cache, SPEC.repo_id, FILE,
+                         odu.export_video_replica(root / "f.onnx", GH, GW, frames=GT, fixed=True))
+    return cache
+
+
+def test_fixed_shape_export_runs_at_other_sizes_and_alone(clip, fixed_cache):
+    """A graph fixed to 4 frames of 56 x 98 streams a 168 x 70 clip (frames fitted into the
+    graph, edge-padded, the output cropped back) and runs one frame alone (T = 1, the
+    multi-view prior) as a window of copies; the window follows the graph."""
+    from backend.estimators.video_depth import fit_box
+
+    _, _, frames = clip
+    est = VideoDepthAnythingEstimator(cache_dir=fixed_cache, local_files_only=True, materials="none")
+    assert (est.fixed_frames, est.fixed_size) == (GT, (GH, GW))
+    assert est.window == GT and est.overlap == 2 and est.settings()["graph_size"] == [GH, GW]
+    out, win = _stream(est, frames[:12])
+    assert sorted(out) == list(range(1, 13))
+    assert all(d.shape == (H, W) and np.isfinite(d).all() and d.std() > 0 for d in out.values())
+    alone = est.disparity(frames[0])  # nothing taken: T = 1 path
+    assert alone.shape == (H, W) and alone.std() > 0
+    # the content box keeps the aspect: 70 x 168 fits 56 x 98 as 42 x 98 (rows 7..49)
+    assert fit_box(H, W, GH, GW) == (7, 0, 42, 98)
+    assert fit_box(180, 240, GH, GW) == (0, 14, 56, 70)
+    with pytest.raises(ValueError, match="windows of 4 frames only"):
+        VideoDepthAnythingEstimator(window=8, cache_dir=fixed_cache, local_files_only=True, materials="none")
+
+
+def test_export_that_baked_its_size_is_one_clear_line(clip, tmp_path):
+    """An export that declares dynamic axes but traced its size in (the old recipe with
+    upstream's code) fails on another size with one line naming the file and the fix."""
+    from backend.estimators.onnx_depth import DepthModelError as Err
+
+    _, _, frames = clip
+    cache = tmp_path / "baked"
+    odu.install_in_cache(cache, SPEC.repo_id, FILE, odu.export_video_replica(
+        tmp_path / "b.onnx", GH, GW, frames=GT, model=odu.baked_video_model(GT, GH, GW)))
+    est = VideoDepthAnythingEstimator(cache_dir=cache, local_files_only=True, materials="none")
+    assert est.fixed_frames is None  # declared dynamic
+    with pytest.raises(Err) as e:
+        est.disparity(frames[0])
+    assert "\n" not in str(e.value) and "export it again with fixed shapes" in str(e.value)
+
+
+def test_cli_decompose_cameras_with_fixed_shape_export(fixed_cache, tmp_path):
+    """Done-when of issue 26: ``decompose --cameras ... --estimator video-depth-anything-small``
+    on a 240 x 180 shot with the replica fixed to 4 x 56 x 98: the prior runs per frame
+    (T = 1 path) and the multi-view measurement is fused with it."""
+    import cv2
+    from backend.multiview.camera_files import save_cameras_json
+    from multiview_util import dolly_cameras, render
+
+    cams = dolly_cameras(n=4, dolly=0.1)
+    seq = tmp_path / "shot"
+    seq.mkdir()
+    for i, cam in enumerate(cams, 1):
+        grey, _ = render(cam)
+        cv2.imwrite(str(seq / f"shot_{i:04d}.png"), (np.dstack([grey] * 3) * 255 + 0.5).astype(np.uint8))
+    save_cameras_json(tmp_path / "cams.json", dict(enumerate(cams, 1)), units="metres", depth_range=(3.0, 12.0))
+    out = tmp_path / "gb"
+    proc = run_cli("decompose", seq, "--out", out, "--cameras", tmp_path / "cams.json", "--estimator", NAME,
+                   "--estimator-option", "materials=none",
+                   env=cli_env(HF_HUB_CACHE=str(fixed_cache), HF_HUB_OFFLINE="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    assert events(proc.stdout)[-1]["event"] == "done"
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["multiview"]["frames_measured"] >= 3, man["multiview"]
+    fr = contract.read_frame(contract.frame_path(out, 2), validate=True)
+    assert fr.shape == (180, 240) and fr.meta["prior_estimator"] == NAME
+    assert fr.meta["depth_kind"] == "metric"

@@ -37,6 +37,13 @@ class EstimatorOutput:
             practice). Passes an estimator leaves out are filled in by
             :class:`backend.decomposer.Decomposer`.
         pass_models: pass name -> the model or method that produced it.
+        disparity: ``h x w`` float32 >= 0 (any size; users resample it) or ``None``: the
+            *affine-invariant disparity* a relative ``depth`` was made from (larger = nearer,
+            scale AND shift unknown, as Depth Anything's and the embedded network's output).
+            ``depth`` inverts it with the shift taken as 0 (:func:`backend.model.encoding.
+            disparity_to_depth`), which distorts far depth; where the job has metric evidence
+            (multi-view depth, :mod:`backend.multiview.shot`) it aligns this disparity with a
+            scale and a shift instead.
     """
 
     depth: np.ndarray
@@ -49,6 +56,7 @@ class EstimatorOutput:
     models: Dict[str, str] = field(default_factory=dict)
     provenance: Dict[str, str] = field(default_factory=dict)  # pass -> "measured" | "estimated" | "derived" | "default"
     pass_models: Dict[str, str] = field(default_factory=dict)  # pass -> model/method that produced it
+    disparity: Optional[np.ndarray] = None
 
 
 #: the values of :attr:`EstimatorOutput.provenance`, most trustworthy first

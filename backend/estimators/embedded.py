@@ -247,6 +247,7 @@ class EmbeddedEstimator(Estimator):
             albedo=np.ascontiguousarray(albedo), metallic=np.ascontiguousarray(metallic),
             roughness=np.ascontiguousarray(rough), confidence=np.ascontiguousarray(conf),
             models={MODEL_ID: self.sha256[:12]}, provenance=provenance, pass_models=pass_models,
+            disparity=np.ascontiguousarray(np.where(conf_s > 0, o["disparity"], 0.0), dtype=np.float32),
         )
 
     def full_size_albedo(self, rgb: np.ndarray, normal: np.ndarray, confidence: Optional[np.ndarray]):

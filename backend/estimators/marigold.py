@@ -23,7 +23,11 @@ Each model is a local folder or a Hugging Face repo id. Repo ids resolve through
 ``huggingface_hub.snapshot_download`` (the HF cache); offline mode
 (``HF_HUB_OFFLINE=1`` or ``local_files_only=True``) never touches the network.
 Pipelines load with ``use_safetensors=True``; ``trust_remote_code`` is never set, and
-no custom pipeline code from a repository runs.
+no custom pipeline code from a repository runs. Only the fp32 weight files are
+downloaded (:data:`_IGNORE`: the published ``*.fp16.safetensors`` copies are never
+loaded). A folder's ``model_index.json`` ``_class_name`` may be diffusers' class or
+upstream's (``MarigoldIIDPipeline``); one naming another task's pipeline is refused
+(:data:`TASK_CLASS_NAMES`).
 
 Running
 -------
@@ -59,6 +63,20 @@ NORMALS_MODEL = "prs-eth/marigold-normals-v1-1"
 INTRINSICS_MODEL = "prs-eth/marigold-iid-appearance-v1-1"
 
 _ALLOW = ["*.json", "*.txt", "*.safetensors", "tokenizer/*", "*.model"]
+#: the published repositories hold every weight file twice (``*.safetensors`` fp32 and
+#: ``*.fp16.safetensors``); the fp32 files are the ones loaded (cast to fp16 on a GPU), so
+#: the fp16 copies are not downloaded
+_IGNORE = ["*.fp16.safetensors", "*.bin", "*.ckpt"]
+
+#: ``model_index.json`` ``_class_name`` values known per task: diffusers' classes and the
+#: names upstream's own code writes (github.com/prs-eth/Marigold: ``MarigoldIIDPipeline``,
+#: ``MarigoldPipeline`` for depth v1.0). diffusers ignores the field when a class loads a
+#: folder; the adapter refuses only a folder that declares another task's pipeline.
+TASK_CLASS_NAMES = {
+    "depth": ("MarigoldDepthPipeline", "MarigoldPipeline"),
+    "normals": ("MarigoldNormalsPipeline",),
+    "intrinsics": ("MarigoldIntrinsicsPipeline", "MarigoldIIDPipeline"),
+}
 
 
 class MarigoldError(RuntimeError):
@@ -96,7 +114,8 @@ def resolve_model(model: str, *, revision: Optional[str] = None, local_files_onl
         offline = _offline(local_files_only)
         try:
             folder = Path(snapshot_download(model, revision=revision, cache_dir=cache_dir,
-                                            local_files_only=offline, allow_patterns=_ALLOW))
+                                            local_files_only=offline, allow_patterns=_ALLOW,
+                                            ignore_patterns=_IGNORE))
         except Exception as e:
             if offline:
                 raise MarigoldError(
@@ -211,9 +230,10 @@ class MarigoldEstimator(Estimator):
         if not index.is_file():
             raise MarigoldError(f"{folder}: no model_index.json (not a diffusers pipeline folder)")
         declared = json.loads(index.read_text()).get("_class_name")
-        if declared != cls.__name__:
-            raise MarigoldError(f"{model}: model_index.json declares {declared!r}, expected {cls.__name__} "
-                                f"for the {task} task")
+        other = [t for t, names in TASK_CLASS_NAMES.items() if t != task and declared in names]
+        if other:
+            raise MarigoldError(f"{model}: model_index.json declares {declared!r}, a Marigold {other[0]} "
+                                f"pipeline; expected {cls.__name__} for the {task} task")
         try:
             pipe = cls.from_pretrained(str(folder), use_safetensors=True, local_files_only=True,
                                        dtype=self.dtype)

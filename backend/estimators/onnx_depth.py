@@ -31,14 +31,23 @@ Running
 -------
 onnxruntime with the best execution provider the installed build has: CUDA, CoreML,
 DirectML, else CPU (:func:`select_providers`). ``variant="auto"`` takes the fp16 file
-on a GPU provider and the fp32 file on the CPU (fp16 is slower on CPUs; ``int8`` is
-the published dynamically quantized file, smaller and on some CPUs faster).
+on a GPU provider and the fp32 file on the CPU (fp16 is slower on CPUs; ``int8`` and
+``uint8`` are the published dynamically quantized files with signed / unsigned 8-bit
+weights, smaller and on some CPUs faster).
 
 Per frame (:meth:`DepthAnythingEstimator.predict`): the scene-linear frame is clipped
 to [0, 1] and sRGB-encoded (the network was trained on ordinary photos), resized
-(bicubic) so each side is the nearest multiple of 14 of the frame's size (the frame
-``decompose`` gives it already has the processing resolution, default long side 518,
-the model's training size), normalised with the ImageNet mean/std and run once. The
+(bicubic) to the network size, normalised with the ImageNet mean/std and run once.
+The network size (``fit``): ``upstream`` (default) as upstream's inference
+(``Resize(518, 518, keep_aspect_ratio=True, ensure_multiple_of=14,
+resize_method="lower_bound")`` in Depth-Anything-V2 ``depth_anything_v2/dpt.py``
+``image2tensor``): the *short* side at least ``input_size`` (518) keeping the aspect,
+each side a multiple of 14 (:func:`upstream_size`: 16:9 -> 518 x 924); ``frame``: the
+nearest multiples of 14 of the frame ``decompose`` gives (its processing resolution,
+then long side 518 by default: 294 x 518 for 16:9, a third of the pixels, about 3x
+faster, the documented fast choice). The default processing resolution is 924 (long
+side) with ``upstream``, so 16:9 footage reaches the network without upsampling; 518
+with ``frame``. The
 disparity is resized back (bilinear) and turned into relative depth with
 :func:`backend.model.encoding.disparity_to_depth` (``1 / disparity`` after
 normalising by its 95th percentile; the range is capped at 200:1).
@@ -154,8 +163,11 @@ MODELS: Dict[str, DepthModel] = {
         key="depth-anything-v2-small",
         label="Depth Anything V2 Small",
         repo_id="onnx-community/depth-anything-v2-small",
-        files={"fp32": "onnx/model.onnx", "fp16": "onnx/model_fp16.onnx", "int8": "onnx/model_quantized.onnx"},
-        sizes_mb={"fp32": 99.1, "fp16": 49.6, "int8": 27.3},
+        # int8: signed 8-bit weights (model_int8.onnx); uint8: the repository's default quantized
+        # file (model_quantized.onnx, unsigned 8-bit weights, what transformers.js loads as q8)
+        files={"fp32": "onnx/model.onnx", "fp16": "onnx/model_fp16.onnx", "int8": "onnx/model_int8.onnx",
+               "uint8": "onnx/model_quantized.onnx"},
+        sizes_mb={"fp32": 99.1, "fp16": 49.6, "int8": 27.3, "uint8": 27.3},
         licence="Apache-2.0",
         commercial_use=True,
         parameters_m=24.8,
@@ -371,13 +383,32 @@ def network_size(h: int, w: int, multiple: int = 14) -> Tuple[int, int]:
             max(multiple, int(round(w / multiple)) * multiple))
 
 
+def upstream_size(h: int, w: int, input_size: int = 518, multiple: int = 14) -> Tuple[int, int]:
+    """Upstream Depth Anything V2's network size for an ``h x w`` image (its ``Resize`` with
+    ``keep_aspect_ratio=True``, ``ensure_multiple_of=14``, ``resize_method="lower_bound"``):
+    scaled so the short side is at least ``input_size``, each side rounded to the nearest
+    multiple of ``multiple``, rounded up instead where that would fall below ``input_size``.
+
+    Returns:
+        ``(height, width)``, e.g. ``(518, 924)`` for 1080 x 1920, ``(518, 518)`` for a square.
+    """
+    scale = max(input_size / h, input_size / w)
+
+    def side(x: float) -> int:
+        y = int(round(x / multiple)) * multiple
+        return int(np.ceil(x / multiple)) * multiple if y < input_size else y
+
+    return side(scale * h), side(scale * w)
+
+
 class DepthAnythingEstimator(Estimator):
     """Depth Anything V2 on onnxruntime; materials from the embedded network.
 
     Args:
         model: registry key (:data:`MODELS`), default ``depth-anything-v2-small``, or a
             :class:`DepthModel`.
-        variant: ``auto`` (fp16 on a GPU provider, else fp32), ``fp32``, ``fp16``, ``int8``.
+        variant: ``auto`` (fp16 on a GPU provider, else fp32), ``fp32``, ``fp16``, ``int8``
+            (``onnx/model_int8.onnx``), ``uint8`` (``onnx/model_quantized.onnx``).
         model_file: an ONNX file to use instead of the models folder (no download).
         cache_dir: the models folder (a Hugging Face cache); default ``HF_HUB_CACHE``.
         local_files_only: never download (``None``: when ``HF_HUB_OFFLINE`` is set).
@@ -387,6 +418,10 @@ class DepthAnythingEstimator(Estimator):
         threads: onnxruntime intra-op threads (``None``: onnxruntime's default).
         materials: ``embedded`` (albedo, metallic, roughness from the embedded network)
             or ``none`` (``decompose`` fills them with its defaults).
+        fit: ``upstream`` (network short side >= ``input_size``, upstream's inference) or
+            ``frame`` (the frame's own size rounded to multiples of 14; faster at the
+            default processing resolution, which is then ``input_size`` on the long side).
+        input_size: upstream's ``input_size`` (518, the training size).
 
     Raises:
         DepthModelError: the model is missing / cannot be downloaded / is not loadable
@@ -394,19 +429,27 @@ class DepthAnythingEstimator(Estimator):
     """
 
     name = "depth-anything-v2-small"
-    #: the model's training size (long side); the network runs at any multiple of 14
-    default_resolution = 518
+    #: processing resolution (long side): 16:9 footage at upstream's network size (518 x 924)
+    #: without upsampling; ``fit="frame"`` makes it ``input_size``
+    default_resolution = 924
     max_resolution = None
 
     def __init__(self, model: str = "depth-anything-v2-small", variant: str = "auto",
                  model_file: Optional[os.PathLike] = None, cache_dir: Optional[os.PathLike] = None,
                  local_files_only: Optional[bool] = None, revision: Optional[str] = None,
                  device: Optional[str] = None, threads: Optional[int] = None, materials: str = "embedded",
-                 **_ignored):
+                 fit: str = "upstream", input_size: int = 518, **_ignored):
         self.spec = model if isinstance(model, DepthModel) else get_model(model)
         self.name = self.spec.key
         if materials not in ("embedded", "none"):
             raise ValueError(f"materials must be 'embedded' or 'none', got {materials!r}")
+        if fit not in ("upstream", "frame"):
+            raise ValueError(f"fit must be 'upstream' or 'frame', got {fit!r}")
+        self.fit, self.input_size = fit, int(input_size)
+        if self.input_size < self.spec.multiple:
+            raise ValueError(f"input_size must be >= {self.spec.multiple}, got {input_size}")
+        if fit == "frame":
+            self.default_resolution = self.input_size
         self.providers = select_providers(device)
         self.variant = choose_variant(self.spec, variant, self.providers)
         if model_file:
@@ -441,21 +484,27 @@ class DepthAnythingEstimator(Estimator):
 
     def settings(self) -> Dict[str, object]:
         return {"name": self.name, "model": self.model_id, "revision": self.revision,
-                "materials": self.materials,
+                "materials": self.materials, "fit": self.fit, "input_size": self.input_size,
                 "embedded": self._embedded.settings() if self._embedded is not None else None}
 
+    def network_shape(self, h: int, w: int) -> Tuple[int, int]:
+        """The network's input ``(height, width)`` for an ``h x w`` frame (``fit``)."""
+        if self.fit == "frame":
+            return network_size(h, w, self.spec.multiple)
+        return upstream_size(h, w, self.input_size, self.spec.multiple)
+
     def network_input(self, rgb: np.ndarray) -> np.ndarray:
-        """One frame as the network takes it: sRGB-encoded, resized (bicubic) to the nearest
-        multiples of :attr:`DepthModel.multiple`, mean/std normalised.
+        """One frame as the network takes it: sRGB-encoded, resized (bicubic) to
+        :meth:`network_shape`, mean/std normalised.
 
         Args:
             rgb: ``H x W x 3`` float32 scene-linear Rec.709 RGB (>= 0).
 
         Returns:
-            ``3 x h x w`` array of :attr:`input_dtype` (h, w: :func:`network_size`).
+            ``3 x h x w`` array of :attr:`input_dtype` (h, w: :meth:`network_shape`).
         """
         h, w = rgb.shape[:2]
-        nh, nw = network_size(h, w, self.spec.multiple)
+        nh, nw = self.network_shape(h, w)
         srgb = linear_to_srgb(np.clip(np.nan_to_num(rgb, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0))
         x = resize(np.ascontiguousarray(srgb, dtype=np.float32), (nw, nh), "cubic") if (nh, nw) != (h, w) else srgb
         x = np.clip(x, 0.0, 1.0)
@@ -501,7 +550,8 @@ class DepthAnythingEstimator(Estimator):
         rgb = np.asarray(rgb, dtype=np.float32)
         if rgb.ndim != 3 or rgb.shape[2] != 3 or min(rgb.shape[:2]) < 1:
             raise ValueError(f"expected an H x W x 3 RGB frame, got shape {rgb.shape}")
-        depth, _ = disparity_to_depth(self.disparity(rgb))
+        disp = self.disparity(rgb)
+        depth, _ = disparity_to_depth(disp)
         models = {self.model_id: self.revision}
         pass_models = {"depth": self.model_id, "normal": "derived from depth (backend.geometry)"}
         provenance = {"depth": "estimated", "normal": "derived"}
@@ -523,4 +573,4 @@ class DepthAnythingEstimator(Estimator):
                 provenance[k] = "estimated"
         return EstimatorOutput(depth=np.ascontiguousarray(depth, dtype=np.float32), depth_kind="relative",
                                albedo=albedo, metallic=metallic, roughness=roughness, models=models,
-                               provenance=provenance, pass_models=pass_models)
+                               provenance=provenance, pass_models=pass_models, disparity=disp)

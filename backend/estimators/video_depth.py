@@ -16,7 +16,10 @@ Upstream publishes the PyTorch checkpoint only; no ONNX export was found publish
 model hub (checked 2026-12). :data:`VIDEO_MODELS` therefore names the file an export
 must have inside the models folder (Hugging Face cache layout of that repository,
 ``onnx/model.onnx``) with the graph names ``frames`` -> ``depth`` (layout above, T, H,
-W dynamic); ``docs/models.md`` shows the export. Nothing is downloaded for it.
+W fixed or dynamic); ``docs/models.md`` shows the export (fixed shapes: upstream's forward
+bakes sizes while tracing, so the graph answers at its traced size only; this estimator
+reads a fixed shape from the file and fits frames and windows to it). Nothing is
+downloaded for it.
 
 Windows (the published inference scheme, ``infer_video_depth``)
 -----------------------------------------------------------------
@@ -48,7 +51,17 @@ network inputs are held (the carried keyframes plus the new frames) and at most
 ``window`` disparity maps (the frames done but not taken, the ``interp`` waiting for a
 blend, two alignment references): :attr:`~VideoDepthAnythingEstimator.held` counts them.
 :meth:`predict` without a :meth:`take` (a still image, the multi-view prior) runs the
-network on that one frame (``T = 1``).
+network on that one frame (``T = 1``; a graph exported with a fixed ``T`` gets a window of
+``T`` copies of the frame).
+
+Fixed-shape graphs
+------------------
+Upstream's forward bakes sizes while tracing, so an ONNX export answers at its traced
+``T x H x W`` only; docs/models.md exports with those shapes fixed in the graph's
+signature. :func:`graph_shape` reads them; the window is then the graph's ``T``, and each
+frame is fitted inside its ``H x W`` keeping the aspect (:func:`fit_box`), edge-padded,
+and its output cropped back. With dynamic axes the network size is upstream's
+(:meth:`VideoDepthAnythingEstimator.network_shape`).
 """
 from __future__ import annotations
 
@@ -58,7 +71,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..imaging import resize
-from .onnx_depth import DepthAnythingEstimator, DepthModel
+from .onnx_depth import DepthAnythingEstimator, DepthModel, DepthModelError, network_size, upstream_size
 
 #: the published inference settings (upstream ``INFER_LEN``, ``OVERLAP``, ``KEYFRAMES[1]``)
 WINDOW, OVERLAP, KEYFRAME = 32, 10, 12
@@ -70,7 +83,9 @@ VIDEO_MODELS: Dict[str, DepthModel] = {
         label="Video Depth Anything Small",
         repo_id="depth-anything/Video-Depth-Anything-Small",
         files={"fp32": "onnx/model.onnx"},
-        sizes_mb={"fp32": 116.0},  # the published PyTorch checkpoint; an fp32 export is about as large
+        # an fp32 export with upstream's code (issue 26's review: a 319 MB constant from its temporal
+        # head); the published PyTorch checkpoint it is made from is 116 MB
+        sizes_mb={"fp32": 435.0},
         licence="Apache-2.0",
         commercial_use=True,
         parameters_m=28.4,
@@ -96,6 +111,25 @@ def scale_and_shift(pred: np.ndarray, target: np.ndarray) -> Tuple[float, float]
     if det <= 1e-12 * max(a00 * a11, 1e-30):
         return 1.0, 0.0
     return (a11 * b0 - a01 * b1) / det, (-a01 * b0 + a00 * b1) / det
+
+
+def graph_shape(session, input_name: str) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
+    """``(T, (H, W))`` an ONNX session's ``[N, T, 3, H, W]`` input is fixed to; ``None`` for
+    each that is dynamic (a named or unknown axis)."""
+    dims = next(i.shape for i in session.get_inputs() if i.name == input_name)
+    fixed = [d if isinstance(d, int) and d > 0 else None for d in dims]
+    size = (fixed[3], fixed[4]) if fixed[3] and fixed[4] else None
+    return fixed[1], size
+
+
+def fit_box(h: int, w: int, gh: int, gw: int, multiple: int = 14) -> Tuple[int, int, int, int]:
+    """Where an ``h x w`` frame goes inside a fixed ``gh x gw`` network input: ``(y0, x0,
+    bh, bw)``, the largest box of the frame's aspect (each side a multiple of ``multiple``
+    where the graph allows, at least one multiple) that fits, centred."""
+    s = min(gh / h, gw / w)
+    bh = min(gh, max(multiple, int(round(h * s / multiple)) * multiple))
+    bw = min(gw, max(multiple, int(round(w * s / multiple)) * multiple))
+    return (gh - bh) // 2, (gw - bw) // 2, bh, bw
 
 
 def blend_weights(n: int) -> np.ndarray:
@@ -127,25 +161,90 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
     name = "video-depth-anything-small"
     windowed = True
 
-    def __init__(self, window: int = WINDOW, overlap: int = OVERLAP, keyframe: Optional[int] = None,
+    def __init__(self, window: Optional[int] = None, overlap: Optional[int] = None, keyframe: Optional[int] = None,
                  align: bool = True, model: str = "video-depth-anything-small", **options):
         if model not in VIDEO_MODELS:
             raise KeyError(f"unknown video depth model {model!r}; known: {', '.join(sorted(VIDEO_MODELS))}")
-        window, overlap = int(window), int(overlap)
+        super().__init__(model=VIDEO_MODELS[model], **options)
+        self.name = self.spec.key
+        self.fixed_frames, self.fixed_size = graph_shape(self.session, self.spec.input_name)
+        if window is None:
+            window = self.fixed_frames or WINDOW
+        window = int(window)
+        if self.fixed_frames and window != self.fixed_frames:
+            raise ValueError(f"window={window}: the ONNX file {self.model_path} was exported for windows of "
+                             f"{self.fixed_frames} frames only (its input shape is fixed); use window="
+                             f"{self.fixed_frames} or export another (docs/models.md)")
+        overlap = int(overlap) if overlap is not None else max(2, min(OVERLAP, int(round(OVERLAP * window / WINDOW))))
         if window < 4 or not 2 <= overlap < window:
             raise ValueError(f"window must be >= 4 and 2 <= overlap < window, got window={window}, overlap={overlap}")
         self.window, self.overlap, self.interp = window, overlap, overlap - 2
         k = int(round(KEYFRAME * window / WINDOW)) if keyframe is None else int(keyframe)
         self.keyframe = min(max(k, 1), window - self.interp - 1)
         self.align = bool(align)
-        super().__init__(model=VIDEO_MODELS[model], **options)
-        self.name = self.spec.key
+        self._box: Optional[Tuple[int, int, int, int]] = None  # content box inside a fixed-size input
         self.reset_stream()
 
     def settings(self) -> Dict[str, object]:
         out = super().settings()
-        out.update(window=self.window, overlap=self.overlap, keyframe=self.keyframe, align=self.align)
+        out.update(window=self.window, overlap=self.overlap, keyframe=self.keyframe, align=self.align,
+                   graph_size=list(self.fixed_size) if self.fixed_size else None)
         return out
+
+    def network_shape(self, h: int, w: int) -> Tuple[int, int]:
+        """As the image model's (upstream's short side >= ``input_size``), with upstream
+        ``infer_video_depth``'s cap for frames wider than 16:9 (``input_size`` scaled by
+        ``1.777 / ratio``, to a multiple of 14); a fixed-size graph's fitted box as it is."""
+        m = self.spec.multiple
+        if self.fixed_size or self.fit == "frame":
+            return network_size(h, w, m)
+        size, ratio = self.input_size, max(h, w) / min(h, w)
+        if ratio > 1.78:
+            size = max(m, int(round(int(size * 1.777 / ratio) / m)) * m)
+        return upstream_size(h, w, size, m)
+
+    # ------------------------------------------------------------------ fixed-shape graphs
+    def network_input(self, rgb: np.ndarray) -> np.ndarray:
+        """As :meth:`.onnx_depth.DepthAnythingEstimator.network_input`; for a graph with a
+        fixed ``H x W`` (:attr:`fixed_size`) the frame is resized to fit inside it keeping
+        its aspect (a multiple of 14 on each side) and edge-padded to exactly ``H x W``
+        (:func:`fit_box`); :meth:`_crop` takes the content back out of the output."""
+        if not self.fixed_size:
+            return super().network_input(rgb)
+        gh, gw = self.fixed_size
+        box = fit_box(rgb.shape[0], rgb.shape[1], gh, gw, self.spec.multiple)
+        y0, x0, bh, bw = box
+        x = super().network_input(resize(np.ascontiguousarray(rgb, dtype=np.float32), (bw, bh), "cubic")
+                                  if (bh, bw) != rgb.shape[:2] else rgb)
+        bh, bw = min(x.shape[1], gh), min(x.shape[2], gw)
+        x = x[:, :bh, :bw]
+        self._box = (y0, x0, bh, bw)
+        if (bh, bw) == (gh, gw):
+            return np.ascontiguousarray(x)
+        return np.ascontiguousarray(np.pad(x, ((0, 0), (y0, gh - bh - y0), (x0, gw - bw - x0)), mode="edge"))
+
+    def _crop(self, d: np.ndarray) -> np.ndarray:
+        """The content box of a fixed-size output (``... x H x W``), else ``d``."""
+        if not self.fixed_size or self._box is None:
+            return d
+        y0, x0, bh, bw = self._box
+        return np.ascontiguousarray(d[..., y0:y0 + bh, x0:x0 + bw])
+
+    def _run(self, inputs: List[np.ndarray]) -> np.ndarray:
+        """The network on a window of inputs (``T x 3 x H x W``): ``T x h x w`` disparity >= 0
+        (content box only). A graph that does not answer at this shape (an export that
+        declares dynamic axes but traced its sizes in) is one line naming the file."""
+        x = np.stack(inputs)[None]
+        try:
+            (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: x})
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own message is many lines
+            why = " ".join(str(e).split())[:160]
+            raise DepthModelError(
+                f"{self.spec.label} ({self.model_path}) does not run on a window of {x.shape[1]} frames at "
+                f"{x.shape[3]}x{x.shape[4]}: the export traced fixed sizes while declaring them dynamic; export it "
+                f"again with fixed shapes (docs/models.md) ({why})") from e
+        d = np.maximum(np.nan_to_num(np.asarray(out, np.float32)[0], nan=0.0, posinf=0.0), 0.0)
+        return self._crop(d)
 
     # ------------------------------------------------------------------ streaming
     def reset_stream(self) -> None:
@@ -189,8 +288,11 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
         return self._run_window()
 
     def finish(self) -> List[int]:
-        """The shot ended: run the last, padded window and release every frame left."""
-        done = self._run_window() if self._new else []
+        """The shot ended: run the last, padded window and release every frame left. A shot
+        that ended exactly at a window's end still runs one window of carried keyframes
+        padded with copies of the last frame, so its last ``interp`` frames are blended like
+        every other (upstream pads the shot to cover them the same way)."""
+        done = self._run_window() if (self._new or self._tail) else []
         for n, d in self._tail:
             self._ready[n] = (d, self.windows - 1)
             done.append(n)
@@ -203,8 +305,7 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
         inputs = self._carry + [x for _, x in self._new]
         real = len(inputs)
         inputs += [inputs[-1]] * (self.window - real)  # the shot's tail: copies of its last frame
-        (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: np.stack(inputs)[None]})
-        d = np.maximum(np.nan_to_num(np.asarray(out, np.float32)[0], nan=0.0, posinf=0.0), 0.0)
+        d = self._run(inputs)
         T, O, I, K = self.window, self.overlap, self.interp, self.keyframe
         first = not self._refs
         done: List[int] = []
@@ -248,16 +349,18 @@ class VideoDepthAnythingEstimator(DepthAnythingEstimator):
         self.current_window = self._current[1]
 
     def disparity(self, rgb: np.ndarray) -> np.ndarray:
-        """The taken frame's disparity (:meth:`take`), else this frame alone (``T = 1``),
-        resized (bilinear) to ``rgb``'s size: ``H x W`` float32 >= 0, larger = nearer."""
+        """The taken frame's disparity (:meth:`take`), else this frame alone, resized
+        (bilinear) to ``rgb``'s size: ``H x W`` float32 >= 0, larger = nearer.
+
+        A frame alone runs as ``T = 1``, or, for a graph exported with a fixed ``T``
+        (:attr:`fixed_frames`), as a window of ``T`` copies of the frame (upstream pads a
+        shot's tail the same way), which costs ``T`` frames of compute."""
         h, w = rgb.shape[:2]
         if self._current is not None:
             d, _ = self._current
             self._current = None
         else:
-            x = self.network_input(rgb)
-            (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: x[None, None]})
-            d = np.maximum(np.nan_to_num(np.asarray(out, np.float32)[0, 0], nan=0.0, posinf=0.0), 0.0)
+            d = self._run([self.network_input(rgb)] * (self.fixed_frames or 1))[0]
         if d.shape != (h, w):
             d = resize(np.ascontiguousarray(d, dtype=np.float32), (w, h), "linear")
         return np.ascontiguousarray(d, dtype=np.float32)

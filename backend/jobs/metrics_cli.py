@@ -20,7 +20,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("set_b", help="the reference set (same kinds)")
     p.add_argument("--clip", default=None, metavar="DIR",
                    help="local folder of a CLIP model (transformers CLIPVisionModelWithProjection, "
-                        "safetensors; the paper's is openai/clip-vit-large-patch14-336)")
+                        "model.safetensors or pytorch_model.bin; the paper's is "
+                        "openai/clip-vit-large-patch14-336)")
     p.add_argument("--max-frames", type=int, default=None, help="at most this many frames per set")
     p.add_argument("--device", default="cpu", help="torch device for CLIP (default cpu)")
     p.set_defaults(func=run)

@@ -24,7 +24,9 @@ For each frame ``t`` of a shot whose frames have calibrated cameras
    full size.
 4. **Fusion** (:func:`backend.multiview.fusion.fuse_depth`): low-confidence pixels filled
    from the prior, aligned to the measurement (robust scale and shift, then a smooth
-   correction). Normals from the fused depth with the true intrinsics, by robust
+   correction). The prior is the estimator's affine-invariant *disparity* when it gives
+   one (Depth Anything, the embedded network: scale and shift fitted in disparity, since
+   its inverse with the shift taken as 0 distorts far depth), else its relative depth. Normals from the fused depth with the true intrinsics, by robust
    local plane fits (:func:`backend.multiview.planefit.fit_local_planes`). The ``Confidence`` pass is the
    multi-view confidence (high = measured, low = filled), with sky at 0 as the
    contract says.
@@ -112,7 +114,10 @@ class MultiViewReport:
         neighbours: frame numbers matched against.
         measured_fraction: share of the frame with confidence >= the threshold.
         fallback: why the single-image result was kept (``None``: measured).
-        scale, shift: the prior's alignment to the measurement.
+        scale, shift: the prior's alignment to the measurement (in disparity when
+            ``prior_space`` is ``inverse``, else in depth).
+        prior_space: ``inverse`` (the estimator's affine-invariant disparity was aligned)
+            or ``depth`` (its relative depth was).
         prior_rank_corr, prior_trust: how well the prior orders depth like the
             measurement, and the weight its shape got in the fill (see
             :func:`backend.multiview.fusion.fuse_depth`).
@@ -126,6 +131,7 @@ class MultiViewReport:
     fallback: Optional[str] = None
     scale: Optional[float] = None
     shift: Optional[float] = None
+    prior_space: str = "depth"
     prior_rank_corr: Optional[float] = None
     prior_trust: Optional[float] = None
     temporal_disagreement: Optional[float] = None
@@ -268,9 +274,9 @@ class MultiViewShot:
         rgb_u, cam_u = undistort_image(linear_to_srgb(sf.rgb), cam)
         res = multiview_depth(rgb_u, cam_u, [v.grey for v in nbs], [v.camera for v in nbs], near, far,
                               processing_width=self.width(cam))
-        prior_depth, _ = undistort_image(prior.depth, cam)
+        prior_map, space = self._prior_map(prior, cam)
         try:
-            fused = fuse_depth(res.depth, res.confidence, prior_depth, prior_space="depth",
+            fused = fuse_depth(res.depth, res.confidence, prior_map, prior_space=space,
                                threshold=opts.confidence_threshold)
         except ValueError as e:
             return self._fallback(prior, int(prior.meta.get("frame_number", 0)) or None,
@@ -284,6 +290,22 @@ class MultiViewShot:
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
         return self._assemble(prior, cam, depth, normal, conf)
+
+    def _prior_map(self, prior: contract.GBufferFrame, cam: Camera) -> Tuple[np.ndarray, str]:
+        """The prior to align to the measurement, undistorted, and its space for
+        :func:`~backend.multiview.fusion.fuse_depth`: the estimator's affine-invariant
+        disparity (``inverse``: fitted with a scale AND a shift in disparity, sky at 0) when
+        it gave one (Depth Anything, the embedded network), else the prior's depth
+        (``depth``: affine in depth, e.g. Marigold's affine-invariant depth)."""
+        disp = self.decomposer.last_disparity
+        if disp is None:
+            return undistort_image(prior.depth, cam)[0], "depth"
+        h, w = prior.depth.shape
+        d = resize(np.ascontiguousarray(disp, dtype=np.float32), (w, h), "linear")
+        if prior.confidence is not None:
+            d = np.where(prior.confidence <= SKY_CONFIDENCE, 0.0, d).astype(np.float32)
+        self.report.prior_space = "inverse"
+        return undistort_image(d, cam)[0], "inverse"
 
     def _normals(self, depth_u: np.ndarray, conf_u: np.ndarray, cam_u: Camera) -> np.ndarray:
         """Normals of the fused depth from robust local planes at the processing width

@@ -65,7 +65,8 @@ or a local folder; always ``local_files_only=True`` (the renderer never download
 
 Precision and memory: ``dtype="auto"`` = bfloat16 on CUDA (the model card's dtype),
 float32 elsewhere (or float32 when the add-on's Precision preference is fp32);
-``cpu_offload`` (CUDA: ``enable_model_cpu_offload``), ``vae_tiling``. A CUDA
+``cpu_offload`` (CUDA: ``enable_model_cpu_offload``; the init image then goes to the
+pipeline's execution device, :func:`init_device`), ``vae_tiling``. A CUDA
 out-of-memory error stops the job with one line naming those settings; frames already
 written are kept.
 
@@ -160,6 +161,18 @@ def check_model_folder(folder: Path, model: str) -> None:
                                 "(files of another model in this folder?)", file=cfg)
 
 
+def init_device(pipe, device):
+    """Where the init image goes before ``vae.encode``: the pipeline's execution device
+    (``DiffusionPipeline._execution_device``, as diffusers' own pipelines do), which under
+    ``enable_model_cpu_offload`` is the accelerator the VAE's hook moves it to, not the
+    CPU its parameters wait on between calls (``vae.encode`` moves the module, never its
+    argument). ``device`` when the pipeline has no hooks."""
+    try:
+        return pipe._execution_device
+    except Exception:  # noqa: BLE001 - a pipeline without the property: where it was moved
+        return device
+
+
 def pad_to_multiple(img: np.ndarray, m: int) -> Tuple[np.ndarray, Tuple[int, int]]:
     """Pad ``img`` (``H x W x C``) at the bottom and right to multiples of ``m`` (reflected;
     edge-replicated where the frame is smaller than the pad). Returns ``(padded, (H, W))``;
@@ -201,7 +214,9 @@ class Flux2KleinRenderer(Renderer):
         suffix: text appended to the prompt ("" for none).
         max_sequence_length: text encoder tokens (the pipeline's 512).
         dtype: ``auto`` | ``float32`` | ``float16`` | ``bfloat16``.
-        cpu_offload: CUDA only: move each model to the GPU only while it runs.
+        cpu_offload: move each model to the GPU only while it runs (CUDA; on the CPU the same
+            offload hooks run with the CPU as execution device, which gains nothing: the
+            tests' stand-in for a GPU).
         vae_tiling: decode/encode the VAE in tiles (less memory for large frames).
 
     Raises:
@@ -313,7 +328,7 @@ class Flux2KleinRenderer(Renderer):
             raise ModelNotAvailable(f"cannot load FLUX.2 [klein] from {folder} (safetensors only, offline): "
                                     f"{reason}; download it again in Preferences > Models") from e
         try:
-            if self.cpu_offload and device.type == "cuda":
+            if self.cpu_offload and device.type in ("cuda", "cpu"):  # on the CPU: the same hooks, no gain
                 pipe.enable_model_cpu_offload(device=device)
             else:
                 pipe = pipe.to(device)
@@ -469,7 +484,7 @@ class Flux2KleinRenderer(Renderer):
         pipe = self._pipe
         ph, pw = srgb.shape[:2]
         text = self.text_for(prompt)
-        vae_device = next(pipe.vae.parameters()).device if self.cpu_offload else self._device
+        vae_device = init_device(pipe, self._device)
         x = torch.from_numpy(np.ascontiguousarray(srgb)).permute(2, 0, 1)[None] * 2.0 - 1.0
         with torch.no_grad():
             x0 = pipe._encode_vae_image(x.to(vae_device, pipe.vae.dtype), generator=None).float()
