@@ -277,44 +277,10 @@ def check_previous_outputs(
                        f"({out / 'manifest.json'}); choose another --out", file=out)
     book = Ledger(out, old_manifest, path_for, read_hash)
     on_disk = book.frames_on_disk()
-    by_settings: Dict[int, Path] = {}
-    by_input: Dict[int, tuple] = {}
-    legacy = 0
-    for n, p in on_disk.items():
-        if book.stored_hash(n, p) != shash:
-            by_settings[n] = p
-            continue
-        if input_for is None:
-            continue
-        stored = _safe(read_input, p) if read_input is not None else None
-        if stored is None:
-            stored = book.entries.get(n, {}).get("input")
-        if stored is None:
-            legacy += 1
-            continue
-        now = input_for(n)
-        if now is not None and now != stored:
-            by_input[n] = (p, stored, now)
+    by_settings, by_input, legacy = _sort_stale(book, on_disk, shash, read_input, input_for)
     stale = dict(by_settings)
     stale.update({n: v[0] for n, v in by_input.items()})
-    foreign = [p for n, p in stale.items() if not book.frame_is_ours(n, p)]
-    # the one rule for user files and edits (docs/reliability.md): a recorded output whose
-    # bytes changed since is the user's, even when current (third hostile trial: a plain
-    # re-run recomputed an edited gbuffer_0002.exr, and the edit was gone)
-    foreign += [p for n, p in on_disk.items() if n not in stale and book.frame_changed(n, p)]
-    for n in sorted(set(numbers or ()) | set(on_disk)):
-        for c in (companions(n) if companions else ()):
-            c = Path(c)
-            if not (c.is_file() or c.is_symlink()):
-                continue
-            if (n in stale or n not in on_disk) and not book.file_is_ours(c, n):
-                foreign.append(c)
-            elif book.changed_since(c, book.outputs.get(_rel(out, c))):
-                foreign.append(c)
-    for x in extra_outputs:
-        x = Path(x)
-        if (x.is_file() or x.is_symlink()) and not book.file_is_ours(x):
-            foreign.append(x)
+    foreign = _foreign_files(book, on_disk, stale, companions, extra_outputs, numbers)
     if foreign:
         raise JobError(
             f"output folder {out} holds {len(foreign)} file(s) with names {job} writes that it did not "
@@ -328,22 +294,7 @@ def check_previous_outputs(
     if not stale:
         return []
     if not overwrite:
-        if by_settings:
-            names = [p.name for p in by_settings.values()]
-            shown = ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
-            raise JobError(
-                f"output folder {out} already holds {len(by_settings)} {job} frame(s) written with other "
-                f"settings ({shown}); add --overwrite to replace that earlier output, or choose "
-                f"another --out (a re-run with the same settings resumes)", file=out)
-        n0 = min(by_input)
-        p0, was, now = by_input[n0]
-        nums = sorted(by_input)
-        raise JobError(
-            f"the input of {len(nums)} {job} frame(s) in {out} changed since they were written "
-            f"(frames {_ranges(nums)}; e.g. {p0.name} was computed from input {was}, the input of frame "
-            f"{n0} is now {now}): resuming would mix frames of the old and the new input. Add --overwrite "
-            f"to recompute exactly those {len(nums)} frame(s) (the {len(on_disk) - len(nums)} frame(s) "
-            f"whose input is unchanged are kept), or choose another --out", frame=n0, file=p0)
+        _refuse_stale(out, job, by_settings, by_input, len(on_disk))
     victims: List[Path] = list(stale.values())
     for n in stale:
         victims += [Path(c) for c in (companions(n) if companions else ())]
@@ -362,6 +313,76 @@ def check_previous_outputs(
                      f"({len(removed)} file(s) in all)\n")
     sys.stderr.flush()
     return removed
+
+
+def _sort_stale(book: "Ledger", on_disk: Dict[int, Path], shash: str, read_input, input_for):
+    """Frames on disk written with other settings (``{n: path}``), frames whose input changed
+    since (``{n: (path, stored, now)}``) and the number of frames without an input record."""
+    by_settings: Dict[int, Path] = {}
+    by_input: Dict[int, tuple] = {}
+    legacy = 0
+    for n, p in on_disk.items():
+        if book.stored_hash(n, p) != shash:
+            by_settings[n] = p
+            continue
+        if input_for is None:
+            continue
+        stored = _safe(read_input, p) if read_input is not None else None
+        if stored is None:
+            stored = book.entries.get(n, {}).get("input")
+        if stored is None:
+            legacy += 1
+            continue
+        now = input_for(n)
+        if now is not None and now != stored:
+            by_input[n] = (p, stored, now)
+    return by_settings, by_input, legacy
+
+
+def _foreign_files(book: "Ledger", on_disk: Dict[int, Path], stale: Dict[int, Path], companions,
+                   extra_outputs: Sequence[Path], numbers) -> List[Path]:
+    """Files with our names that are not ours, or ours but changed since we wrote them."""
+    out = book.out
+    foreign = [p for n, p in stale.items() if not book.frame_is_ours(n, p)]
+    # the one rule for user files and edits (docs/reliability.md): a recorded output whose
+    # bytes changed since is the user's, even when current (third hostile trial: a plain
+    # re-run recomputed an edited gbuffer_0002.exr, and the edit was gone)
+    foreign += [p for n, p in on_disk.items() if n not in stale and book.frame_changed(n, p)]
+    for n in sorted(set(numbers or ()) | set(on_disk)):
+        for c in (companions(n) if companions else ()):
+            c = Path(c)
+            if not (c.is_file() or c.is_symlink()):
+                continue
+            if (n in stale or n not in on_disk) and not book.file_is_ours(c, n):
+                foreign.append(c)
+            elif book.changed_since(c, book.outputs.get(_rel(out, c))):
+                foreign.append(c)
+    for x in extra_outputs:
+        x = Path(x)
+        if (x.is_file() or x.is_symlink()) and not book.file_is_ours(x):
+            foreign.append(x)
+    return foreign
+
+
+def _refuse_stale(out: Path, job: str, by_settings: Dict[int, Path], by_input: Dict[int, tuple],
+                  on_disk: int) -> None:
+    """Raise the refusal for stale frames when ``--overwrite`` was not given."""
+    if by_settings:
+        names = [p.name for p in by_settings.values()]
+        shown = ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
+        raise JobError(
+            f"output folder {out} already holds {len(by_settings)} {job} frame(s) written with other "
+            f"settings ({shown}); add --overwrite to replace that earlier output, or choose "
+            f"another --out (a re-run with the same settings resumes)", file=out)
+    n0 = min(by_input)
+    p0, was, now = by_input[n0]
+    nums = sorted(by_input)
+    raise JobError(
+        f"the input of {len(nums)} {job} frame(s) in {out} changed since they were written "
+        f"(frames {_ranges(nums)}; e.g. {p0.name} was computed from input {was}, the input of frame "
+        f"{n0} is now {now}): resuming would mix frames of the old and the new input. Add --overwrite "
+        f"to recompute exactly those {len(nums)} frame(s) (the {on_disk - len(nums)} frame(s) "
+        f"whose input is unchanged are kept), or choose another --out", frame=n0, file=p0)
 
 
 def _ranges(numbers: List[int]) -> str:
