@@ -56,7 +56,7 @@ from .prompt import Look
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 4
+RENDER_VERSION = 5
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
@@ -608,11 +608,19 @@ def _fog(out: np.ndarray, p: LookParams, planar, ray_len, view, dist_fog, lf, ke
 
 
 def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
-    """Saturation, tint, exposure; -> H x W x 3, NaN -> 0, clipped to [0, 1e4]."""
+    """Saturation, tint, exposure, the night tone curve; -> H x W x 3, NaN -> 0,
+    clipped to [0, 1e4]."""
     if p.saturation != 1.0:
         lum = sh.luminance(out)
         out = lum + (out - lum) * F32(p.saturation)
     out = out * sh.col(np.asarray(p.tint) * p.exposure)
+    if p.night_gamma != 1.0:
+        # day-for-night curve on luminance around the frame's log-average (hue and
+        # saturation kept): L -> L (L / (pivot Lavg))^(g - 1)
+        lum = np.maximum(sh.luminance(out), F32(1e-5))
+        log_avg = float(np.exp(np.mean(np.log(lum[::4, ::4]), dtype=np.float64)))
+        gain = np.power(lum * F32(1.0 / (p.night_pivot * log_avg)), F32(p.night_gamma - 1.0))
+        out = out * np.minimum(gain, F32(3.0))
     rgb = sh.hwc(out)
     np.fmax(rgb, F32(0.0), out=rgb)  # fmax maps NaN to 0
     np.minimum(rgb, F32(1e4), out=rgb)
