@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from backend import contract  # noqa: E402
 from backend.colour import linear_to_srgb  # noqa: E402
 from backend.jobs import flicker as flick  # noqa: E402
-from backend.renderers.embedded import EmbeddedRenderer  # noqa: E402
+from backend.renderers.embedded import EmbeddedRenderer, snow_cover_of  # noqa: E402
 
 LOOKS = ("heavy rain", "dense fog", "snow", "golden hour", "underwater")
 Y709 = np.array([0.2126, 0.7152, 0.0722], np.float32)
@@ -103,9 +103,7 @@ def measure(folder, frames, prompts, sheet=None):
                "flicker_source": float(np.mean(srcs)) if srcs else None}
         if (prompt and "snow" in prompt and 8 in gbs and "boat" in str(folder)
                 and (ROOT / "tests" / "data" / "boat_water_mask.json").exists()):
-            from backend.renderers.embedded import snow_cover_for
-
-            cov = snow_cover_for(gbs[8], r.params(prompt))
+            cov = snow_cover_of(gbs[8], r.params(prompt))
             m = water_mask(*cov.shape)
             row["snow_on_water"] = float(cov[m].mean())
             row["snow_on_land"] = float(cov[~m].mean())

@@ -108,6 +108,10 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+#: the network runs on the frame mirror-padded by this fraction of its long side per edge
+BORDER_PAD = 0.06
+
+
 class EmbeddedEstimator(Estimator):
     """GBufNet via onnxruntime: relative depth, normals, albedo, metallic, roughness, sky.
 
@@ -170,11 +174,22 @@ class EmbeddedEstimator(Estimator):
         h, w = rgb.shape[:2]
         ph, pw = self.processing_size(h, w)
         small = resize(rgb, (pw, ph), "area")
+        # mirror-pad the input and crop the outputs: a convolutional net sees zero padding
+        # at the frame's edge and drew a rim there (normals turned sideways in the outer
+        # few pixels, which a side key light showed as a lighter border, issue 28)
+        pad = min(max(2, int(round(BORDER_PAD * max(ph, pw)))), ph - 1, pw - 1)
+        if pad > 0:
+            import cv2
+
+            small = cv2.copyMakeBorder(np.ascontiguousarray(small, np.float32), pad, pad, pad, pad,
+                                       cv2.BORDER_REFLECT_101)
         outs = self.session.run(list(OUTPUT_NAMES), {"image": encode_input(small)})
         res = {}
         for name, o in zip(OUTPUT_NAMES, outs):
             o = o[0].transpose(1, 2, 0)
-            res[name] = o[..., 0] if o.shape[-1] == 1 else o
+            if pad > 0:
+                o = o[pad:pad + ph, pad:pad + pw]
+            res[name] = np.ascontiguousarray(o[..., 0] if o.shape[-1] == 1 else o)
         return res
 
     def predict(self, rgb: np.ndarray) -> EstimatorOutput:
@@ -235,4 +250,4 @@ class EmbeddedEstimator(Estimator):
 
     def settings(self) -> Dict[str, object]:
         return {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12],
-                "source_chroma": self.source_chroma}
+                "source_chroma": self.source_chroma, "border_pad": BORDER_PAD}

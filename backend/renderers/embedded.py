@@ -63,8 +63,11 @@ MAX_SOURCE_SHADING = 8.0
 DETAIL_DEPTH_GATE = 25.0
 #: linear albedo of fresh snow (slightly blue, high; Warren 1982 ~0.9 in the visible)
 SNOW_ALBEDO = (0.9, 0.91, 0.93)
-#: spatial period of the caustic pattern on surfaces (metres)
-CAUSTIC_PERIOD_M = 0.9
+#: nearest scene distance (metres) at which caustics are placed on relative depth
+CAUSTIC_NEAR_M = 1.0
+#: opacity of falling snowflakes over the frame; kept low so falling snow
+#: does not flicker more than the footage (flicker metric, issue 28)
+SNOWFALL_GAIN = 0.15
 
 
 @dataclass
@@ -218,7 +221,12 @@ class EmbeddedRenderer(Renderer):
 
         # --- surfaces, BRDF inputs -------------------------------------------------------------
         ny = normal[1]
-        albedo, rough, metal = _surface_edits(p, albedo, rough, metal, ny)
+        ny_depth = _depth_up(depth, sh.intrinsics_for(h, w, intr, self.fov_y_deg)) if p.snow > 0 else None
+        albedo, rough, metal, cover = _surface_edits(p, albedo, rough, metal, ny, ny_depth)
+        if cover is not None and detail is not None:
+            # fresh snow buries the ground's texture: keep only 30 % of the footage's
+            # detail under full cover (it also carried the footage's noise onto bright snow)
+            detail = detail + (F32(1.0) - detail) * (cover * F32(0.7))
         n_dot_v = np.maximum(normal[0] * view[0] + normal[1] * view[1] + normal[2] * view[2],
                              F32(1e-4))
         alpha = rough * rough
@@ -237,7 +245,7 @@ class EmbeddedRenderer(Renderer):
         key_term = lam
         if p.water > 0 and p.caustics > 0:
             fx = sh.intrinsics_for(h, w, intr, self.fov_y_deg)[0]
-            key_term = lam * (one + _caustic_gain(p, planar, d, n_dot_v, ny, fx, time_s))
+            key_term = lam * _caustic_gain(p, planar, d, n_dot_v, ny, fx, time_s)
         sky_c = sh.col(np.asarray(p.sky_color) * lf)
         gnd_c = sh.col(np.asarray(p.ground_color) * lf)
         irr = key_rgb * key_term
@@ -293,7 +301,10 @@ class EmbeddedRenderer(Renderer):
             out = out + sh.col(np.asarray(p.fog_color) * 0.25 * p.rain_streaks * level) * streaks
         if p.snowfall > 0:
             flakes = _snowflakes(h, w, frame_index, time_s)
-            out = out + (flakes * F32(0.6 * p.snowfall * level) - out * flakes * F32(0.5 * min(p.snowfall, 1.0)))
+            # flakes are snow lit by the look's light, laid "over" the frame (partly transparent)
+            flake = sh.col(np.asarray(SNOW_ALBEDO) * 1.3 * level)
+            opacity = SNOWFALL_GAIN * min(p.snowfall, 1.0) * (0.5 + 0.5 * min(level, 1.0))  # fainter in less light
+            out = out + (flake - out) * (flakes * F32(opacity))
         rgb = _post(out, p)
         return RenderLayers(rgb=rgb, surface=surface, diffuse=diffuse, specular=specular,
                             transmittance=trans, sky=sky, distance_m=dist_fog.astype(F32))
@@ -422,15 +433,48 @@ def _detail_ratio(s_src: np.ndarray, depth: np.ndarray, strength: float) -> np.n
     return detail
 
 
-def _surface_edits(p: LookParams, albedo, rough, metal, ny):
-    """Snow cover on up-facing surfaces; wet surfaces (darker, smoother, puddles)."""
+def snow_cover(p: LookParams, albedo, rough, metal, ny, ny_depth=None) -> np.ndarray:
+    """Where fresh snow settles, ``H x W`` float32 in [0, 1].
+
+    Physically based accumulation (after Fearing 2000, "Computer modelling of fallen
+    snow", SIGGRAPH: snow rests on surfaces by their slope and what they are):
+    ``snow x up x dry x not_water``, where
+
+    * ``up = smoothstep(0.25, 0.7, n_y)``: up-facing surfaces; ``n_y`` is the larger of
+      the estimated normal's and the depth buffer's (``ny_depth``: estimated normals on
+      far ground seen at a grazing angle often face the camera, the depth says ground);
+    * ``dry = smoothstep(0.12, 0.3, roughness) x (1 - metallic)``: no snow on specular
+      surfaces (liquid water, ice, polished tops, metal): lowering a surface's roughness
+      in the compositor keeps it open;
+    * ``not_water = 1 - smoothstep(0.2, 0.45, (B - R) / mean(albedo))``: snow melts in
+      open water; in a daylight plate water is the blue-dominant surface (sand, rock,
+      soil, vegetation and snow itself are not), so a blue excess of the albedo is the
+      water cue (on boat.mp4: water 0.58-0.90, land -0.39-0.35, 10th-90th percentile).
+    """
+    up_y = ny if ny_depth is None else np.maximum(ny, ny_depth)
+    dry = sh.smoothstep(0.12, 0.3, rough) * (F32(1.0) - metal)
+    blue = (albedo[2] - albedo[0]) / np.maximum(albedo.mean(0), F32(0.02))
+    not_water = F32(1.0) - sh.smoothstep(0.2, 0.45, blue)
+    return np.clip(F32(p.snow) * sh.smoothstep(0.2, 0.9, up_y) * dry * not_water, 0.0, 1.0)
+
+
+def snow_cover_of(frame: GBufferFrame, p: LookParams, fov_y_deg: float = sh.DEFAULT_FOV_Y_DEG) -> np.ndarray:
+    """:func:`snow_cover` of a contract frame under look parameters ``p`` (H x W, [0, 1])."""
+    h, w = frame.shape
+    intr = sh.intrinsics_for(h, w, (frame.meta or {}).get("intrinsics"), fov_y_deg)
+    return snow_cover(p, np.clip(sh.chw(frame.albedo), 0.0, 1.0), np.clip(frame.roughness, 0.0, 1.0),
+                      np.clip(frame.metallic, 0.0, 1.0), sh.chw(frame.normal)[1],
+                      _depth_up(np.asarray(frame.depth, dtype=F32), intr))
+
+
+def _surface_edits(p: LookParams, albedo, rough, metal, ny, ny_depth=None):
+    """Snow cover (:func:`snow_cover`); wet surfaces (darker, smoother, puddles).
+
+    Returns ``(albedo, roughness, metallic, snow cover or None)``."""
     one = F32(1.0)
+    cover = None
     if p.snow > 0:
-        # snow settles on up-facing surfaces, but not on glossy ones (roughness < ~0.25:
-        # liquid water, ice, polished tops): lowering a water surface's roughness in the
-        # compositor keeps it dark and open
-        cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny) * sh.smoothstep(0.12, 0.3, rough),
-                        0.0, 1.0)
+        cover = snow_cover(p, albedo, rough, metal, ny, ny_depth)
         albedo = albedo + (sh.col(SNOW_ALBEDO) - albedo) * cover
         rough = rough + (F32(0.55) - rough) * cover
         metal = metal * (one - cover)
@@ -439,7 +483,26 @@ def _surface_edits(p: LookParams, albedo, rough, metal, ny):
         puddle = sh.smoothstep(0.6, 0.9, ny) * wet
         albedo = albedo * (one - F32(0.45) * wet)
         rough = rough * (one - F32(0.6) * wet) * (one - F32(0.9) * puddle)
-    return albedo, rough, metal
+    return albedo, rough, metal, cover
+
+
+def _depth_up(depth: np.ndarray, intr) -> np.ndarray:
+    """``n_y`` of the normals of the depth buffer (smoothed on a ~160 px grid), H x W."""
+    import cv2
+
+    from ..geometry import normals_from_depth
+
+    h, w = depth.shape
+    k = max(1, int(round(max(h, w) / 160)))
+    hl, wl = max(2, h // k), max(2, w // k)
+    d = resize(np.ascontiguousarray(depth, dtype=F32), (wl, hl), "area")
+    d = cv2.GaussianBlur(d, (0, 0), 1.5, borderType=cv2.BORDER_REPLICATE)
+    fx, fy, cx, cy = intr
+    n = normals_from_depth(d, (fx * wl / w, fy * hl / h, cx * wl / w, cy * hl / h))
+    ny = np.ascontiguousarray(n[..., 1], dtype=F32)
+    if min(hl, wl) > 4:  # one-sided differences at the border: take the inner neighbours'
+        ny[0], ny[-1], ny[:, 0], ny[:, -1] = ny[1], ny[-2], ny[:, 1], ny[:, -2]
+    return sh.upsample(ny, h, w)
 
 
 #: surfaces rougher than this reflect only the hemisphere (no screen-space reflection)
@@ -543,25 +606,33 @@ def _water_light_filter(p: LookParams) -> np.ndarray:
 
 def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
                   time_s: float) -> np.ndarray:
-    """Extra key-light factor from caustics on up-facing surfaces (H x W, >= 0).
+    """Caustics on up-facing surfaces as a key-light factor (H x W, >= 0, mean ~1).
 
-    Faded with distance, at grazing angles, and where one pixel covers more than a
-    quarter of the pattern period on the surface (it would alias into stripes).
+    The pattern (:func:`.shading.caustics`) is projected from above: it is a function
+    of each pixel's horizontal scene position (camera-space x, z in metres, from depth)
+    on a plane ``water_depth_m`` below the surface. It is faded toward 1 (plain light)
+    with distance (scattering), with the water depth, at grazing angles, on surfaces
+    not facing up (``smoothstep(0.2, 0.9, n_y)``), and where one pixel covers more than a
+    quarter of the pattern's shortest wavelength (it would alias). Relative depth puts
+    the nearest surface at 0 m; the pattern's positions start at
+    :data:`CAUSTIC_NEAR_M` so the bottom rows are not one stretched blob.
     """
-    depth_w = d.unit * d.water_scale
     dist_w = d.ray_unit * d.water_scale
+    pos_d = d.unit * d.water_scale + F32(CAUSTIC_NEAR_M)
     up = sh.smoothstep(0.2, 0.9, ny)
-    footprint = dist_w * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+    footprint = (dist_w + F32(CAUSTIC_NEAR_M)) * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+    lam_min = sh.CAUSTIC_WAVELENGTHS[0]
     fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
-        F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
+        F32(1.0) - footprint * F32(1.0 / (0.5 * lam_min)), 0.0, 1.0)
     fade = fade * np.sqrt(n_dot_v)
-    weight = F32(1.3 * p.caustics * p.water) * up * fade
-    # the pattern (five sines per pixel) only where it shows: up-facing, near enough
-    lit = weight > 0
-    gain = np.zeros_like(weight)
+    depth_fade = math.exp(-p.water_depth_m / 10.0)
+    weight = np.minimum(F32(1.4 * p.caustics * p.water * depth_fade) * up * fade, F32(0.9))
+    gain = np.ones_like(weight)
+    lit = weight > 0.01
     if lit.any():
-        gain[lit] = weight[lit] * sh.caustics(planar[0][lit] * depth_w[lit], planar[2][lit] * depth_w[lit],
-                                              time_s, scale=2.0 * math.pi / CAUSTIC_PERIOD_M)
+        c = sh.caustics(planar[0][lit] * pos_d[lit], planar[2][lit] * pos_d[lit], time_s,
+                        depth_m=p.water_depth_m)
+        gain[lit] = F32(1.0) + weight[lit] * (c - F32(1.0))
     return gain
 
 

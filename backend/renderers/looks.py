@@ -186,9 +186,9 @@ def _night(p: LookParams, s: float) -> LookParams:
 
 
 #: night: mean irradiance of the rig relative to the look it darkens (strength 1)
-NIGHT_LEVEL = 0.35
+NIGHT_LEVEL = 0.34
 #: night: exponent added to the tone curve at strength 1 (see LookParams.night_gamma)
-NIGHT_GAMMA = 0.6
+NIGHT_GAMMA = 0.65
 
 
 def _level(p: LookParams) -> float:
