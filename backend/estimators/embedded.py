@@ -108,8 +108,32 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-#: the network runs on the frame mirror-padded by this fraction of its long side per edge
-BORDER_PAD = 0.06
+#: outer rim (fraction of the long side at the processing size) where the network's
+#: normals are replaced by the nearest inner ones (see :func:`replicate_rim`)
+NORMAL_RIM = 0.02
+
+
+def replicate_rim(a: np.ndarray, frac: float) -> np.ndarray:
+    """``a`` (``h x w [x C]``) with its outer ``round(frac * max(h, w))`` rows/columns on
+    every side replaced by the first row/column inside them (edge replication).
+
+    The network pads every convolution with zeros, and its normals bend toward the frame
+    edge over the outer ~4 px at 192 px (on boat.mp4 ``n_x`` rose from 0.29 to 0.41 over
+    the left 16 px at full size), so a side key light drew a lighter frame border (issue
+    28). Mirror-padding the input removed the rim but cost depth accuracy (NYU AbsRel
+    0.183 -> 0.21: the net uses frame-position priors), so only the normals' rim is
+    replaced; depth and albedo are not touched.
+    """
+    h, w = a.shape[:2]
+    r = int(round(frac * max(h, w)))
+    if r < 1 or h <= 2 * r + 1 or w <= 2 * r + 1:
+        return a
+    a = np.array(a, copy=True)
+    a[:r] = a[r]
+    a[-r:] = a[-r - 1]
+    a[:, :r] = a[:, r:r + 1]
+    a[:, -r:] = a[:, -r - 1:-r]
+    return a
 
 
 class EmbeddedEstimator(Estimator):
@@ -174,22 +198,11 @@ class EmbeddedEstimator(Estimator):
         h, w = rgb.shape[:2]
         ph, pw = self.processing_size(h, w)
         small = resize(rgb, (pw, ph), "area")
-        # mirror-pad the input and crop the outputs: a convolutional net sees zero padding
-        # at the frame's edge and drew a rim there (normals turned sideways in the outer
-        # few pixels, which a side key light showed as a lighter border, issue 28)
-        pad = min(max(2, int(round(BORDER_PAD * max(ph, pw)))), ph - 1, pw - 1)
-        if pad > 0:
-            import cv2
-
-            small = cv2.copyMakeBorder(np.ascontiguousarray(small, np.float32), pad, pad, pad, pad,
-                                       cv2.BORDER_REFLECT_101)
         outs = self.session.run(list(OUTPUT_NAMES), {"image": encode_input(small)})
         res = {}
         for name, o in zip(OUTPUT_NAMES, outs):
             o = o[0].transpose(1, 2, 0)
-            if pad > 0:
-                o = o[pad:pad + ph, pad:pad + pw]
-            res[name] = np.ascontiguousarray(o[..., 0] if o.shape[-1] == 1 else o)
+            res[name] = o[..., 0] if o.shape[-1] == 1 else o
         return res
 
     def predict(self, rgb: np.ndarray) -> EstimatorOutput:
@@ -216,6 +229,7 @@ class EmbeddedEstimator(Estimator):
         small = resize(np.ascontiguousarray(rgb, dtype=np.float32), (pw, ph), "area")
         small = np.maximum(np.nan_to_num(small, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
         o = self.run_network(small)
+        o["normal"] = replicate_rim(o["normal"], NORMAL_RIM)
         depth_s, conf_s = disparity_to_depth(o["disparity"], o["sky"])
         o["albedo"] = source_chroma_albedo(o["albedo"], small, self.source_chroma)
         # one bilinear resize for all 10 channels: depth, confidence, normal (3), albedo (3),
@@ -250,4 +264,4 @@ class EmbeddedEstimator(Estimator):
 
     def settings(self) -> Dict[str, object]:
         return {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12],
-                "source_chroma": self.source_chroma, "border_pad": BORDER_PAD}
+                "source_chroma": self.source_chroma, "normal_rim": NORMAL_RIM}

@@ -111,16 +111,19 @@ def _golden_hour(p: LookParams, s: float) -> LookParams:
     return replace(
         p,
         key_dir=_norm(_mix(p.key_dir, (0.85, 0.16, 0.3), min(t, 1.0))),
-        key_color=_mix(p.key_color, (1.0, 0.58, 0.28), t / 1.5 + 0.33 * min(t, 1.0)),
+        # the sun low in the sky, ~3300 K (Planckian locus in linear Rec.709)
+        key_color=_mix(p.key_color, (1.0, 0.64, 0.34), t / 1.5 + 0.33 * min(t, 1.0)),
         key_intensity=_mix(p.key_intensity, 1.7, min(t, 1.0)),
-        sky_color=_mix(p.sky_color, (0.36, 0.33, 0.42), t),
+        # the dusk sky and the fill are blue without magenta (green never the lowest
+        # channel): with a green-poor sky and tint, grey surfaces turned salmon pink
+        sky_color=_mix(p.sky_color, (0.33, 0.36, 0.45), t),
         ground_color=_mix(p.ground_color, (0.22, 0.14, 0.09), t),
-        fill_color=_mix(p.fill_color, (0.55, 0.6, 0.95), t),
+        fill_color=_mix(p.fill_color, (0.55, 0.66, 0.95), t),
         sky_gain=_mix(p.sky_gain, (1.35, 0.82, 0.52), t),
         fog_color=_mix(p.fog_color, (0.95, 0.75, 0.55), t),
         fog_sun=_mix(p.fog_sun, 0.8, min(t, 1.0)),
         fog_tau=p.fog_tau + 0.25 * t,
-        tint=_mix(p.tint, (1.08, 0.97, 0.86), t),
+        tint=_mix(p.tint, (1.05, 1.0, 0.9), t),
         saturation=p.saturation * (1.0 + 0.1 * t),
     )
 
