@@ -204,15 +204,13 @@ def _flicker(frames, prompt):
     return float(np.mean(out)), float(np.mean(src))
 
 
-@pytest.mark.parametrize("look", LOOKS + ("snow at night",))
+@pytest.mark.parametrize("look", LOOKS + ("snow at night", "underwater at night"))
 def test_looks_flicker_no_more_than_the_footage(clips, look):
     """The restyle job's flicker metric (backend/jobs/flicker.py) of every look is at
     most 1.1x the source's on frames 5-8 of both clips (snow was 1.32x on dolphins:
-    0.0147 against 0.0111). Snow does not meet the bar yet: the per-frame snow cover
-    follows the estimated normals and depth, which flicker (1.07x without falling flakes,
-    1.12x with them on boat frames 1-8, 1.33x for "snow at night" on frames 5-8); it is
-    held to 1.25x (1.4x at night) here, not 1.1x."""
-    bar = (1.4 if "night" in look else 1.25) if "snow" in look else 1.1
+    0.0147 against 0.0111).
+    """
+    bar = 1.1
     for name, frames in clips.items():
         out, src = _flicker(frames, look)
         assert out <= bar * src, (name, look, out, src)

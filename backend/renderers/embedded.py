@@ -740,11 +740,23 @@ RAIN_LAYERS = (
     _ParticleLayer(cell=0.011, width=0.0011, length=0.05, period=0.24, speed=1.3, density=0.45, opacity=0.35),
 )
 RAIN_SLANT = 0.16  # tan of the angle from vertical
-#: snow: round flakes, slow, swaying
+#: snow: a 180-degree shutter at 24 fps (1/48 s) smears each flake along its fall
+SNOW_SHUTTER_S = 1.0 / 48.0
+
+
+def _snow_layer(cell, width, period, speed, density, opacity):
+    # motion blur: the flake's disc swept over the shutter time (length = width + path)
+    return _ParticleLayer(cell=cell, width=width, length=width + speed * SNOW_SHUTTER_S,
+                          period=period, speed=speed, density=density, opacity=opacity)
+
+
+#: snow: round flakes in three depth layers, sized and sped by distance (parallax: the
+#: near layer's flakes are the largest and cross the frame fastest, ~2 s per frame
+#: height, the far layer's the smallest and slowest), swaying, motion-blurred
 SNOW_LAYERS = (
-    _ParticleLayer(cell=0.06, width=0.009, length=0.009, period=0.09, speed=0.10, density=0.45, opacity=1.0),
-    _ParticleLayer(cell=0.035, width=0.006, length=0.006, period=0.06, speed=0.07, density=0.45, opacity=0.8),
-    _ParticleLayer(cell=0.02, width=0.0035, length=0.0035, period=0.04, speed=0.05, density=0.45, opacity=0.6),
+    _snow_layer(cell=0.06, width=0.010, period=0.09, speed=0.45, density=0.45, opacity=1.0),
+    _snow_layer(cell=0.035, width=0.006, period=0.06, speed=0.22, density=0.45, opacity=0.8),
+    _snow_layer(cell=0.02, width=0.0035, period=0.04, speed=0.10, density=0.45, opacity=0.6),
 )
 
 
@@ -827,8 +839,10 @@ def _falling(h: int, w: int, frame_index: int, time_s: float, layers, *, slant: 
         along_px = s * F32(L.period) * px          # pixels behind the head
         len_px = max(L.length * h, 1.0)
         if round_particles:
+            # a disc swept along the fall (length >= width): the same light spread over
+            # the longer path, so its brightness is width / length
             r = F32(0.5 * len_px)
-            along = _box_cover(along_px - r, float(2 * r))
+            along = _box_cover(along_px - r, float(2 * r)) * F32(min(1.0, L.width / max(L.length, 1e-9)))
         else:
             # bright head fading toward the tail; both ends anti-aliased over a pixel
             ramp = F32(1.0) - np.clip(along_px * F32(1.0 / len_px), 0.0, 1.0)
@@ -845,5 +859,10 @@ def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray
 
 def _snowflakes(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
     """Slow, swaying round snowflakes in three depth layers (see :func:`_falling`)."""
-    return _falling(h, w, frame_index, time_s, SNOW_LAYERS, slant=0.0, sway=0.01,
-                    round_particles=True)
+    import cv2
+
+    flakes = _falling(h, w, frame_index, time_s, SNOW_LAYERS, slant=0.0, sway=0.01,
+                      round_particles=True)
+    # soften the box-filtered rectangles into round, slightly defocused flakes (a
+    # Gaussian of 0.15 % of the frame height: 0.8 px at 540 rows)
+    return cv2.GaussianBlur(flakes, (0, 0), max(0.3, 0.0015 * h), borderType=cv2.BORDER_REFLECT)

@@ -171,6 +171,9 @@ def _night(p: LookParams, s: float) -> LookParams:
         saturation=p.saturation * (1.0 - 0.45 * u),
         tint=_mix(p.tint, (0.85, 0.95, 1.2), u),
         night_gamma=p.night_gamma * (1.0 + NIGHT_GAMMA * u),
+        # caustics focus the direct (key) light; at night the light is mostly diffuse sky
+        # and the tone curve would push the web's bright folds into flicker: halve them
+        caustics=p.caustics * (1.0 - 0.5 * u),
     )
     # the rig's mean irradiance goes to `level` x what the earlier looks built (1.5 stops
     # down at strength 1, ~2.4 at "dark"/"deep" night words), whatever their key was

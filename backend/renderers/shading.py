@@ -471,6 +471,8 @@ CAUSTIC_WAVES = 14
 CAUSTIC_WAVELENGTHS = (0.35, 1.6)
 #: refractive index of water
 WATER_IOR = 1.33
+#: caustics: the waves run at this fraction of deep-water speed (calmer, steadier look)
+CAUSTIC_SPEED = 0.25
 
 
 @lru_cache(maxsize=1)
@@ -512,7 +514,7 @@ def caustics(px: np.ndarray, pz: np.ndarray, t: float, depth_m: float = 4.0,
     hzz = np.zeros(px.shape, F32)
     hxz = np.zeros(px.shape, F32)
     for i in range(n):
-        omega = math.sqrt(9.81 * k[i]) * 0.35
+        omega = math.sqrt(9.81 * k[i]) * CAUSTIC_SPEED
         # a k^2 c (curvature of this wave times c): the same surface focuses more the
         # deeper the plane, up to the focal depth (beyond, the web blurs: capped)
         amp = strength / math.sqrt(n) * min(c / (4.0 * (1.0 - 1.0 / WATER_IOR)), 1.5)
