@@ -81,6 +81,23 @@ def test_progress_bar_on_a_terminal_json_lines_when_asked(tmp_path):
     assert "3/3" not in err
 
 
+def test_terminal_ends_with_what_was_written_and_json_after_the_subcommand(tmp_path):
+    """Issue 28: on a terminal the last line says what was written and skipped and where
+    (a resume no longer looks like a full run); --json also works after the subcommand."""
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=12, w=16)
+    args = ["restyle", str(gb), "--prompt", "fog", "--out", str(tmp_path / "a"), "--no-mp4"]
+    out, err, rc = _run_on_pty(args, tmp_path)
+    assert rc == 0, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("restyle: wrote 3, skipped 0 of 3 frames") and str(tmp_path / "a") in last, last
+    out, err, rc = _run_on_pty(args, tmp_path)  # resume: everything skipped
+    assert err.strip().splitlines()[-1].startswith("restyle: wrote 0, skipped 3 of 3 frames"), err
+    out, err, rc = _run_on_pty(args[:5] + [str(tmp_path / "b"), "--no-mp4", "--json"], tmp_path)
+    assert rc == 0, err
+    events = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert events[-1]["event"] == "done" and events[-1]["written"] == 3
+
+
 def test_catalog_states_what_each_name_needs():
     est = {d["name"]: d for d in describe_estimators()}
     assert est["embedded"]["ready"] and est["embedded"]["state"] == "ready"
