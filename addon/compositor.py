@@ -124,7 +124,16 @@ def _sequence_image(frames: dict, name: str):
     """Load ``{number: path}`` (sorted) as one image sequence named ``name``;
     returns ``(image, first_number)``."""
     first = next(iter(frames))
-    img = bpy.data.images.load(str(frames[first]), check_existing=False)
+    path = os.path.normpath(str(frames[first]))
+    # the same sequence loaded again (Show Result twice, or a re-run into the same
+    # folder) reuses its image and reloads it, instead of adding "name.001", ".002" ...
+    for img in bpy.data.images:
+        if img.source == "SEQUENCE" and img.filepath and \
+                os.path.normpath(bpy.path.abspath(img.filepath)) == path:
+            img.name = name
+            img.reload()
+            return img, first
+    img = bpy.data.images.load(path, check_existing=False)
     img.source = "SEQUENCE"
     img.name = name
     return img, first

@@ -62,23 +62,27 @@ def brief(message: str, limit: int = 160) -> str:
     return f"{line} (full message in the Status panel){log}"
 
 
-def refusal_log(label: str, message: str) -> Optional["os.PathLike"]:
+def refusal_log(label: str, message: str, folder: Optional["os.PathLike"] = None) -> Optional["os.PathLike"]:
     """Write the full text of a refusal (a job that could not start: bad prompt, missing
-    model, no G-buffers) to ``<temp>/gbuffer_editor/logs/<label>_refused.log`` (outside
-    the output folder, which stays untouched) and return its path; ``None`` if it
-    cannot be written."""
+    model, no G-buffers) to ``<folder>/logs/<label>_refused.log`` -- ``folder`` is the
+    scene's Output Folder, where the jobs' own logs are (issue 28: it went to a temporary
+    folder shared by every scene and user) -- or, when that cannot be written, to
+    ``<temp>/gbuffer_editor/logs/``. Returns its path; ``None`` if neither can be written."""
     import tempfile
     import time
     from pathlib import Path
 
-    folder = Path(tempfile.gettempdir()) / "gbuffer_editor" / "logs"
-    path = folder / f"{label.lower().replace(' ', '_')}_refused.log"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label} refused\n{message}\n", encoding="utf-8")
-    except OSError:
-        return None
-    return path
+    name = f"{label.lower().replace(' ', '_')}_refused.log"
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label} refused\n{message}\n"
+    places = ([Path(folder) / "logs"] if folder else []) + [Path(tempfile.gettempdir()) / "gbuffer_editor" / "logs"]
+    for where in places:
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            (where / name).write_text(text, encoding="utf-8")
+        except OSError:
+            continue
+        return where / name
+    return None
 
 
 class JobFailed(RuntimeError):
@@ -338,7 +342,12 @@ class ModalJobMixin:
             full = str(e)
             first = full.strip().splitlines()[0] if full.strip() else ""
             short = getattr(e, "short", None) or (first if len(first) <= 160 else brief(full))
-            log = refusal_log(self.bl_label, full)
+            root = None
+            if context.scene is not None:
+                from .backend_args import output_root
+
+                root = output_root(context.scene.gbuffer_editor)
+            log = refusal_log(self.bl_label, full, root)
             if context.scene is not None:
                 s = context.scene.gbuffer_editor
                 s.status = short  # one line the Status panel shows whole; Log holds the rest
