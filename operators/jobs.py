@@ -208,7 +208,7 @@ class JobController:
     def _advance(self) -> None:
         self.index += 1
         if self.step is None:
-            self._end(worker_mod.DONE, f"{self.label}: done")
+            self._end(worker_mod.DONE, f"{self.label}: done{self._warning_text()}")
             return
         try:
             self.step.start(self)
@@ -253,6 +253,20 @@ class JobController:
         codes = [st.job.returncode for st in self.steps if isinstance(st, WorkerStep) and st.job is not None]
         codes = [c for c in codes if c is not None]
         return codes[-1] if codes else None
+
+    @property
+    def warnings(self) -> List[str]:
+        """The warnings the workers reported (e.g. '--frames 1-100: the clip has 16
+        frame(s); clipped to 1-16'), in order; they used to reach decompose.log only."""
+        return [w for st in self.steps if isinstance(st, WorkerStep) and st.job is not None
+                for w in st.job.warnings if w]
+
+    def _warning_text(self) -> str:
+        ws = self.warnings
+        if not ws:
+            return ""
+        more = f" (+{len(ws) - 1} more in the log)" if len(ws) > 1 else ""
+        return f", with a warning: {ws[0]}{more}"
 
     def cancel(self) -> None:
         """Stop the running step (SIGTERM for a worker); complete frames stay on disk."""
@@ -327,7 +341,7 @@ class ModalJobMixin:
 
     def _finish(self, job: JobController) -> set:
         if job.state == worker_mod.DONE:
-            self.report({"INFO"}, job.message)
+            self.report({"WARNING"} if job.warnings else {"INFO"}, brief(job.message))
             return {"FINISHED"}
         if job.state == worker_mod.CANCELLED:
             self.report({"WARNING"}, job.message)

@@ -533,6 +533,30 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off
 
 
+def test_worker_warnings_reach_the_status_line(addon, scene, tmp_path):
+    """Issue 28: decompose's "--frames ...: clipped to 1-2" warning was only in
+    decompose.log while the panel said "done". A real decompose of a 2-frame PNG sequence
+    asked for frames 1-5: the Status line (and the operator's report) carry it."""
+    import os
+
+    import cv2
+
+    from gbuffer_editor.operators.jobs import JobController, WorkerStep
+
+    src = tmp_path / "shot"
+    src.mkdir()
+    for i in (1, 2):
+        cv2.imwrite(str(src / f"shot_{i:04d}.png"), np.full((24, 32, 3), 60 * i, np.uint8))
+    out = tmp_path / "gb"
+    argv = [sys.executable, "-m", "backend", "decompose", str(src / "shot_####.png"), "--out", str(out),
+            "--frames", "1-5"]
+    env = dict(os.environ, PYTHONPATH=str(util.REPO_ROOT))
+    ctl = JobController(scene, "Decompose", [WorkerStep("Decomposing", argv, tmp_path / "d.log", env=env)])
+    assert ctl.run_blocking() == "DONE", ctl.message
+    assert ctl.message.startswith("Decompose: done, with a warning: --frames 1-5") and "clipped to 1-2" in ctl.message
+    assert scene.gbuffer_editor.status == ctl.message
+
+
 def test_restyle_unknown_prompt_stops_before_anything_is_written(addon, tmp_path):
     """An unknown word for the embedded renderer is refused before restyle_NNN/ exists (no
     bake of the material edits); the report is one short line, the Status keeps it all."""
