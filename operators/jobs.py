@@ -179,6 +179,9 @@ class JobController:
         self.log_path = ""
         self.cancelled = False
         self.data: dict = {}
+        #: warnings from the add-on's own steps (e.g. the startup cube hidden), shown
+        #: with the workers' ones at the end
+        self.notes: List[str] = []
 
     @property
     def scene(self):
@@ -259,7 +262,7 @@ class JobController:
         """The warnings the workers reported (e.g. '--frames 1-100: the clip has 16
         frame(s); clipped to 1-16'), in order; they used to reach decompose.log only."""
         return [w for st in self.steps if isinstance(st, WorkerStep) and st.job is not None
-                for w in st.job.warnings if w]
+                for w in st.job.warnings if w] + list(self.notes)
 
     def _warning_text(self) -> str:
         ws = self.warnings
