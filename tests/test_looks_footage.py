@@ -238,3 +238,18 @@ def test_golden_hour_warms_lit_surfaces_without_recolouring_neutral_ones(clips):
     f = clips["boat"][8]
     src, gold = lab(f.combined), lab(r.render(f, "golden hour", frame_index=7))
     assert gold[110:230, :, 2].mean() - src[110:230, :, 2].mean() > 3.0
+
+
+def test_chrome_edit_reflects_the_plate_not_black(clips):
+    """Roughness 0 + Metallic 1 over all of boat.mp4 frame 8 (a chrome edit): glossy pixels
+    reflect the relit plate. The reflected radiance used to be the diffuse part, which a
+    metal does not have, so the frame was 44 % black (luminance < 0.01) at 0.18x the
+    neutral render's mean; now no black pixels to speak of and 0.40x."""
+    import dataclasses
+
+    f = clips["boat"][8]
+    chrome = dataclasses.replace(f, roughness=np.zeros_like(f.roughness), metallic=np.ones_like(f.metallic))
+    r = EmbeddedRenderer()
+    out, plain = _lum(r.render(chrome, "", frame_index=7)), _lum(r.render(f, "", frame_index=7))
+    assert (out < 0.01).mean() < 0.01
+    assert out.mean() > 0.3 * plain.mean()

@@ -277,7 +277,7 @@ class EmbeddedRenderer(Renderer):
             # glossy surfaces reflect the relit frame itself, not only the sky/ground
             # hemisphere: screen-space reflections replace the hemisphere where they hit
             env, n_dot_v_env = _reflect_frame(env, n_dot_v, view, p, depth, rough, sky,
-                                              (sky_rgb, diffuse),
+                                              (sky_rgb, _plate(diffuse, albedo, shading, metal)),
                                               sh.intrinsics_for(h, w, intr, self.fov_y_deg))
         specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v_env, rough, env, metallic=metal)
         surface = np.where(sky, sky_rgb, diffuse + specular)
@@ -595,6 +595,16 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     nv_depth = np.maximum(n_full[0] * view[0] + n_full[1] * view[1] + n_full[2] * view[2], F32(1e-4))
     nv = n_dot_v + (nv_depth - n_dot_v) * wgt  # where a reflection was found
     return env + (col - env) * wgt, nv
+
+
+def _plate(diffuse, albedo, shading, metal) -> np.ndarray:
+    """What glossy surfaces reflect: the relit plate, ``albedo x shading`` ignoring the
+    metallic edit. The diffuse part of a metallic pixel is 0, so a Metallic-1 edit over
+    a whole region reflected black wherever its rays hit that region (a chrome frame was
+    mostly black, issue 28); a metal seen in a metal shows the plate instead."""
+    if float(metal.max()) <= 0.0:
+        return diffuse
+    return albedo * shading
 
 
 def _water_light_filter(p: LookParams) -> np.ndarray:
