@@ -219,7 +219,8 @@ def test_looks_flicker_no_more_than_the_footage(clips, look):
 def test_golden_hour_warms_lit_surfaces_without_recolouring_neutral_ones(clips):
     """Golden hour on dolphins.mp4 frame 8: two grey dolphin flanks (boxes picked by eye:
     rows 300-360 x cols 520-720, rows 400-470 x cols 480-700) stay neutral (CIELAB chroma
-    <= 8, a* shift toward red <= 6; before issue 28: a* +8.1 / +7.0, 'salmon pink'),
+    <= 6, a* shift toward red <= 4; before issue 28: a* +8.1 / +7.0, 'salmon pink'; now
+    +2.8 / +2.3),
     while lit ground on boat.mp4 (rows 110-230, the sunlit land) turns warmer (b* up by
     more than 3)."""
     from skimage.color import rgb2lab
@@ -233,8 +234,8 @@ def test_golden_hour_warms_lit_surfaces_without_recolouring_neutral_ones(clips):
     for ys, xs in ((slice(300, 360), slice(520, 720)), (slice(400, 470), slice(480, 700))):
         a = src[ys, xs].reshape(-1, 3).mean(0)
         b = gold[ys, xs].reshape(-1, 3).mean(0)
-        assert np.hypot(b[1], b[2]) <= 8.0, b
-        assert b[1] - a[1] <= 6.0, (a, b)
+        assert np.hypot(b[1], b[2]) <= 6.0, b
+        assert b[1] - a[1] <= 4.0, (a, b)
     f = clips["boat"][8]
     src, gold = lab(f.combined), lab(r.render(f, "golden hour", frame_index=7))
     assert gold[110:230, :, 2].mean() - src[110:230, :, 2].mean() > 3.0

@@ -111,8 +111,9 @@ def _golden_hour(p: LookParams, s: float) -> LookParams:
     return replace(
         p,
         key_dir=_norm(_mix(p.key_dir, (0.85, 0.16, 0.3), min(t, 1.0))),
-        # the sun low in the sky, ~3300 K (Planckian locus in linear Rec.709)
-        key_color=_mix(p.key_color, (1.0, 0.64, 0.34), t / 1.5 + 0.33 * min(t, 1.0)),
+        # the sun low in the sky, ~3500 K, on the yellow side: an orange-red key (and a
+        # saturation boost) turned grey dolphins salmon pink, so the hue leans to yellow
+        key_color=_mix(p.key_color, (1.0, 0.74, 0.42), t / 1.5 + 0.33 * min(t, 1.0)),
         key_intensity=_mix(p.key_intensity, 1.7, min(t, 1.0)),
         # the dusk sky and the fill are blue without magenta (green never the lowest
         # channel): with a green-poor sky and tint, grey surfaces turned salmon pink
@@ -124,7 +125,7 @@ def _golden_hour(p: LookParams, s: float) -> LookParams:
         fog_sun=_mix(p.fog_sun, 0.8, min(t, 1.0)),
         fog_tau=p.fog_tau + 0.25 * t,
         tint=_mix(p.tint, (1.05, 1.0, 0.9), t),
-        saturation=p.saturation * (1.0 + 0.1 * t),
+        saturation=p.saturation,
     )
 
 
