@@ -125,3 +125,27 @@ def test_missing_model_is_named_with_where_to_get_it(tmp_path):
     assert readiness("renderer", "controlnet", cache_dir=tmp_path).startswith("renderer 'controlnet' cannot run")
     with pytest.raises(ValueError):
         readiness("thing", "x")
+
+
+def test_processing_resolution_0_says_what_the_estimator_really_does(tmp_path):
+    """Issue 28: '--processing-resolution 0' (full size) silently ran the embedded
+    estimator at 192 px; now a warning event says so (the passes are still full size)."""
+    import cv2
+    import numpy as np
+
+    from cli_util import run_cli
+
+    src = tmp_path / "shot"
+    src.mkdir()
+    for i in (1, 2):
+        cv2.imwrite(str(src / f"shot_{i:04d}.png"), np.full((240, 320, 3), 50 * i, np.uint8))
+    r = run_cli("--json", "decompose", str(src / "shot_####.png"), "--out", str(tmp_path / "gb"),
+                "--processing-resolution", "0")
+    assert r.returncode == 0, r.stderr
+    warns = [json.loads(x)["message"] for x in r.stdout.splitlines() if '"warning"' in x]
+    assert any("--processing-resolution 0 (full size): the embedded estimator computes at 192 px at most"
+               in w and "320x240" in w for w in warns), warns
+    # a size it can reach: no warning
+    r = run_cli("--json", "decompose", str(src / "shot_####.png"), "--out", str(tmp_path / "gb2"),
+                "--processing-resolution", "128")
+    assert r.returncode == 0 and '"warning"' not in r.stdout, r.stdout
