@@ -124,7 +124,16 @@ def _sequence_image(frames: dict, name: str):
     """Load ``{number: path}`` (sorted) as one image sequence named ``name``;
     returns ``(image, first_number)``."""
     first = next(iter(frames))
-    img = bpy.data.images.load(str(frames[first]), check_existing=False)
+    path = os.path.normpath(str(frames[first]))
+    # the same sequence loaded again (Show Result twice, or a re-run into the same
+    # folder) reuses its image and reloads it, instead of adding "name.001", ".002" ...
+    for img in bpy.data.images:
+        if img.source == "SEQUENCE" and img.filepath and \
+                os.path.normpath(bpy.path.abspath(img.filepath)) == path:
+            img.name = name
+            img.reload()
+            return img, first
+    img = bpy.data.images.load(path, check_existing=False)
     img.source = "SEQUENCE"
     img.name = name
     return img, first
@@ -386,6 +395,61 @@ def show_in_image_editors(img, node=None) -> list:
             area.tag_redraw()
             changed.append(space)
     return changed
+
+
+def _is_startup_cube(obj) -> bool:
+    """Blender's untouched startup cube: mesh "Cube", 8 vertices, 2 m, at the origin, no
+    rotation, no modifiers."""
+    if obj is None or obj.type != "MESH" or not obj.name.startswith("Cube"):
+        return False
+    me = obj.data
+    return (len(me.vertices) == 8 and not obj.modifiers and obj.parent is None
+            and all(abs(d - 2.0) < 1e-4 for d in obj.dimensions)
+            and obj.location.length < 1e-6 and all(abs(a) < 1e-6 for a in obj.rotation_euler))
+
+
+def _contains(obj, point) -> bool:
+    """Is ``point`` (world space) inside ``obj``'s world bounding box (its 8 corners)?"""
+    from mathutils import Vector
+
+    corners = [obj.matrix_world @ Vector(c) for c in obj.bound_box]
+    return all(min(c[i] for c in corners) <= point[i] <= max(c[i] for c in corners) for i in range(3))
+
+
+def clear_camera_start(scene) -> list:
+    """Make sure the solved camera does not start inside a rendered object.
+
+    The camera solve starts the scene camera at the origin, inside Blender's startup
+    cube: the Z Combine then showed that cube's inside (black) until the camera left it
+    (frames 1-18 on boat.mp4, issue 28). The untouched startup cube is hidden from the
+    render (``hide_render``; Object Properties > Visibility brings it back); any other
+    object around the camera's first position is only named in a warning.
+
+    Returns:
+        One-line warnings (empty when nothing was in the way).
+    """
+    cam = scene.camera
+    if cam is None:
+        return []
+    here = scene.frame_current
+    scene.frame_set(scene.frame_start)
+    try:
+        pos = cam.matrix_world.translation.copy()
+        inside = [o for o in scene.objects if o.type in {"MESH", "CURVE", "SURFACE", "META", "FONT"}
+                  and not o.hide_render and o is not cam and _contains(o, pos)]
+    finally:
+        scene.frame_set(here)
+    out = []
+    for o in inside:
+        if _is_startup_cube(o):
+            o.hide_render = True
+            out.append(f"hid the startup cube '{o.name}' from the render: the solved camera starts inside "
+                       "it (the Z Combine would be black); Object Properties > Visibility > Renders "
+                       "shows it again")
+        else:
+            out.append(f"the solved camera starts inside '{o.name}' (frame {scene.frame_start}): the Z "
+                       "Combine shows that object's inside until the camera leaves it")
+    return out
 
 
 def setup_zcombine(scene) -> bpy.types.Node:

@@ -96,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         p = mod.add_parser(sub)
+        if p is not None:
+            # also after the subcommand ('python -m backend decompose ... --json'); SUPPRESS
+            # keeps the value given before the subcommand when it is not repeated after it
+            p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                           help="JSON lines on stdout even on a terminal (also accepted before COMMAND)")
         if p is not None and p.prog.rsplit(" ", 1)[-1] in epilogs:
             p.formatter_class = argparse.RawDescriptionHelpFormatter
             if p.description:
@@ -156,11 +161,24 @@ class TerminalProgress:
             self.bar.update(1)
         elif kind == "done":
             self.close()
+            sys.stderr.write(final_line(obj) + "\n")
+            sys.stderr.flush()
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def final_line(done: dict) -> str:
+    """The last line a terminal shows for a job's ``done`` event: ``decompose: wrote 12,
+    skipped 0 of 12 frames in 8.1 s; output: /path`` (a resume shows what it skipped)."""
+    job = done.get("job") or "job"
+    wrote, skipped, total = done.get("written", 0), done.get("skipped", 0), done.get("total")
+    of = f" of {total}" if total is not None else ""
+    secs = done.get("elapsed_s")
+    took = f" in {secs:.1f} s" if isinstance(secs, (int, float)) else ""
+    return f"{job}: wrote {wrote}, skipped {skipped}{of} frames{took}; output: {done.get('out')}"
 
 
 def _reporter_for(stream, force_json: bool = False):

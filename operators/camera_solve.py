@@ -101,13 +101,17 @@ def decompose_cameras(scene, out_dir: os.PathLike) -> List[str]:
     return ["--cameras", str(path)]
 
 
-def after_decompose_with_solve(scene) -> None:
-    """The scene camera follows the solve and the compositor gets the Z-combine setup."""
+def after_decompose_with_solve(scene) -> list:
+    """The scene camera follows the solve and the compositor gets the Z-combine setup.
+
+    Returns the warnings of :func:`..addon.compositor.clear_camera_start` (the startup
+    cube hidden, or objects around the camera's first position)."""
     clip = tracking.footage_clip(scene)
     if clip is None:
-        return
+        return []
     tracking.follow_solve(scene, clip)
     compositor.setup_zcombine(scene)
+    return compositor.clear_camera_start(scene)
 
 
 class GBUFFER_OT_track_solve(ModalJobMixin, bpy.types.Operator):
@@ -170,6 +174,8 @@ class GBUFFER_OT_setup_zcombine(bpy.types.Operator):
         except LookupError as e:
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
+        for msg in compositor.clear_camera_start(context.scene):
+            self.report({"WARNING"}, msg)
         return {"FINISHED"}
 
 

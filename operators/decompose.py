@@ -72,7 +72,7 @@ def decompose_job(scene, argv: List[str], out_dir: os.PathLike, *, wire: bool = 
         steps.append(CallStep("Wiring compositor", _wire))
         if solve:
             steps.append(CallStep("Scene camera and Z-combine",
-                                  lambda ctl: camera_solve.after_decompose_with_solve(ctl.scene)))
+                                  lambda ctl: ctl.notes.extend(camera_solve.after_decompose_with_solve(ctl.scene))))
     return JobController(scene, "Decompose", steps)
 
 

@@ -62,23 +62,27 @@ def brief(message: str, limit: int = 160) -> str:
     return f"{line} (full message in the Status panel){log}"
 
 
-def refusal_log(label: str, message: str) -> Optional["os.PathLike"]:
+def refusal_log(label: str, message: str, folder: Optional["os.PathLike"] = None) -> Optional["os.PathLike"]:
     """Write the full text of a refusal (a job that could not start: bad prompt, missing
-    model, no G-buffers) to ``<temp>/gbuffer_editor/logs/<label>_refused.log`` (outside
-    the output folder, which stays untouched) and return its path; ``None`` if it
-    cannot be written."""
+    model, no G-buffers) to ``<folder>/logs/<label>_refused.log`` -- ``folder`` is the
+    scene's Output Folder, where the jobs' own logs are (issue 28: it went to a temporary
+    folder shared by every scene and user) -- or, when that cannot be written, to
+    ``<temp>/gbuffer_editor/logs/``. Returns its path; ``None`` if neither can be written."""
     import tempfile
     import time
     from pathlib import Path
 
-    folder = Path(tempfile.gettempdir()) / "gbuffer_editor" / "logs"
-    path = folder / f"{label.lower().replace(' ', '_')}_refused.log"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label} refused\n{message}\n", encoding="utf-8")
-    except OSError:
-        return None
-    return path
+    name = f"{label.lower().replace(' ', '_')}_refused.log"
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {label} refused\n{message}\n"
+    places = ([Path(folder) / "logs"] if folder else []) + [Path(tempfile.gettempdir()) / "gbuffer_editor" / "logs"]
+    for where in places:
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            (where / name).write_text(text, encoding="utf-8")
+        except OSError:
+            continue
+        return where / name
+    return None
 
 
 class JobFailed(RuntimeError):
@@ -175,6 +179,9 @@ class JobController:
         self.log_path = ""
         self.cancelled = False
         self.data: dict = {}
+        #: warnings from the add-on's own steps (e.g. the startup cube hidden), shown
+        #: with the workers' ones at the end
+        self.notes: List[str] = []
 
     @property
     def scene(self):
@@ -204,7 +211,7 @@ class JobController:
     def _advance(self) -> None:
         self.index += 1
         if self.step is None:
-            self._end(worker_mod.DONE, f"{self.label}: done")
+            self._end(worker_mod.DONE, f"{self.label}: done{self._warning_text()}")
             return
         try:
             self.step.start(self)
@@ -249,6 +256,20 @@ class JobController:
         codes = [st.job.returncode for st in self.steps if isinstance(st, WorkerStep) and st.job is not None]
         codes = [c for c in codes if c is not None]
         return codes[-1] if codes else None
+
+    @property
+    def warnings(self) -> List[str]:
+        """The warnings the workers reported (e.g. '--frames 1-100: the clip has 16
+        frame(s); clipped to 1-16'), in order; they used to reach decompose.log only."""
+        return [w for st in self.steps if isinstance(st, WorkerStep) and st.job is not None
+                for w in st.job.warnings if w] + list(self.notes)
+
+    def _warning_text(self) -> str:
+        ws = self.warnings
+        if not ws:
+            return ""
+        more = f" (+{len(ws) - 1} more in the log)" if len(ws) > 1 else ""
+        return f", with a warning: {ws[0]}{more}"
 
     def cancel(self) -> None:
         """Stop the running step (SIGTERM for a worker); complete frames stay on disk."""
@@ -323,7 +344,7 @@ class ModalJobMixin:
 
     def _finish(self, job: JobController) -> set:
         if job.state == worker_mod.DONE:
-            self.report({"INFO"}, job.message)
+            self.report({"WARNING"} if job.warnings else {"INFO"}, brief(job.message))
             return {"FINISHED"}
         if job.state == worker_mod.CANCELLED:
             self.report({"WARNING"}, job.message)
@@ -338,7 +359,12 @@ class ModalJobMixin:
             full = str(e)
             first = full.strip().splitlines()[0] if full.strip() else ""
             short = getattr(e, "short", None) or (first if len(first) <= 160 else brief(full))
-            log = refusal_log(self.bl_label, full)
+            root = None
+            if context.scene is not None:
+                from .backend_args import output_root
+
+                root = output_root(context.scene.gbuffer_editor)
+            log = refusal_log(self.bl_label, full, root)
             if context.scene is not None:
                 s = context.scene.gbuffer_editor
                 s.status = short  # one line the Status panel shows whole; Log holds the rest

@@ -37,6 +37,7 @@ class Run:
     renderer: str
     frames: int
     complete: bool
+    edits: tuple = ()   # passes edited in the compositor for this run (empty: none)
 
     @property
     def result(self) -> Path:
@@ -49,11 +50,28 @@ class Run:
     def line(self) -> str:
         state = "" if self.complete else " (unfinished)"
         prompt = self.prompt or "(no prompt)"
-        return f"{self.number:03d}: {prompt} - {self.renderer}, {self.frames} frames{state}"
+        edits = f", edits: {', '.join(self.edits)}" if self.edits else ""
+        return f"{self.number:03d}: {prompt} - {self.renderer}, {self.frames} frames{edits}{state}"
 
 
-def run_history(root: os.PathLike, limit: int = 5) -> List[Run]:
-    """The ``restyle_NNN`` runs under ``root`` that hold a result manifest, newest first."""
+def _edited_passes(run_dir: Path) -> tuple:
+    """The passes the compositor edited for a run (``edited_gbuffer/manifest.json``'s
+    ``edited_passes``); ``()`` when the run had no edits."""
+    try:
+        man = json.loads((run_dir / "edited_gbuffer" / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    passes = man.get("edited_passes") if isinstance(man, dict) else None
+    return tuple(str(x) for x in passes) if isinstance(passes, list) else ()
+
+
+#: how many runs the Restyle panel lists (the rest: "N older runs", Open Folder)
+HISTORY_SHOWN = 12
+
+
+def run_history(root: os.PathLike, limit: Optional[int] = None) -> List[Run]:
+    """The ``restyle_NNN`` runs under ``root`` that hold a result manifest, newest first
+    (all of them, or the newest ``limit``), each with the passes edited for it."""
     root = Path(root)
     runs = []
     try:
@@ -73,9 +91,9 @@ def run_history(root: os.PathLike, limit: int = 5) -> List[Run]:
         renderer = man.get("renderer") or {}
         runs.append(Run(d, int(m.group(1)), str(man.get("prompt") or ""),
                         str(renderer.get("name", "?") if isinstance(renderer, dict) else renderer),
-                        len(man.get("frames") or []), bool(man.get("complete"))))
+                        len(man.get("frames") or []), bool(man.get("complete")), _edited_passes(d)))
     runs.sort(key=lambda r: -r.number)
-    return runs[:limit]
+    return runs if limit is None else runs[:limit]
 
 
 def _result_dir(context, directory: str) -> Optional[Path]:
@@ -84,8 +102,40 @@ def _result_dir(context, directory: str) -> Optional[Path]:
 
 
 def open_path(path: os.PathLike) -> None:
-    """Hand ``path`` to the system (default application / file manager)."""
-    bpy.ops.wm.path_open(filepath=str(path))
+    """Hand ``path`` to the system (default application / file manager).
+
+    Raises:
+        OSError: nothing could open it (Linux: no ``xdg-open``, or it found no
+            application for the file type; Blender's own ``wm.path_open`` only prints a
+            traceback to the console there and reports success).
+    """
+    import shutil
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        bpy.ops.wm.path_open(filepath=str(path))  # os.startfile / open: raise on failure
+        return
+    tool = shutil.which("xdg-open")
+    if tool is None:
+        raise OSError(f"no program to open files here (xdg-open not found); the file is {path}")
+    try:
+        res = subprocess.run([tool, str(path)], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise OSError(f"could not open {path}: {e}") from None
+    if res.returncode != 0:
+        why = (res.stderr or res.stdout or "").strip().splitlines()
+        raise OSError(f"no application opens {path} (xdg-open exit {res.returncode}"
+                      f"{': ' + why[-1] if why else ''})")
+
+
+def _open_or_report(op, path) -> set:
+    try:
+        open_path(path)
+    except OSError as e:
+        op.report({"ERROR"}, str(e))
+        return {"CANCELLED"}
+    return {"FINISHED"}
 
 
 class GBUFFER_OT_show_result(bpy.types.Operator):
@@ -131,8 +181,7 @@ class GBUFFER_OT_play_preview(bpy.types.Operator):
         if mp4 is None or not mp4.is_file():
             self.report({"ERROR"}, f"No preview movie: {mp4 or 'run Restyle first'}")
             return {"CANCELLED"}
-        open_path(mp4)
-        return {"FINISHED"}
+        return _open_or_report(self, mp4)
 
 
 class GBUFFER_OT_open_path(bpy.types.Operator):
@@ -149,8 +198,7 @@ class GBUFFER_OT_open_path(bpy.types.Operator):
         if p is None or not p.exists():
             self.report({"ERROR"}, f"Not found: {p or '(nothing to open)'}")
             return {"CANCELLED"}
-        open_path(p)
-        return {"FINISHED"}
+        return _open_or_report(self, p)
 
 
 def history_root(context) -> Path:

@@ -280,10 +280,15 @@ def draw_result(layout, context) -> None:
     if len(runs) > 1:
         col = box.column(align=True)
         col.label(text="Earlier runs:")
-        for run in runs:
+        for run in runs[:results.HISTORY_SHOWN]:
             r = col.row(align=True)
             r.label(text=run.line())
             r.operator("gbuffer.show_result", text="", icon="IMPORT").directory = str(run.result)
+        older = len(runs) - results.HISTORY_SHOWN
+        if older > 0:
+            r = col.row(align=True)
+            r.label(text=f"{older} older run{'s' if older > 1 else ''}")
+            r.operator("gbuffer.open_path", text="", icon="FILE_FOLDER").path = str(results.history_root(context))
 
 
 def draw_scene_export(layout, context) -> None:

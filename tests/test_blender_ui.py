@@ -4,6 +4,7 @@ Runs in bpy 5.0.1 (.venv) and bpy 4.5 (.venv45): `./dev test` runs ``blender`` t
 """
 import sys
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -549,6 +550,30 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off
 
 
+def test_worker_warnings_reach_the_status_line(addon, scene, tmp_path):
+    """Issue 28: decompose's "--frames ...: clipped to 1-2" warning was only in
+    decompose.log while the panel said "done". A real decompose of a 2-frame PNG sequence
+    asked for frames 1-5: the Status line (and the operator's report) carry it."""
+    import os
+
+    import cv2
+
+    from gbuffer_editor.operators.jobs import JobController, WorkerStep
+
+    src = tmp_path / "shot"
+    src.mkdir()
+    for i in (1, 2):
+        cv2.imwrite(str(src / f"shot_{i:04d}.png"), np.full((24, 32, 3), 60 * i, np.uint8))
+    out = tmp_path / "gb"
+    argv = [sys.executable, "-m", "backend", "decompose", str(src / "shot_####.png"), "--out", str(out),
+            "--frames", "1-5"]
+    env = dict(os.environ, PYTHONPATH=str(util.REPO_ROOT))
+    ctl = JobController(scene, "Decompose", [WorkerStep("Decomposing", argv, tmp_path / "d.log", env=env)])
+    assert ctl.run_blocking() == "DONE", ctl.message
+    assert ctl.message.startswith("Decompose: done, with a warning: --frames 1-5") and "clipped to 1-2" in ctl.message
+    assert scene.gbuffer_editor.status == ctl.message
+
+
 def test_restyle_unknown_prompt_stops_before_anything_is_written(addon, tmp_path):
     """An unknown word for the embedded renderer is refused before restyle_NNN/ exists (no
     bake of the material edits); the report is one short line, the Status keeps it all."""
@@ -566,19 +591,57 @@ def test_restyle_unknown_prompt_stops_before_anything_is_written(addon, tmp_path
         bpy.ops.gbuffer.restyle()
     report = str(ei.value)
     assert "does not understand 'purple', 'dragons' in prompt 'purple dragons'." in report
-    assert len(report) < 250 and "Looks: golden hour, overcast, rain, snow, underwater, fog, night" in report
+    # (short apart from the log's path, which is as long as the Output Folder's)
+    assert len(report.split("; log: ")[0]) < 200
+    assert "Looks: golden hour, overcast, rain, snow, underwater, fog, night" in report
     # issue 17: the Status line is short enough to read whole; the full vocabulary is in
-    # a log the Status panel links to (Open Log), outside the output folder
+    # a log the Status panel links to (Open Log); issue 28: that log is in the Output
+    # Folder's logs/ (next to the jobs' logs), and no run folder was started
     assert s.status.startswith("the embedded renderer does not understand") and len(s.status) < 200
     log = s.log_path
     assert log and log in report
+    assert Path(log).parent == runs / "logs"
     text = open(log, encoding="utf-8").read()
     assert "'purple', 'dragons'" in text and "--renderer controlnet" in text and "mist" in text
-    assert not runs.exists() or list(runs.iterdir()) == []
+    assert [p.name for p in runs.iterdir()] == ["logs"]
     # a near miss names the known word
     s.prompt = "dense foog"
     with pytest.raises(RuntimeError, match="Did you mean 'fog' for 'foog'"):
         bpy.ops.gbuffer.restyle()
+
+
+def test_play_reports_a_missing_movie_player(addon, scene, tmp_path, monkeypatch):
+    """Issue 28: with no program to open a movie (no xdg-open on PATH here), Play reports
+    an error naming the file instead of printing a traceback and returning FINISHED."""
+    result = tmp_path / "restyle_001" / "result"
+    result.mkdir(parents=True)
+    (result / "preview.mp4").write_bytes(b"\0" * 16)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty_bin"))
+    with bpy.context.temp_override(scene=scene):
+        with pytest.raises(RuntimeError, match="no program to open files") as ei:
+            bpy.ops.gbuffer.play_preview(directory=str(result))
+    assert str(result / "preview.mp4") in str(ei.value)
+
+
+def test_run_history_lists_every_run_and_its_edits(addon, tmp_path):
+    """Issue 28: the history is not cut at 5 runs, and a run restyled from material edits
+    says which passes were edited (edited_gbuffer/manifest.json)."""
+    import json
+
+    from gbuffer_editor.operators import results
+
+    for i in range(1, 8):
+        res = tmp_path / f"restyle_{i:03d}" / "result"
+        res.mkdir(parents=True)
+        (res / "manifest.json").write_text(json.dumps({"prompt": f"p{i}", "renderer": {"name": "embedded"},
+                                                       "frames": [{}, {}], "complete": True}))
+    edited = tmp_path / "restyle_006" / "edited_gbuffer"
+    edited.mkdir()
+    (edited / "manifest.json").write_text(json.dumps({"edited_passes": ["Roughness", "Metallic"]}))
+    runs = results.run_history(tmp_path)
+    assert [r.number for r in runs] == [7, 6, 5, 4, 3, 2, 1]
+    assert runs[1].line() == "006: p6 - embedded, 2 frames, edits: Roughness, Metallic"
+    assert runs[0].line() == "007: p7 - embedded, 2 frames"
 
 
 def test_brief_report_keeps_the_log_path():
@@ -680,6 +743,11 @@ def test_result_is_shown_in_backdrop_and_image_editors_with_history(addon, scene
         assert bpy.ops.gbuffer.show_result(directory=str(root / "restyle_001" / "result")) == {"FINISHED"}
         assert compositor.find_node(tree, compositor.ROLE_RESULT).image.name.startswith("restyle_001 result")
         assert s.result_dir == str(root / "restyle_001" / "result")
+        # Show Result again reuses the image (issue 28: it added "restyle_001 result.001")
+        n_images = len(bpy.data.images)
+        assert bpy.ops.gbuffer.show_result(directory=str(root / "restyle_001" / "result")) == {"FINISHED"}
+        assert len(bpy.data.images) == n_images
+        assert not any(im.name.startswith("restyle_001 result.") for im in bpy.data.images)
         # no preview movie -> a clear error, nothing opened
         with pytest.raises(RuntimeError, match="No preview movie"):
             bpy.ops.gbuffer.play_preview(directory=str(tmp_path))
@@ -769,14 +837,14 @@ def test_dropdowns_say_what_they_need_and_missing_models_are_refused_first(addon
         bpy.ops.gbuffer.decompose()
     assert s.status.startswith("estimator 'marigold' cannot run:") and "Models" in s.status
     assert "prs-eth/marigold-depth-v1-1" in open(s.log_path, encoding="utf-8").read()
-    assert not runs.exists() or list(runs.iterdir()) == []
+    assert [p.name for p in runs.iterdir()] == ["logs"]  # only the refusal's log (issue 28)
     s.estimator = "embedded"
     gb = write_sequence(tmp_path / "gb", flat_frames(24, 32, 2))
     decompose.wire_gbuffers(sc, gb)
     s.renderer, s.prompt = "controlnet", "a watercolour painting"
     with pytest.raises(RuntimeError, match="renderer 'controlnet' cannot run: .*models? missing: download in Pref"):
         bpy.ops.gbuffer.restyle()
-    assert not runs.exists() or list(runs.iterdir()) == []  # no restyle_NNN, no edit bake
+    assert [p.name for p in runs.iterdir()] == ["logs"]  # no restyle_NNN, no edit bake
     s.renderer, s.prompt = "embedded", ""
 
 

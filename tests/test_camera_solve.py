@@ -257,7 +257,8 @@ def test_decompose_with_the_solve_in_blender(footage, tmp_path):
           f"{res['decompose_s']:.1f} s, measured (Confidence > 0.5) {min(res['measured']):.2f}-"
           f"{max(res['measured']):.2f} of each frame")
     assert res["solve_status"].startswith("camera solve: 36/36 frames solved"), res["solve_status"]
-    assert res["status"] == "Decompose: done", res["status"]
+    # the startup scene's cube sits where the solved camera starts: hidden, and said (issue 28)
+    assert res["status"].startswith("Decompose: done, with a warning: hid the startup cube 'Cube'"), res["status"]
     assert res["n"] == 12 and res["cameras"].endswith("decompose_001_cameras.json")
     assert min(res["measured"]) > 0.1  # measured 0.35-0.44
     assert "zcombine" in res["roles"] and "render_layers" in res["roles"]
@@ -545,3 +546,31 @@ def test_zcombine_occludes_cg_by_footage_depth(tmp_path):
     assert res["right"] == pytest.approx([0, 1, 0, 1], abs=1e-3)  # cube nearer than the wall
     assert res["right_bg"] == pytest.approx([1, 0, 0, 1], abs=1e-3)  # no CG: footage
     assert res["left_bg"] == pytest.approx([1, 0, 0, 1], abs=1e-3)
+
+
+def test_startup_cube_around_the_solved_camera_is_hidden_with_a_warning(tmp_path):
+    """Issue 28: the solved camera starts at the origin, inside Blender's startup cube,
+    and the Z Combine was black for the first frames with no word. The untouched startup
+    cube is hidden from the render with a warning; another object around the camera is
+    only named; a cube elsewhere is left alone."""
+    res = _bpy('''
+        bpy.ops.wm.read_homefile(use_empty=False)  # the factory startup file: Cube, Camera, Light
+        scene = bpy.context.scene
+        cube = scene.objects["Cube"]
+        cam = scene.camera
+        cam.location = (0.2, 0.1, 0.3)            # where a solve starts: at the origin
+        first = compositor.clear_camera_start(scene)
+        hidden = cube.hide_render
+        again = compositor.clear_camera_start(scene)  # hidden objects are not in the way
+        cube.hide_render = False
+        cube.scale = (3, 3, 3)                   # not the untouched startup cube any more
+        other = compositor.clear_camera_start(scene)
+        still = cube.hide_render
+        cam.location = (10, 0, 0)
+        away = compositor.clear_camera_start(scene)
+        emit_result(dict(first=first, hidden=hidden, again=again, other=other, still=still, away=away))
+    ''', tmp_path)
+    assert res["hidden"] and len(res["first"]) == 1 and "hid the startup cube 'Cube'" in res["first"][0]
+    assert res["again"] == []
+    assert not res["still"] and len(res["other"]) == 1 and "starts inside 'Cube'" in res["other"][0]
+    assert res["away"] == []

@@ -81,6 +81,23 @@ def test_progress_bar_on_a_terminal_json_lines_when_asked(tmp_path):
     assert "3/3" not in err
 
 
+def test_terminal_ends_with_what_was_written_and_json_after_the_subcommand(tmp_path):
+    """Issue 28: on a terminal the last line says what was written and skipped and where
+    (a resume no longer looks like a full run); --json also works after the subcommand."""
+    gb = make_gbuffers(tmp_path / "gb", n=3, h=12, w=16)
+    args = ["restyle", str(gb), "--prompt", "fog", "--out", str(tmp_path / "a"), "--no-mp4"]
+    out, err, rc = _run_on_pty(args, tmp_path)
+    assert rc == 0, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("restyle: wrote 3, skipped 0 of 3 frames") and str(tmp_path / "a") in last, last
+    out, err, rc = _run_on_pty(args, tmp_path)  # resume: everything skipped
+    assert err.strip().splitlines()[-1].startswith("restyle: wrote 0, skipped 3 of 3 frames"), err
+    out, err, rc = _run_on_pty(args[:5] + [str(tmp_path / "b"), "--no-mp4", "--json"], tmp_path)
+    assert rc == 0, err
+    events = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert events[-1]["event"] == "done" and events[-1]["written"] == 3
+
+
 def test_catalog_states_what_each_name_needs():
     est = {d["name"]: d for d in describe_estimators()}
     assert est["embedded"]["ready"] and est["embedded"]["state"] == "ready"
@@ -108,3 +125,27 @@ def test_missing_model_is_named_with_where_to_get_it(tmp_path):
     assert readiness("renderer", "controlnet", cache_dir=tmp_path).startswith("renderer 'controlnet' cannot run")
     with pytest.raises(ValueError):
         readiness("thing", "x")
+
+
+def test_processing_resolution_0_says_what_the_estimator_really_does(tmp_path):
+    """Issue 28: '--processing-resolution 0' (full size) silently ran the embedded
+    estimator at 192 px; now a warning event says so (the passes are still full size)."""
+    import cv2
+    import numpy as np
+
+    from cli_util import run_cli
+
+    src = tmp_path / "shot"
+    src.mkdir()
+    for i in (1, 2):
+        cv2.imwrite(str(src / f"shot_{i:04d}.png"), np.full((240, 320, 3), 50 * i, np.uint8))
+    r = run_cli("--json", "decompose", str(src / "shot_####.png"), "--out", str(tmp_path / "gb"),
+                "--processing-resolution", "0")
+    assert r.returncode == 0, r.stderr
+    warns = [json.loads(x)["message"] for x in r.stdout.splitlines() if '"warning"' in x]
+    assert any("--processing-resolution 0 (full size): the embedded estimator computes at 192 px at most"
+               in w and "320x240" in w for w in warns), warns
+    # a size it can reach: no warning
+    r = run_cli("--json", "decompose", str(src / "shot_####.png"), "--out", str(tmp_path / "gb2"),
+                "--processing-resolution", "128")
+    assert r.returncode == 0 and '"warning"' not in r.stdout, r.stdout

@@ -81,8 +81,8 @@ def test_unknown_words_raise_helpful_error():
     msg = str(e)
     assert "'cyberpunk'" in msg and "'city'" in msg
     assert "--renderer controlnet" in msg
-    for look in LOOK_ORDER:
-        assert look in msg
+    for look in LOOK_ORDER:  # as typed: "golden hour"
+        assert look.replace("_", " ") in msg
     assert "dense" in msg and "mist" in msg
 
 

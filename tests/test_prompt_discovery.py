@@ -59,4 +59,8 @@ def test_cli_prints_one_line_then_the_vocabulary(tmp_path):
     err = r.stderr.splitlines()
     assert err[0].startswith("error: the embedded renderer does not understand 'purple', 'fogg'")
     assert "Did you mean 'foggy' for 'fogg'?" in err[0]  # difflib's nearest
-    assert any(line.startswith("It understands the looks") for line in err[1:])
+    # then a short list (issue 28: it was ~100 words in one paragraph): a heading, one
+    # line per look with a few synonyms, one of intensity words; every line short
+    assert err[1].startswith("Words it understands")
+    assert len(err) <= 12 and max(len(line) for line in err[1:]) < 100, err
+    assert any(line.strip().startswith("fog: ") for line in err[2:])

@@ -206,11 +206,13 @@ def test_snow_whitens_up_facing_surfaces(scene):
 
 def test_snow_does_not_settle_on_glossy_surfaces():
     """Up-facing but glossy (roughness 0.05, e.g. water an artist marked in the
-    compositor) stays dark; the same surface rough (0.8) turns white."""
+    compositor) stays dark; the same surface rough (0.8) turns white. The albedo is a
+    neutral dark grey: a blue-dominant albedo is the renderer's water cue (issue 28) and
+    would stay open even when rough."""
     r = EmbeddedRenderer()
     up = (0.0, 1.0, 0.0)
-    water = wall(10.0, normal=up, albedo=(0.05, 0.08, 0.1), roughness=0.05)
-    ground = wall(10.0, normal=up, albedo=(0.05, 0.08, 0.1), roughness=0.8)
+    water = wall(10.0, normal=up, albedo=(0.07, 0.07, 0.07), roughness=0.05)
+    ground = wall(10.0, normal=up, albedo=(0.07, 0.07, 0.07), roughness=0.8)
     w_snow = r.render_layers(water, "snow").diffuse.mean()
     g_snow = r.render_layers(ground, "snow").diffuse.mean()
     w_base = r.render_layers(water, "").diffuse.mean()

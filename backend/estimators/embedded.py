@@ -113,6 +113,34 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+#: outer rim (fraction of the long side at the processing size) where the network's
+#: normals are replaced by the nearest inner ones (see :func:`replicate_rim`)
+NORMAL_RIM = 0.02
+
+
+def replicate_rim(a: np.ndarray, frac: float) -> np.ndarray:
+    """``a`` (``h x w [x C]``) with its outer ``round(frac * max(h, w))`` rows/columns on
+    every side replaced by the first row/column inside them (edge replication).
+
+    The network pads every convolution with zeros, and its normals bend toward the frame
+    edge over the outer ~4 px at 192 px (on boat.mp4 ``n_x`` rose from 0.29 to 0.41 over
+    the left 16 px at full size), so a side key light drew a lighter frame border (issue
+    28). Mirror-padding the input removed the rim but cost depth accuracy (NYU AbsRel
+    0.183 -> 0.21: the net uses frame-position priors), so only the normals' rim is
+    replaced; depth and albedo are not touched.
+    """
+    h, w = a.shape[:2]
+    r = int(round(frac * max(h, w)))
+    if r < 1 or h <= 2 * r + 1 or w <= 2 * r + 1:
+        return a
+    a = np.array(a, copy=True)
+    a[:r] = a[r]
+    a[-r:] = a[-r - 1]
+    a[:, :r] = a[:, r:r + 1]
+    a[:, -r:] = a[:, -r - 1:-r]
+    return a
+
+
 class EmbeddedEstimator(Estimator):
     """GBufNet via onnxruntime: relative depth, normals, albedo, metallic, roughness, sky.
 
@@ -214,6 +242,7 @@ class EmbeddedEstimator(Estimator):
         small = resize(np.ascontiguousarray(rgb, dtype=np.float32), (pw, ph), "area")
         small = np.maximum(np.nan_to_num(small, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
         o = self.run_network(small)
+        o["normal"] = replicate_rim(o["normal"], NORMAL_RIM)
         depth_s, conf_s = disparity_to_depth(o["disparity"], o["sky"])
         o["albedo"] = source_chroma_albedo(o["albedo"], small, self.source_chroma)
         # one bilinear resize for all 10 channels: depth, confidence, normal (3), albedo (3),
@@ -262,7 +291,7 @@ class EmbeddedEstimator(Estimator):
 
     def settings(self) -> Dict[str, object]:
         out = {"name": self.name, "max_size": self.max_size, "model": self.sha256[:12],
-               "albedo": self.albedo_method}
+               "albedo": self.albedo_method, "normal_rim": NORMAL_RIM}
         if self.albedo_method == "network":
             out["source_chroma"] = self.source_chroma
         return out

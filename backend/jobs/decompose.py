@@ -175,6 +175,21 @@ def clip_frame_range(first: int, last: Optional[int], n_src, path, spec: Optiona
     return count
 
 
+def _warn_capped_resolution(requested, dec, estimator: str, info) -> None:
+    """A ``warning`` event when the estimator computes below what was asked
+    (``--processing-resolution 0`` = full size, or a size above the estimator's maximum:
+    the embedded estimator computes at 192 px at most). Output is full size either way."""
+    if requested is None:
+        return
+    want = max(info.width, info.height) if requested == 0 else int(requested)
+    got = dec.resolution
+    if got is not None and got < min(want, max(info.width, info.height)):
+        asked = "0 (full size)" if requested == 0 else str(requested)
+        events.warning(f"--processing-resolution {asked}: the {estimator} estimator computes at "
+                       f"{got} px at most, so it runs at {got} px (the passes are still written at "
+                       f"{info.width}x{info.height})")
+
+
 @dataclass
 class _Shot:
     """The source and what every frame of this job shares."""
@@ -666,6 +681,7 @@ def decompose(
             dec = Decomposer(estimator, estimator_options=estimator_options, device=device,
                              sar=float(info.sar), **dec_kwargs)
             plan = dec.plan(info.width, info.height)
+            _warn_capped_resolution(processing_resolution, dec, estimator, info)
             total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
             settings = _job_settings(dec, plan, info, albedo_detail)
             manifest = _job_manifest(dec, plan, info, processing_resolution, first)

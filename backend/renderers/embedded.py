@@ -52,19 +52,25 @@ from ..imaging import resize
 from . import shading as sh
 from .base import Renderer, read_prompt
 from .looks import DAYLIGHT, LookParams, average_irradiance, build_params
+# falling rain and snow live in .particles; re-exported here for tests and tools
+from .particles import (RAIN_LAYERS, RAIN_SLANT, SNOW_LAYERS, SNOW_SHUTTER_S,  # noqa: F401
+                        _box_cover, _falling, _hash01, _ParticleLayer, _rain_streaks, _snowflakes)
 from .prompt import Look
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 4
+RENDER_VERSION = 5
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
 DETAIL_DEPTH_GATE = 25.0
 #: linear albedo of fresh snow (slightly blue, high; Warren 1982 ~0.9 in the visible)
 SNOW_ALBEDO = (0.9, 0.91, 0.93)
-#: spatial period of the caustic pattern on surfaces (metres)
-CAUSTIC_PERIOD_M = 0.9
+#: nearest scene distance (metres) at which caustics are placed on relative depth
+CAUSTIC_NEAR_M = 1.0
+#: opacity of falling snowflakes over the frame; kept low so falling snow
+#: does not flicker more than the footage (flicker metric, issue 28)
+SNOWFALL_GAIN = 0.15
 
 
 @dataclass
@@ -218,7 +224,12 @@ class EmbeddedRenderer(Renderer):
 
         # --- surfaces, BRDF inputs -------------------------------------------------------------
         ny = normal[1]
-        albedo, rough, metal = _surface_edits(p, albedo, rough, metal, ny)
+        ny_depth = _depth_up(depth, sh.intrinsics_for(h, w, intr, self.fov_y_deg)) if p.snow > 0 else None
+        albedo, rough, metal, cover = _surface_edits(p, albedo, rough, metal, ny, ny_depth)
+        if cover is not None and detail is not None:
+            # fresh snow buries the ground's texture: keep only 30 % of the footage's
+            # detail under full cover (it also carried the footage's noise onto bright snow)
+            detail = detail + (F32(1.0) - detail) * (cover * F32(0.7))
         n_dot_v = np.maximum(normal[0] * view[0] + normal[1] * view[1] + normal[2] * view[2],
                              F32(1e-4))
         alpha = rough * rough
@@ -237,7 +248,7 @@ class EmbeddedRenderer(Renderer):
         key_term = lam
         if p.water > 0 and p.caustics > 0:
             fx = sh.intrinsics_for(h, w, intr, self.fov_y_deg)[0]
-            key_term = lam * (one + _caustic_gain(p, planar, d, n_dot_v, ny, fx, time_s))
+            key_term = lam * _caustic_gain(p, planar, d, n_dot_v, ny, fx, time_s)
         sky_c = sh.col(np.asarray(p.sky_color) * lf)
         gnd_c = sh.col(np.asarray(p.ground_color) * lf)
         irr = key_rgb * key_term
@@ -269,7 +280,7 @@ class EmbeddedRenderer(Renderer):
             # glossy surfaces reflect the relit frame itself, not only the sky/ground
             # hemisphere: screen-space reflections replace the hemisphere where they hit
             env, n_dot_v_env = _reflect_frame(env, n_dot_v, view, p, depth, rough, sky,
-                                              (sky_rgb, diffuse),
+                                              (sky_rgb, _plate(diffuse, albedo, shading, metal)),
                                               sh.intrinsics_for(h, w, intr, self.fov_y_deg))
         specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v_env, rough, env, metallic=metal)
         surface = np.where(sky, sky_rgb, diffuse + specular)
@@ -293,7 +304,10 @@ class EmbeddedRenderer(Renderer):
             out = out + sh.col(np.asarray(p.fog_color) * 0.25 * p.rain_streaks * level) * streaks
         if p.snowfall > 0:
             flakes = _snowflakes(h, w, frame_index, time_s)
-            out = out + (flakes * F32(0.6 * p.snowfall * level) - out * flakes * F32(0.5 * min(p.snowfall, 1.0)))
+            # flakes are snow lit by the look's light, laid "over" the frame (partly transparent)
+            flake = sh.col(np.asarray(SNOW_ALBEDO) * 1.3 * level)
+            opacity = SNOWFALL_GAIN * min(p.snowfall, 1.0) * (0.5 + 0.5 * min(level, 1.0))  # fainter in less light
+            out = out + (flake - out) * (flakes * F32(opacity))
         rgb = _post(out, p)
         return RenderLayers(rgb=rgb, surface=surface, diffuse=diffuse, specular=specular,
                             transmittance=trans, sky=sky, distance_m=dist_fog.astype(F32))
@@ -422,15 +436,48 @@ def _detail_ratio(s_src: np.ndarray, depth: np.ndarray, strength: float) -> np.n
     return detail
 
 
-def _surface_edits(p: LookParams, albedo, rough, metal, ny):
-    """Snow cover on up-facing surfaces; wet surfaces (darker, smoother, puddles)."""
+def snow_cover(p: LookParams, albedo, rough, metal, ny, ny_depth=None) -> np.ndarray:
+    """Where fresh snow settles, ``H x W`` float32 in [0, 1].
+
+    Physically based accumulation (after Fearing 2000, "Computer modelling of fallen
+    snow", SIGGRAPH: snow rests on surfaces by their slope and what they are):
+    ``snow x up x dry x not_water``, where
+
+    * ``up = smoothstep(0.25, 0.7, n_y)``: up-facing surfaces; ``n_y`` is the larger of
+      the estimated normal's and the depth buffer's (``ny_depth``: estimated normals on
+      far ground seen at a grazing angle often face the camera, the depth says ground);
+    * ``dry = smoothstep(0.12, 0.3, roughness) x (1 - metallic)``: no snow on specular
+      surfaces (liquid water, ice, polished tops, metal): lowering a surface's roughness
+      in the compositor keeps it open;
+    * ``not_water = 1 - smoothstep(0.2, 0.45, (B - R) / mean(albedo))``: snow melts in
+      open water; in a daylight plate water is the blue-dominant surface (sand, rock,
+      soil, vegetation and snow itself are not), so a blue excess of the albedo is the
+      water cue (on boat.mp4: water 0.58-0.90, land -0.39-0.35, 10th-90th percentile).
+    """
+    up_y = ny if ny_depth is None else np.maximum(ny, ny_depth)
+    dry = sh.smoothstep(0.12, 0.3, rough) * (F32(1.0) - metal)
+    blue = (albedo[2] - albedo[0]) / np.maximum(albedo.mean(0), F32(0.02))
+    not_water = F32(1.0) - sh.smoothstep(0.2, 0.45, blue)
+    return np.clip(F32(p.snow) * sh.smoothstep(0.2, 0.9, up_y) * dry * not_water, 0.0, 1.0)
+
+
+def snow_cover_of(frame: GBufferFrame, p: LookParams, fov_y_deg: float = sh.DEFAULT_FOV_Y_DEG) -> np.ndarray:
+    """:func:`snow_cover` of a contract frame under look parameters ``p`` (H x W, [0, 1])."""
+    h, w = frame.shape
+    intr = sh.intrinsics_for(h, w, (frame.meta or {}).get("intrinsics"), fov_y_deg)
+    return snow_cover(p, np.clip(sh.chw(frame.albedo), 0.0, 1.0), np.clip(frame.roughness, 0.0, 1.0),
+                      np.clip(frame.metallic, 0.0, 1.0), sh.chw(frame.normal)[1],
+                      _depth_up(np.asarray(frame.depth, dtype=F32), intr))
+
+
+def _surface_edits(p: LookParams, albedo, rough, metal, ny, ny_depth=None):
+    """Snow cover (:func:`snow_cover`); wet surfaces (darker, smoother, puddles).
+
+    Returns ``(albedo, roughness, metallic, snow cover or None)``."""
     one = F32(1.0)
+    cover = None
     if p.snow > 0:
-        # snow settles on up-facing surfaces, but not on glossy ones (roughness < ~0.25:
-        # liquid water, ice, polished tops): lowering a water surface's roughness in the
-        # compositor keeps it dark and open
-        cover = np.clip(F32(p.snow) * sh.smoothstep(0.25, 0.7, ny) * sh.smoothstep(0.12, 0.3, rough),
-                        0.0, 1.0)
+        cover = snow_cover(p, albedo, rough, metal, ny, ny_depth)
         albedo = albedo + (sh.col(SNOW_ALBEDO) - albedo) * cover
         rough = rough + (F32(0.55) - rough) * cover
         metal = metal * (one - cover)
@@ -439,7 +486,26 @@ def _surface_edits(p: LookParams, albedo, rough, metal, ny):
         puddle = sh.smoothstep(0.6, 0.9, ny) * wet
         albedo = albedo * (one - F32(0.45) * wet)
         rough = rough * (one - F32(0.6) * wet) * (one - F32(0.9) * puddle)
-    return albedo, rough, metal
+    return albedo, rough, metal, cover
+
+
+def _depth_up(depth: np.ndarray, intr) -> np.ndarray:
+    """``n_y`` of the normals of the depth buffer (smoothed on a ~160 px grid), H x W."""
+    import cv2
+
+    from ..geometry import normals_from_depth
+
+    h, w = depth.shape
+    k = max(1, int(round(max(h, w) / 160)))
+    hl, wl = max(2, h // k), max(2, w // k)
+    d = resize(np.ascontiguousarray(depth, dtype=F32), (wl, hl), "area")
+    d = cv2.GaussianBlur(d, (0, 0), 1.5, borderType=cv2.BORDER_REPLICATE)
+    fx, fy, cx, cy = intr
+    n = normals_from_depth(d, (fx * wl / w, fy * hl / h, cx * wl / w, cy * hl / h))
+    ny = np.ascontiguousarray(n[..., 1], dtype=F32)
+    if min(hl, wl) > 4:  # one-sided differences at the border: take the inner neighbours'
+        ny[0], ny[-1], ny[:, 0], ny[:, -1] = ny[1], ny[-2], ny[:, 1], ny[:, -2]
+    return sh.upsample(ny, h, w)
 
 
 #: surfaces rougher than this reflect only the hemisphere (no screen-space reflection)
@@ -534,6 +600,16 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     return env + (col - env) * wgt, nv
 
 
+def _plate(diffuse, albedo, shading, metal) -> np.ndarray:
+    """What glossy surfaces reflect: the relit plate, ``albedo x shading`` ignoring the
+    metallic edit. The diffuse part of a metallic pixel is 0, so a Metallic-1 edit over
+    a whole region reflected black wherever its rays hit that region (a chrome frame was
+    mostly black, issue 28); a metal seen in a metal shows the plate instead."""
+    if float(metal.max()) <= 0.0:
+        return diffuse
+    return albedo * shading
+
+
 def _water_light_filter(p: LookParams) -> np.ndarray:
     """RGB factor (3,) of light reaching ``water_depth_m`` below the surface (1 above water)."""
     if p.water <= 0:
@@ -543,25 +619,33 @@ def _water_light_filter(p: LookParams) -> np.ndarray:
 
 def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
                   time_s: float) -> np.ndarray:
-    """Extra key-light factor from caustics on up-facing surfaces (H x W, >= 0).
+    """Caustics on up-facing surfaces as a key-light factor (H x W, >= 0, mean ~1).
 
-    Faded with distance, at grazing angles, and where one pixel covers more than a
-    quarter of the pattern period on the surface (it would alias into stripes).
+    The pattern (:func:`.shading.caustics`) is projected from above: it is a function
+    of each pixel's horizontal scene position (camera-space x, z in metres, from depth)
+    on a plane ``water_depth_m`` below the surface. It is faded toward 1 (plain light)
+    with distance (scattering), with the water depth, at grazing angles, on surfaces
+    not facing up (``smoothstep(0.2, 0.9, n_y)``), and where one pixel covers more than a
+    quarter of the pattern's shortest wavelength (it would alias). Relative depth puts
+    the nearest surface at 0 m; the pattern's positions start at
+    :data:`CAUSTIC_NEAR_M` so the bottom rows are not one stretched blob.
     """
-    depth_w = d.unit * d.water_scale
     dist_w = d.ray_unit * d.water_scale
+    pos_d = d.unit * d.water_scale + F32(CAUSTIC_NEAR_M)
     up = sh.smoothstep(0.2, 0.9, ny)
-    footprint = dist_w * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+    footprint = (dist_w + F32(CAUSTIC_NEAR_M)) * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+    lam_min = sh.CAUSTIC_WAVELENGTHS[0]
     fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
-        F32(1.0) - footprint * F32(1.0 / (0.25 * CAUSTIC_PERIOD_M)), 0.0, 1.0)
+        F32(1.0) - footprint * F32(1.0 / (0.5 * lam_min)), 0.0, 1.0)
     fade = fade * np.sqrt(n_dot_v)
-    weight = F32(1.3 * p.caustics * p.water) * up * fade
-    # the pattern (five sines per pixel) only where it shows: up-facing, near enough
-    lit = weight > 0
-    gain = np.zeros_like(weight)
+    depth_fade = math.exp(-p.water_depth_m / 10.0)
+    weight = np.minimum(F32(1.4 * p.caustics * p.water * depth_fade) * up * fade, F32(0.9))
+    gain = np.ones_like(weight)
+    lit = weight > 0.01
     if lit.any():
-        gain[lit] = weight[lit] * sh.caustics(planar[0][lit] * depth_w[lit], planar[2][lit] * depth_w[lit],
-                                              time_s, scale=2.0 * math.pi / CAUSTIC_PERIOD_M)
+        c = sh.caustics(planar[0][lit] * pos_d[lit], planar[2][lit] * pos_d[lit], time_s,
+                        depth_m=p.water_depth_m)
+        gain[lit] = F32(1.0) + weight[lit] * (c - F32(1.0))
     return gain
 
 
@@ -608,163 +692,20 @@ def _fog(out: np.ndarray, p: LookParams, planar, ray_len, view, dist_fog, lf, ke
 
 
 def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
-    """Saturation, tint, exposure; -> H x W x 3, NaN -> 0, clipped to [0, 1e4]."""
+    """Saturation, tint, exposure, the night tone curve; -> H x W x 3, NaN -> 0,
+    clipped to [0, 1e4]."""
     if p.saturation != 1.0:
         lum = sh.luminance(out)
         out = lum + (out - lum) * F32(p.saturation)
     out = out * sh.col(np.asarray(p.tint) * p.exposure)
+    if p.night_gamma != 1.0:
+        # day-for-night curve on luminance around the frame's log-average (hue and
+        # saturation kept): L -> L (L / (pivot Lavg))^(g - 1)
+        lum = np.maximum(sh.luminance(out), F32(1e-5))
+        log_avg = float(np.exp(np.mean(np.log(lum[::4, ::4]), dtype=np.float64)))
+        gain = np.power(lum * F32(1.0 / (p.night_pivot * log_avg)), F32(p.night_gamma - 1.0))
+        out = out * np.minimum(gain, F32(3.0))
     rgb = sh.hwc(out)
     np.fmax(rgb, F32(0.0), out=rgb)  # fmax maps NaN to 0
     np.minimum(rgb, F32(1e4), out=rgb)
     return rgb
-
-
-def _hash01(*keys: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Deterministic hash of integer arrays to float32 in ``[0, 1)`` (uint32
-    multiply-xorshift, wraps modulo 2^32 on every platform)."""
-    with np.errstate(over="ignore"):
-        x = np.full(np.broadcast(*keys).shape, np.uint32(seed * 0x9E3779B1 & 0xFFFFFFFF), dtype=np.uint32)
-        for i, k in enumerate(keys):
-            x ^= (np.asarray(k).astype(np.int64) & 0xFFFFFFFF).astype(np.uint32) * np.uint32(
-                (0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F)[i % 3])
-            x ^= x >> np.uint32(15)
-            x *= np.uint32(0x2C1B3C6D)
-            x ^= x >> np.uint32(12)
-            x *= np.uint32(0x297A2D39)
-            x ^= x >> np.uint32(15)
-    return (x >> np.uint32(8)).astype(F32) * F32(1.0 / (1 << 24))
-
-
-@dataclass(frozen=True)
-class _ParticleLayer:
-    """One depth layer of falling particles, sized in units of the frame height.
-
-    ``cell``: column spacing; ``width``: particle width; ``length``: particle length
-    along the fall (a streak; equal to ``width`` for a round flake); ``period``: spacing
-    of particles along a column; ``speed``: fall speed (frame heights per second);
-    ``density``: fraction of slots that hold a particle; ``opacity``: its brightness.
-    """
-
-    cell: float
-    width: float
-    length: float
-    period: float
-    speed: float
-    density: float
-    opacity: float
-
-
-#: rain: three layers (near, mid, far); streaks are long, thin, fast (motion blur)
-RAIN_LAYERS = (
-    _ParticleLayer(cell=0.045, width=0.0030, length=0.16, period=0.55, speed=2.6, density=0.45, opacity=0.8),
-    _ParticleLayer(cell=0.022, width=0.0018, length=0.09, period=0.38, speed=1.9, density=0.45, opacity=0.55),
-    _ParticleLayer(cell=0.011, width=0.0011, length=0.05, period=0.24, speed=1.3, density=0.45, opacity=0.35),
-)
-RAIN_SLANT = 0.16  # tan of the angle from vertical
-#: snow: round flakes, slow, swaying
-SNOW_LAYERS = (
-    _ParticleLayer(cell=0.06, width=0.009, length=0.009, period=0.09, speed=0.10, density=0.45, opacity=1.0),
-    _ParticleLayer(cell=0.035, width=0.006, length=0.006, period=0.06, speed=0.07, density=0.45, opacity=0.8),
-    _ParticleLayer(cell=0.02, width=0.0035, length=0.0035, period=0.04, speed=0.05, density=0.45, opacity=0.6),
-)
-
-
-def _box_cover(d_px: np.ndarray, width_px: float) -> np.ndarray:
-    """Fraction of a 1-pixel box around each pixel centre covered by a band of width
-    ``width_px`` whose centre is ``d_px`` pixels away (exact box-filter anti-aliasing:
-    a band thinner than a pixel covers part of it, never aliases to a full pixel)."""
-    half = F32(0.5 * width_px)
-    lo = np.maximum(d_px - F32(0.5), -half)
-    hi = np.minimum(d_px + F32(0.5), half)
-    return np.maximum(hi - lo, F32(0.0))
-
-
-def _falling(h: int, w: int, frame_index: int, time_s: float, layers, *, slant: float,
-             sway: float = 0.0, round_particles: bool = False) -> np.ndarray:
-    """Falling particles, coverage in ``[0, 1]`` (H x W float32), hash-based, deterministic.
-
-    Built at full resolution in coordinates normalised by the frame height, so the same
-    clip at 480x270 and at 1920x1080 shows the same streaks (sizes scale with the
-    resolution). Each layer splits the (slanted) frame into columns ``cell`` wide; along a
-    column, slots ``period`` long each hold at most one particle (hashed presence, phase,
-    sideways jitter and speed). Cross-section coverage is box-filtered (:func:`_box_cover`)
-    and streak ends fade over a pixel, so nothing is aliased into stair steps. The pattern
-    moves with ``time_s`` (or the frame index at 24 fps when 0); ``sway`` (in frame
-    heights) adds a slow sideways drift (snow).
-    """
-    t = time_s if time_s else frame_index / 24.0
-    if sway and slant:
-        raise ValueError("_falling: sway needs slant 0 (the sparse pass needs rows of constant drift)")
-    inv_h = F32(1.0 / h)
-    norm = 1.0 / math.sqrt(1.0 + slant * slant)
-    yc = (np.arange(h, dtype=F32) + F32(0.5)) * inv_h          # row centres, frame-height units
-    out = np.zeros((h, w), dtype=F32)
-    px = F32(h)  # frame-height units -> pixels
-    for li, L in enumerate(layers):
-        # rotated coordinates: v along the fall, u across it (distances kept); on a row, u
-        # is linear in x: u = (x_c - y_c slant) norm + drift(row)
-        drift = (F32(sway * (1.0 - 0.3 * li)) * np.sin(yc * F32(9.0) + F32(t * 1.3 + li)) if sway
-                 else np.zeros(h, F32))
-        corners = [(xx - yy * slant) * norm + dd for xx in (0.0, w / h) for yy, dd in
-                   ((float(yc[0]), float(drift.min())), (float(yc[-1]), float(drift.max())),
-                    (float(yc[0]), float(drift.max())), (float(yc[-1]), float(drift.min())))]
-        c0 = int(math.floor(min(corners) / L.cell)) - 1
-        cols = np.arange(c0, int(math.floor(max(corners) / L.cell)) + 2)
-        centre = ((cols + F32(0.5) + (_hash01(cols, seed=37 + li) - F32(0.5)) * F32(0.6))
-                  * F32(L.cell)).astype(F32)
-        # only the pixels a column's particles can cover: a few around each column's line
-        # on each row (sparse; the rest of the frame is never touched)
-        width_px = max(L.width * h, 1e-3)
-        # pixel i (centre at index i) meets the band when |i - x_line| < half, in x pixels
-        half = (0.5 * width_px + 0.5) / norm
-        x_line = ((centre[None, :] - drift[:, None]) / F32(norm) + yc[:, None] * F32(slant)) * px - F32(0.5)
-        xs = (np.ceil(x_line - F32(half)).astype(np.int32)[..., None]
-              + np.arange(int(math.floor(2 * half)) + 2, dtype=np.int32))
-        ys = np.broadcast_to(np.arange(h, dtype=np.int32)[:, None, None], xs.shape)
-        ks = np.broadcast_to(np.arange(cols.size, dtype=np.int32)[None, :, None], xs.shape)
-        ok = (xs >= 0) & (xs < w)
-        xs, ys, ks = xs[ok], ys[ok], ks[ok]
-        uu = ((xs.astype(F32) + F32(0.5)) * inv_h - yc[ys] * F32(slant)) * F32(norm) + drift[ys]
-        own = np.floor(uu * F32(1.0 / L.cell)).astype(np.int32) - c0 == ks  # the pixel's own column
-        across = _box_cover((uu - centre[ks]) * px, width_px)
-        keep = own & (across > 0)
-        if not keep.any():
-            continue
-        xs, ys, ks, across = xs[keep], ys[keep], ks[keep], across[keep]
-        idx = ys.astype(np.int64) * w + xs
-        ci = ks
-        v = (yc[ys] + (xs.astype(F32) + F32(0.5)) * inv_h * F32(slant)) * F32(norm)
-        c_idx = ci
-        col_h = _hash01(cols, seed=11 + li)[c_idx]
-        speed = F32(L.speed) * (F32(0.8) + F32(0.4) * col_h)
-        vv = v * F32(1.0 / L.period) - speed * F32(t / L.period) + col_h * F32(13.0)
-        slot = np.floor(vv)
-        s = vv - slot  # position inside the slot, 0..1 (0 = head)
-        si = slot.astype(np.int32)
-        s0 = int(si.min())
-        si -= s0
-        slots = np.arange(s0, s0 + int(si.max()) + 1)
-        present = (_hash01(cols[:, None], slots[None, :], seed=23 + li) < F32(L.density))[c_idx, si]
-        along_px = s * F32(L.period) * px          # pixels behind the head
-        len_px = max(L.length * h, 1.0)
-        if round_particles:
-            r = F32(0.5 * len_px)
-            along = _box_cover(along_px - r, float(2 * r))
-        else:
-            # bright head fading toward the tail; both ends anti-aliased over a pixel
-            ramp = F32(1.0) - np.clip(along_px * F32(1.0 / len_px), 0.0, 1.0)
-            along = np.clip(along_px + F32(0.5), 0.0, 1.0) * ramp
-        out.reshape(-1)[idx] += across * along * present * F32(L.opacity)  # idx unique per layer
-    np.minimum(out, F32(1.0), out=out)
-    return out
-
-
-def _rain_streaks(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
-    """Fast, slightly slanted rain streaks in three depth layers (see :func:`_falling`)."""
-    return _falling(h, w, frame_index, time_s, RAIN_LAYERS, slant=RAIN_SLANT)
-
-
-def _snowflakes(h: int, w: int, frame_index: int, time_s: float) -> np.ndarray:
-    """Slow, swaying round snowflakes in three depth layers (see :func:`_falling`)."""
-    return _falling(h, w, frame_index, time_s, SNOW_LAYERS, slant=0.0, sway=0.01,
-                    round_particles=True)

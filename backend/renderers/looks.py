@@ -83,6 +83,11 @@ class LookParams:
     exposure: float = 1.0
     saturation: float = 1.0
     tint: Vec = (1.0, 1.0, 1.0)
+    # day-for-night tone curve on luminance (1 = off): L -> L (L / (pivot Lavg))^(gamma - 1)
+    # around the frame's log-average luminance Lavg (Reinhard et al. 2002's "key"):
+    # shadows go down, highlights up, so the subject stays readable in a darker frame
+    night_gamma: float = 1.0
+    night_pivot: float = 1.0
 
     def to_json(self) -> Dict[str, object]:
         """JSON-serialisable dict (rounded for stable hashes)."""
@@ -106,17 +111,21 @@ def _golden_hour(p: LookParams, s: float) -> LookParams:
     return replace(
         p,
         key_dir=_norm(_mix(p.key_dir, (0.85, 0.16, 0.3), min(t, 1.0))),
-        key_color=_mix(p.key_color, (1.0, 0.58, 0.28), t / 1.5 + 0.33 * min(t, 1.0)),
+        # the sun low in the sky, ~3500 K, on the yellow side: an orange-red key (and a
+        # saturation boost) turned grey dolphins salmon pink, so the hue leans to yellow
+        key_color=_mix(p.key_color, (1.0, 0.74, 0.42), t / 1.5 + 0.33 * min(t, 1.0)),
         key_intensity=_mix(p.key_intensity, 1.7, min(t, 1.0)),
-        sky_color=_mix(p.sky_color, (0.36, 0.33, 0.42), t),
+        # the dusk sky and the fill are blue without magenta (green never the lowest
+        # channel): with a green-poor sky and tint, grey surfaces turned salmon pink
+        sky_color=_mix(p.sky_color, (0.33, 0.36, 0.45), t),
         ground_color=_mix(p.ground_color, (0.22, 0.14, 0.09), t),
-        fill_color=_mix(p.fill_color, (0.55, 0.6, 0.95), t),
+        fill_color=_mix(p.fill_color, (0.55, 0.66, 0.95), t),
         sky_gain=_mix(p.sky_gain, (1.35, 0.82, 0.52), t),
         fog_color=_mix(p.fog_color, (0.95, 0.75, 0.55), t),
         fog_sun=_mix(p.fog_sun, 0.8, min(t, 1.0)),
         fog_tau=p.fog_tau + 0.25 * t,
-        tint=_mix(p.tint, (1.08, 0.97, 0.86), t),
-        saturation=p.saturation * (1.0 + 0.1 * t),
+        tint=_mix(p.tint, (1.05, 1.0, 0.9), t),
+        saturation=p.saturation,
     )
 
 
@@ -142,27 +151,55 @@ def _overcast(p: LookParams, s: float) -> LookParams:
 
 
 def _night(p: LookParams, s: float) -> LookParams:
+    """Day for night, as graded in post (e.g. Hurkman, *Color Correction Handbook*, ch.
+    "Day for night"; the Blender Studio / ACES day-for-night practice): about 1.5-2.5
+    stops down overall, a cool (blue) moonlight key, the sky darkened the most (it is
+    the giveaway), shadows and mid-tones pushed down more than the highlights (a tone
+    curve, :attr:`LookParams.night_gamma`), which stay bright so the subject reads;
+    colour desaturated toward blue (the Purkinje shift of scotopic vision)."""
     t = min(s, 2.0)
     u = min(t, 1.0)
-    dim = 1.0 - 0.9 * u - 0.04 * max(t - 1.0, 0.0)
     moon = (0.55, 0.68, 1.0)
-    return replace(
+    q = replace(
         p,
         key_dir=_norm(_mix(p.key_dir, (-0.3, 0.85, 0.3), u)),
         key_color=_mix(p.key_color, moon, u),
-        key_intensity=p.key_intensity * dim * 0.9,
-        fill_intensity=p.fill_intensity * dim,
-        sky_color=tuple(c * dim for c in _mix(p.sky_color, (0.25, 0.35, 0.7), u)),
-        ground_color=tuple(c * dim for c in _mix(p.ground_color, (0.1, 0.12, 0.2), u)),
-        sky_gain=tuple(g * dim * 0.6 for g in _mix(p.sky_gain, (0.35, 0.45, 1.0), u)),
-        sky_fill=tuple(c * dim for c in (0.05, 0.07, 0.15)),
+        fill_intensity=p.fill_intensity * (1.0 - 0.5 * u),
+        sky_color=_mix(p.sky_color, (0.25, 0.35, 0.7), u),
+        ground_color=_mix(p.ground_color, (0.1, 0.12, 0.2), u),
         fog_color=_mix(p.fog_color, (0.45, 0.55, 0.8), u),
         fog_sun=p.fog_sun * (1.0 - 0.7 * u),
-        water_depth_m=p.water_depth_m,
         saturation=p.saturation * (1.0 - 0.45 * u),
         tint=_mix(p.tint, (0.85, 0.95, 1.2), u),
-        exposure=p.exposure * 1.4,  # keep night readable (shot "day for night")
+        night_gamma=p.night_gamma * (1.0 + NIGHT_GAMMA * u),
+        # caustics focus the direct (key) light; at night the light is mostly diffuse sky
+        # and the tone curve would push the web's bright folds into flicker: halve them
+        caustics=p.caustics * (1.0 - 0.5 * u),
     )
+    # the rig's mean irradiance goes to `level` x what the earlier looks built (1.5 stops
+    # down at strength 1, ~2.4 at "dark"/"deep" night words), whatever their key was
+    level = (1.0 - (1.0 - NIGHT_LEVEL) * u) * (0.6 ** max(t - 1.0, 0.0))
+    k = level * _level(p) / max(_level(q), 1e-6)
+    return replace(
+        q,
+        key_intensity=q.key_intensity * k,
+        fill_intensity=q.fill_intensity * k,
+        sky_color=tuple(c * k for c in q.sky_color),
+        ground_color=tuple(c * k for c in q.ground_color),
+        # the sky is the giveaway of day for night: darkened most
+        sky_gain=tuple(g * level * 0.5 for g in _mix(p.sky_gain, (0.35, 0.45, 1.0), u)),
+        sky_fill=tuple(c * level for c in (0.05, 0.07, 0.15)),
+    )
+
+
+#: night: mean irradiance of the rig relative to the look it darkens (strength 1)
+NIGHT_LEVEL = 0.34
+#: night: exponent added to the tone curve at strength 1 (see LookParams.night_gamma)
+NIGHT_GAMMA = 0.65
+
+
+def _level(p: LookParams) -> float:
+    return sum(average_irradiance(p)) / 3.0
 
 
 def _rain(p: LookParams, s: float) -> LookParams:

@@ -90,16 +90,23 @@ class PromptError(InputError):
         self.unknown = list(unknown)
         self.prompt = prompt
         self.suggestions = {w: suggest(w) for w in self.unknown}
-        looks = ", ".join(LOOK_ORDER)
-        syn = ", ".join(sorted(k for k in SYNONYMS if k not in LOOK_ORDER))
-        mods = ", ".join(sorted(INTENSITY) + sorted(INTENSIFIERS))
-        super().__init__(
-            f"{self.short}\n"
-            f"It understands the looks: {looks} "
-            f"(synonyms: {syn}); intensity words: {mods}; and ignores: "
-            f"{', '.join(sorted(STOPWORDS))}. For free-form prompts use a diffusion "
-            f"renderer: --renderer controlnet."
-        )
+        super().__init__(f"{self.short}\n" + "\n".join(self.vocabulary_lines()))
+
+    @staticmethod
+    def vocabulary_lines() -> List[str]:
+        """The vocabulary as a short list: one line per look with a few of its synonyms,
+        one line of intensity words; the full list is in ``python -m backend restyle
+        --help`` (it was one ~100-word paragraph)."""
+        out = ["Words it understands (all of them: python -m backend restyle --help):"]
+        for look in LOOK_ORDER:
+            syn = sorted(w for w, t in SYNONYMS.items() if t == look and w not in (look, look.replace("_", " ")))
+            more = f", ... ({len(syn) - 4} more)" if len(syn) > 4 else ""
+            out.append(f"  {look.replace('_', ' ')}: {', '.join(syn[:4])}{more}")
+        words = sorted(INTENSITY, key=INTENSITY.get)
+        for label, part in (("weaker", [w for w in words if INTENSITY[w] < 1.0]),
+                            ("stronger", [w for w in words if INTENSITY[w] > 1.0])):
+            out.append(f"  {label}: {', '.join(part[:9])}{', ...' if len(part) > 9 else ''}")
+        return out
 
     @property
     def short(self) -> str:

@@ -464,25 +464,73 @@ def height_fog_optical_depth(dist: np.ndarray, dir_y: np.ndarray, beta0: float,
     return (beta_c * dist * ratio).astype(F32)
 
 
-def caustics(px: np.ndarray, pz: np.ndarray, t: float, scale: float = 1.0) -> np.ndarray:
-    """Animated caustic pattern in ``[0, 1]`` from horizontal scene coordinates (any shape).
+#: caustics: the water surface is a sum of CAUSTIC_WAVES travelling sine waves with
+#: directions spread by the golden angle (no preferred orientation), wavelengths
+#: log-uniform in CAUSTIC_WAVELENGTHS (metres) and random phases (fixed seed)
+CAUSTIC_WAVES = 14
+CAUSTIC_WAVELENGTHS = (0.35, 1.6)
+#: refractive index of water
+WATER_IOR = 1.33
+#: caustics: the waves run at this fraction of deep-water speed (calmer, steadier look)
+CAUSTIC_SPEED = 0.25
 
-    A sum of three travelling, domain-warped sine waves, inverted and sharpened: thin
-    bright lines resemble the focusing of sunlight by surface waves. ``px``/``pz`` in
-    metres; ``scale`` in radians per metre; ``t`` in seconds.
+
+@lru_cache(maxsize=1)
+def _caustic_waves():
+    rng = np.random.default_rng(7)
+    n = CAUSTIC_WAVES
+    ang = (np.arange(n) * 2.399963 + rng.uniform(0.0, 0.3, n)) % (2.0 * math.pi)
+    lo, hi = CAUSTIC_WAVELENGTHS
+    lam = np.exp(rng.uniform(math.log(lo), math.log(hi), n))
+    phase = rng.uniform(0.0, 2.0 * math.pi, n)
+    k = 2.0 * math.pi / lam
+    return np.cos(ang) * k, np.sin(ang) * k, k, phase
+
+
+def caustics(px: np.ndarray, pz: np.ndarray, t: float, depth_m: float = 4.0,
+             strength: float = 0.8) -> np.ndarray:
+    """Caustic irradiance factor (mean about 1, in ``[0, 8]``) on a horizontal plane
+    ``depth_m`` metres below a wavy water surface, at horizontal scene coordinates
+    ``px``, ``pz`` (metres, any shape) and time ``t`` (seconds).
+
+    Physically based: sunlight from straight above is refracted by the surface ``h(x)``
+    (Snell, index :data:`WATER_IOR`); to first order a ray entering at ``x`` lands at
+    ``x + c grad h(x)`` with ``c = depth (1 - 1/n)``, and the irradiance there is the
+    inverse Jacobian determinant of that map, ``1 / |det(I + c Hess h)|`` (the beam
+    compression that makes caustics: Watt 1990, "Light-water interaction using backward
+    beam tracing", SIGGRAPH; Stam 1996; GPU Gems ch. 2, Guardado & Sanchez-Crespo 2004).
+    ``h`` is a sum of :data:`CAUSTIC_WAVES` sine waves with deep-water dispersion
+    ``omega = sqrt(g k)`` (slowed by 0.35 for the look), directions spread evenly
+    (golden angle), so the pattern is an irregular, isotropic web that drifts and
+    changes with time instead of regular lines. Amplitudes are set so each wave's
+    curvature term is ``strength / sqrt(N)``; folds (``det -> 0``) are capped at 10x.
     """
-    s = F32(scale)
-    u = px * s
-    v = pz * s
-    tt = F32(t)
-    w1 = np.sin(u * F32(1.7) + tt * F32(1.3) + np.sin(v * F32(1.1) - tt * F32(0.7)))
-    w2 = np.sin(v * F32(1.9) - tt * F32(1.1) + np.sin(u * F32(0.9) + tt * F32(0.5)))
-    w3 = np.sin((u + v) * F32(1.3) + tt * F32(0.9))
-    c = np.abs(w1 + w2 + w3) * F32(1.0 / 3.0)
-    c = np.clip(F32(1.0) - c, 0.0, 1.0)
-    c = c * c
-    c = c * c
-    return (c * c).astype(F32)  # (1 - |.|)^8: thin bright lines
+    kx, kz, k, phase = _caustic_waves()
+    c = float(depth_m) * (1.0 - 1.0 / WATER_IOR)
+    n = len(k)
+    px = np.asarray(px, dtype=F32)
+    pz = np.asarray(pz, dtype=F32)
+    hxx = np.zeros(px.shape, F32)
+    hzz = np.zeros(px.shape, F32)
+    hxz = np.zeros(px.shape, F32)
+    for i in range(n):
+        omega = math.sqrt(9.81 * k[i]) * CAUSTIC_SPEED
+        # a k^2 c (curvature of this wave times c): the same surface focuses more the
+        # deeper the plane, up to the focal depth (beyond, the web blurs: capped)
+        amp = strength / math.sqrt(n) * min(c / (4.0 * (1.0 - 1.0 / WATER_IOR)), 1.5)
+        s = np.sin(px * F32(kx[i]) + pz * F32(kz[i]) + F32(phase[i] - omega * t)) * F32(amp)
+        ux, uz = F32(kx[i] / k[i]), F32(kz[i] / k[i])
+        hxx -= s * (ux * ux)
+        hzz -= s * (uz * uz)
+        hxz -= s * (ux * uz)
+    det = (F32(1.0) + hxx) * (F32(1.0) + hzz) - hxz * hxz
+    out = F32(1.0) / np.maximum(np.abs(det), F32(0.1))
+    return np.minimum(out, F32(8.0)) * F32(1.0 / CAUSTIC_MEAN) if c > 0 else np.ones(px.shape, F32)
+
+
+#: mean of the raw inverse determinant over the plane (measured on a 4096^2 sample of
+#: 40 m x 40 m at t = 0): caustics redistribute light, they do not add any on average
+CAUSTIC_MEAN = 1.61
 
 
 _PREVIEW_LUT_SCALE = 4096.0
