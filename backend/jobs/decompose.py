@@ -446,6 +446,34 @@ def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options,
     return shot
 
 
+def _check_mesh_path(mesh, cameras) -> None:
+    if cameras is None:
+        raise ValueError("--mesh needs --cameras: the mesh is fused from measured depth")
+    if Path(mesh).suffix.lower() != ".ply":
+        raise ValueError(f"--mesh {mesh}: expected a .ply path")
+    if Path(mesh).exists():
+        raise FileExistsError(f"--mesh {mesh}: exists; the mesh is never written over a file")
+
+
+def _write_mesh(result: JobResult, mv, path) -> None:
+    """Mesh of the shot's fused surface to ``path`` (PLY), and a ``mesh`` entry in the
+    manifest; a warning when no frame was fused (all resumed, or none measured)."""
+    from ..multiview.tsdf import write_ply
+
+    fusion = mv.fusion
+    if fusion is None or fusion.frames == 0:
+        events.warning(f"--mesh {path}: no frame was measured in this run (resumed or single-image "
+                       "frames are not fused); no mesh written", file=str(path))
+        return
+    verts, faces = fusion.mesh()
+    write_ply(path, verts, faces, comment="G-Buffer Editor fused surface, cameras' world")
+    man = result.manifest
+    man["mesh"] = {"path": str(path), "vertices": int(len(verts)), "faces": int(len(faces)),
+                   "frames_fused": fusion.frames, "voxel": fusion.voxel, "units": mv.units,
+                   "world": "the cameras' world (Blender convention for Track & Solve JSON)"}
+    contract.write_manifest(result.out_dir, man)
+
+
 def _multiview_summary(result: JobResult) -> None:
     """Shot-level figures of the multi-view path in the manifest: the measured share of
     the frames and the temporal consistency (median over frames of the median relative
@@ -579,6 +607,7 @@ def decompose(
     albedo_detail: bool = True,
     cameras: Optional[os.PathLike] = None,
     multiview: Optional[Dict[str, Any]] = None,
+    mesh: Optional[os.PathLike] = None,
     progress: events.Progress = None,
     cancel: Optional[threading.Event] = None,
     max_size: Optional[int] = None,
@@ -614,6 +643,10 @@ def decompose(
         multiview: options of the multi-view path
             (:class:`backend.multiview.shot.MultiViewOptions` fields: ``neighbours``,
             ``window``, ``processing_width``, ``min_parallax_px``, ``confidence_threshold``).
+        mesh: with ``cameras``: a ``.ply`` path; the confident measured depth of every frame
+            computed in this run is fused into one surface (:mod:`backend.multiview.tsdf`)
+            written there as a mesh in the cameras' world and units. Never written over a
+            file (``FileExistsError`` before anything runs).
         progress: where events go: a callable taking an event dict, or a text stream
             for JSON lines (:mod:`backend.events`); ``None``: nothing is reported.
         cancel: a ``threading.Event``; setting it stops after the current frame
@@ -645,6 +678,8 @@ def decompose(
         if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
             raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
                              "computed before the chunk)")
+        if mesh is not None:
+            _check_mesh_path(mesh, cameras)
         if cameras is not None and (warmup is not None or manifest_part):
             raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "run camera-tracked shots on one machine")
@@ -664,6 +699,8 @@ def decompose(
                 shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
                                        lambda: open_footage(input_path, colorspace=colorspace))
                 settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
+                if mesh is not None:
+                    shot.mv.enable_fusion()
                 if stabilize:
                     events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                                    "across frames by construction")
@@ -696,6 +733,8 @@ def decompose(
                 _flicker_summary(result)
             if cameras is not None:
                 _multiview_summary(result)
+                if mesh is not None:
+                    _write_mesh(result, shot.mv, mesh)
             elif isinstance(shot, _WindowedShot):
                 _windows_summary(result, dec.estimator)
             return result

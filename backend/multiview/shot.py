@@ -49,6 +49,7 @@ from ..colour import linear_to_srgb
 from ..decomposer import SKY_CONFIDENCE, Decomposer
 from ..imaging import resize
 from .cameras import Camera
+from .densify import densify_planes, upsample_densified
 from .fusion import fuse_depth
 from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
@@ -78,6 +79,10 @@ class MultiViewOptions:
         confidence_threshold: confidence from which a pixel counts as measured.
         range_margin: the camera file's depth range (from tracked points, which are
             sparse) is widened by this factor on both sides for the search.
+        densify: piecewise-planar densification along image segments
+            (:mod:`backend.multiview.densify`) before the prior fills what is left.
+        plane_agreement: relative depth difference up to which a measured pixel takes
+            its segment's plane (beyond it: its own measured depth).
     """
 
     neighbours: int = 4
@@ -87,6 +92,8 @@ class MultiViewOptions:
     min_parallax_px: float = 1.0
     confidence_threshold: float = 0.5
     range_margin: float = 1.5
+    densify: bool = True
+    plane_agreement: float = 0.02
 
     def __post_init__(self):
         if self.neighbours < 1 or self.window < 1:
@@ -169,6 +176,16 @@ class MultiViewShot:
         self.views: Dict[int, _View] = {}
         self.report = MultiViewReport()
         self._prev: Optional[Tuple[int, np.ndarray, Camera, np.ndarray]] = None
+        self.fusion = None  # SparseTSDF once enable_fusion() and a frame was measured
+        self._fuse = False
+
+    def enable_fusion(self) -> None:
+        """Fuse every measured frame's confident depth into one sparse TSDF
+        (:class:`backend.multiview.tsdf.SparseTSDF`, ``self.fusion``) for a mesh of the
+        shot. Its voxel is the footprint of two processing pixels at the first measured
+        frame's median depth; depths beyond four times that frame's 90th percentile (far
+        background) are not fused."""
+        self._fuse = True
 
     # ------------------------------------------------------------------ streaming
     def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool]) -> Iterator[int]:
@@ -269,8 +286,14 @@ class MultiViewShot:
         res = multiview_depth(rgb_u, cam_u, [v.grey for v in nbs], [v.camera for v in nbs], near, far,
                               processing_width=self.width(cam))
         prior_depth, _ = undistort_image(prior.depth, cam)
+        dense = self._densify(rgb_u, res, cam_u) if opts.densify else None
+        depth_in, conf_in = res.depth, res.confidence
+        if dense is not None:
+            depth_in = np.where(dense[0], dense[1].depth, res.depth).astype(np.float32)
+            conf_in = np.where(dense[0], np.maximum(res.confidence, dense[1].confidence),
+                               res.confidence).astype(np.float32)
         try:
-            fused = fuse_depth(res.depth, res.confidence, prior_depth, prior_space="depth",
+            fused = fuse_depth(depth_in, conf_in, prior_depth, prior_space="depth",
                                threshold=opts.confidence_threshold)
         except ValueError as e:
             return self._fallback(prior, int(prior.meta.get("frame_number", 0)) or None,
@@ -279,11 +302,50 @@ class MultiViewShot:
         self.report.prior_rank_corr = round(fused.prior_rank_corr, 4)
         self.report.prior_trust = round(fused.prior_trust, 4)
         self._temporal(prior, res, fused.depth, cam_u)
+        if self._fuse:
+            self._integrate(fused.depth, fused.confidence, cam_u)
         normal = self._normals(fused.depth, fused.confidence, cam_u)
+        if dense is not None:
+            normal = np.where(dense[0][..., None], dense[1].normal, normal)
         depth = redistort_image(fused.depth, cam)
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
         return self._assemble(prior, cam, depth, normal, conf)
+
+    def _densify(self, rgb_u: np.ndarray, res, cam_u: Camera):
+        """Piecewise-planar densification along image segments at the processing width
+        (:func:`backend.multiview.densify.densify_planes`), evaluated at full size. Returns
+        ``(use, Densified)``: ``use`` marks pixels whose plane is taken, those with a plane
+        that are either unmeasured or agree with their measured depth within
+        ``plane_agreement`` (a curved or thin surface a segment's plane does not follow keeps
+        its measured depth and local-plane normals)."""
+        opts = self.options
+        w = self.width(cam_u)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        small = cam_u.scaled(w, h)
+        dn = densify_planes(resize(rgb_u[..., :3], (w, h), "area"), resize(res.depth, (w, h), "nearest"),
+                            resize(res.confidence, (w, h), "nearest"), small.intrinsics,
+                            threshold=opts.confidence_threshold)
+        dn = upsample_densified(dn, (cam_u.width, cam_u.height), cam_u.intrinsics)
+        with np.errstate(invalid="ignore"):
+            agree = np.abs(dn.depth - res.depth) <= opts.plane_agreement * res.depth
+        use = dn.has_plane & ((res.confidence < opts.confidence_threshold) | agree)
+        return use, dn
+
+    def _integrate(self, depth_u: np.ndarray, conf_u: np.ndarray, cam_u: Camera) -> None:
+        from .tsdf import SparseTSDF
+
+        w = self.width(cam_u)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        d, c, cam = resize(depth_u, (w, h), "nearest"), resize(conf_u, (w, h), "nearest"), cam_u.scaled(w, h)
+        thr = self.options.confidence_threshold
+        if self.fusion is None:
+            ok = (c >= thr) & (d > 0)
+            if not ok.any():
+                return
+            self.fusion = SparseTSDF(SparseTSDF.voxel_for(d, c, cam, thr))
+            self._max_depth = 4.0 * float(np.percentile(d[ok], 90))
+        self.fusion.integrate(d, c, cam, threshold=thr, max_depth=self._max_depth)
 
     def _normals(self, depth_u: np.ndarray, conf_u: np.ndarray, cam_u: Camera) -> np.ndarray:
         """Normals of the fused depth from robust local planes at the processing width
