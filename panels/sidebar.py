@@ -144,6 +144,7 @@ def draw_camera(layout, context) -> None:
     row.enabled = not s.is_running
     row.operator("gbuffer.track_solve", icon="TRACKING")
     layout.prop(s, "use_camera_solve")
+    layout.operator("gbuffer.import_fused_mesh", icon="MESH_DATA")
 
 
 _PROMPT_CACHE: dict = {}
