@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -64,9 +65,11 @@ def run_scene(spec, variant: str, processing_width: int, estimator: str | None) 
     rel, _ = es.CAMERA_VARIANTS[variant]
     out = es.cache_root() / "runs" / spec.key() / variant
     kw = {"estimator": estimator} if estimator else {}
+    if out.exists():  # a finished run with the same settings would be resumed, not recomputed
+        shutil.rmtree(out)
     t0 = time.perf_counter()
     decompose(folder / "shot", out, cameras=folder / rel, multiview={"processing_width": processing_width},
-              overwrite=True, **kw)
+              **kw)
     secs = time.perf_counter() - t0
     row = es.score_output(out, es.load_truth(folder))
     man = json.loads((out / "manifest.json").read_text())
