@@ -59,6 +59,8 @@ class Densified:
             (its segment's share of confident pixels and fit quality; lowered per hop of
             propagation); 0 where ``has_plane`` is False.
         has_plane: bool.
+        own: bool, pixels whose segment's plane was fitted to its own measurements (not
+            propagated from a neighbour).
         labels: int32 superpixel label of each pixel (after merging: region label).
         plane: float32 ``H x W x 3``: each pixel's plane ``(a, b, c)`` with inverse depth
             ``a x + b y + c`` at pixel index ``(x, y)`` (zeros where ``has_plane`` is False),
@@ -70,6 +72,7 @@ class Densified:
     normal: np.ndarray
     confidence: np.ndarray
     has_plane: np.ndarray
+    own: np.ndarray
     labels: np.ndarray
     plane: np.ndarray
     segments: int
@@ -341,7 +344,7 @@ def densify_planes(guide_rgb: np.ndarray, depth: np.ndarray, confidence: np.ndar
     normal[~ok.reshape(h, w)] = (0.0, 0.0, 1.0)
     out_conf = np.where(ok, seg_conf[lf], 0.0).reshape(h, w).astype(np.float32)
     pl = np.where(ok[:, None], plane[lf], 0.0).reshape(h, w, 3).astype(np.float32)
-    return Densified(d, normal, out_conf, ok.reshape(h, w), region[lf].reshape(h, w).astype(np.int32), pl,
+    return Densified(d, normal, out_conf, ok.reshape(h, w), (ok & own[lf]).reshape(h, w), region[lf].reshape(h, w).astype(np.int32), pl,
                      n, int(len(np.unique(region[own]))) if own.any() else 0)
 
 
@@ -368,4 +371,4 @@ def upsample_densified(dn: Densified, size: Tuple[int, int],
     normal[~has] = (0.0, 0.0, 1.0)
     depth = np.where(has, 1.0 / np.maximum(q, 1e-12), np.nan).astype(np.float32)
     return Densified(depth, normal, np.where(has, pick(dn.confidence), 0.0).astype(np.float32), has,
-                     pick(dn.labels), np.zeros((H, W, 3), np.float32), dn.segments, dn.regions)
+                     has & pick(dn.own), pick(dn.labels), np.zeros((H, W, 3), np.float32), dn.segments, dn.regions)

@@ -58,6 +58,10 @@ from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plan
 from .reproject import temporal_disagreement
 from .undistort import redistort_image, undistort_image
 
+#: the most confidence of a pixel whose depth is its segment's plane but not measured
+FILL_CONFIDENCE = 0.45
+
+
 @dataclass
 class MultiViewOptions:
     """Settings of the multi-view path (all enter the resume hash).
@@ -302,8 +306,14 @@ class MultiViewShot:
         depth_in, conf_in = res.depth, res.confidence
         if dense is not None:
             depth_in = np.where(dense[0], dense[1].depth, res.depth).astype(np.float32)
+            # confident only where a measurement agrees with its plane; an unmeasured pixel
+            # given a plane is a good fill, not a measurement (a segment may straddle a depth
+            # edge between surfaces of one colour)
             dconf = dense[1].confidence * (1.0 if verified else UNVERIFIED_CONFIDENCE)
-            conf_in = np.where(dense[0], np.maximum(res.confidence, dconf), res.confidence).astype(np.float32)
+            measured = res.confidence >= opts.confidence_threshold
+            conf_in = np.where(dense[0], np.where(measured, np.maximum(res.confidence, dconf),
+                                                  np.minimum(dconf, FILL_CONFIDENCE)),
+                               res.confidence).astype(np.float32)
         try:
             fused = fuse_depth(depth_in, conf_in, prior_depth, prior_space="depth",
                                threshold=opts.confidence_threshold)
@@ -318,7 +328,10 @@ class MultiViewShot:
             self._integrate(fused.depth, fused.confidence, cam_u)
         normal = self._normals(fused.depth, fused.confidence, cam_u)
         if dense is not None:
-            normal = np.where(dense[0][..., None], dense[1].normal, normal)
+            # normals only from planes fitted to the segment's own measurements: a plane
+            # carried into an untextured segment has a guessed slope (measured: plain rooms'
+            # normals 40 -> 55 deg when those were used too)
+            normal = np.where((dense[0] & dense[1].own)[..., None], dense[1].normal, normal)
         depth = redistort_image(fused.depth, cam)
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
