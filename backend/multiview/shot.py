@@ -85,6 +85,10 @@ class MultiViewOptions:
             error over all pixels (orbit 13.9 -> 8.4 deg, dolly 7.0 -> 6.1) and AbsRel, but
             on the ray-cast dolly of the tests and on an untextured room it makes confident
             depth worse (AbsRel 0.008 -> 0.037 on one frame); see the issue 24 report.
+        surface: fuse every measured frame into the shot's surface (a sparse TSDF) and
+            render each frame's depth back from it where it is found (normals fitted to it)
+            (causal: frame t sees the frames up to t). Off by default (slow: see the
+            issue 24 report).
         plane_agreement: relative depth difference up to which a measured pixel takes
             its segment's plane (beyond it: its own measured depth).
     """
@@ -97,6 +101,7 @@ class MultiViewOptions:
     confidence_threshold: float = 0.5
     range_margin: float = 1.5
     densify: bool = False
+    surface: bool = False
     plane_agreement: float = 0.02
 
     def __post_init__(self):
@@ -323,15 +328,17 @@ class MultiViewShot:
         self.report.scale, self.report.shift = float(fused.scale), float(fused.shift)
         self.report.prior_rank_corr = round(fused.prior_rank_corr, 4)
         self.report.prior_trust = round(fused.prior_trust, 4)
-        self._temporal(prior, res, fused.depth, cam_u)
-        if self._fuse:
+        if self._fuse or opts.surface:
             self._integrate(fused.depth, fused.confidence, cam_u)
+        if opts.surface and self.fusion is not None:
+            fused.depth = self._surface(fused.depth, cam_u)
         normal = self._normals(fused.depth, fused.confidence, cam_u)
         if dense is not None:
             # normals only from planes fitted to the segment's own measurements: a plane
             # carried into an untextured segment has a guessed slope (measured: plain rooms'
             # normals 40 -> 55 deg when those were used too)
             normal = np.where((dense[0] & dense[1].own)[..., None], dense[1].normal, normal)
+        self._temporal(prior, res, fused.depth, cam_u)
         depth = redistort_image(fused.depth, cam)
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
@@ -356,6 +363,22 @@ class MultiViewShot:
             agree = np.abs(dn.depth - res.depth) <= opts.plane_agreement * res.depth
         use = dn.has_plane & ((res.confidence < opts.confidence_threshold) | agree)
         return use, dn
+
+    def _surface(self, depth_u: np.ndarray, cam_u: Camera) -> np.ndarray:
+        """Depth rendered back from the shot's fused surface so far
+        (:meth:`backend.multiview.tsdf.SparseTSDF.render`, at the processing width, near the
+        frame's own depth): where the surface is found, the depth is scaled by the
+        rendered / own ratio (nearest-upsampled, so edges stay the frame's); elsewhere it
+        is kept. Normals are then fitted to this depth as usual: the TSDF's own gradient
+        normals measured worse (cones orbit: 8.5 -> 14.4 deg on confident pixels)."""
+        w = self.width(cam_u)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        small = resize(depth_u, (w, h), "nearest")
+        d, _, hit = self.fusion.render(small, cam_u.scaled(w, h))
+        ratio = np.where(hit, d / np.maximum(small, 1e-12), 1.0).astype(np.float32)
+        if (w, h) != (cam_u.width, cam_u.height):
+            ratio = resize(ratio, (cam_u.width, cam_u.height), "nearest")
+        return (depth_u * ratio).astype(np.float32)
 
     def _integrate(self, depth_u: np.ndarray, conf_u: np.ndarray, cam_u: Camera) -> None:
         from .tsdf import SparseTSDF

@@ -154,6 +154,87 @@ class SparseTSDF:
             self.tsdf[g] = (self.tsdf[g] * wt + val) / (wt + 1.0)
             self.weight[g] = wt + 1.0
 
+    def _lookup(self, ijk: np.ndarray):
+        kq = _key(ijk)
+        if not len(self.keys):
+            return np.zeros(kq.shape, np.float32), np.zeros(kq.shape, bool)
+        pos = np.clip(np.searchsorted(self.keys, kq), 0, len(self.keys) - 1)
+        hit = (self.keys[pos] == kq) & (self.weight[pos] > 0)
+        return np.where(hit, self.tsdf[pos], 0.0), hit
+
+    def sample(self, X: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Trilinear TSDF at world points ``X`` (``... x 3``). Returns ``(value, ok)``;
+        ``ok`` where all eight neighbouring voxels were observed."""
+        g = np.asarray(X, np.float64) / self.voxel - 0.5
+        i0 = np.floor(g).astype(np.int64)
+        f = g - i0
+        val = np.zeros(g.shape[:-1])
+        ok = np.ones(g.shape[:-1], bool)
+        for dx in (0, 1):
+            for dy in (0, 1):
+                for dz in (0, 1):
+                    v, h = self._lookup(i0 + np.array([dx, dy, dz]))
+                    wgt = ((f[..., 0] if dx else 1 - f[..., 0]) * (f[..., 1] if dy else 1 - f[..., 1])
+                           * (f[..., 2] if dz else 1 - f[..., 2]))
+                    val += wgt * v
+                    ok &= h
+        return val, ok
+
+    def render(self, depth: np.ndarray, cam: Camera, search: float = 1.5, samples: int = 9):
+        """The fused surface seen by ``cam`` near a depth estimate: per pixel, the first
+        zero crossing (free space to behind) of the TSDF along the pixel's ray within
+        ``+-search x trunc`` of ``depth``, linearly interpolated.
+
+        Args:
+            depth: ``h x w`` planar depth estimate (``cam`` at ``w x h``, pinhole).
+            cam: the frame's undistorted camera at that size.
+
+        Returns:
+            ``(depth h x w float32, normal h x w x 3 float32 OpenGL camera space, hit h x w
+            bool)``; where not ``hit``, ``depth`` is the input and the normal ``(0, 0, 1)``.
+        """
+        h, w = depth.shape
+        ys, xs = np.mgrid[0:h, 0:w]
+        rays = np.stack([(xs + 0.5 - cam.cx) / cam.fx, (ys + 0.5 - cam.cy) / cam.fy, np.ones((h, w))], -1)
+        offs = np.linspace(-search, search, samples) * self.trunc
+        z = np.maximum(depth[..., None].astype(np.float64) + offs, 1e-6)  # h x w x s
+        Xc = rays[..., None, :] * z[..., None]
+        Xw = (Xc - cam.t) @ cam.R
+        val, ok = self.sample(Xw)
+        a, b = val[..., :-1], val[..., 1:]
+        cross = ok[..., :-1] & ok[..., 1:] & (a > 0) & (b <= 0)
+        hit = cross.any(-1)
+        k = np.argmax(cross, -1)
+        za = np.take_along_axis(z, k[..., None], -1)[..., 0]
+        zb = np.take_along_axis(z, k[..., None] + 1, -1)[..., 0]
+        va = np.take_along_axis(a, k[..., None], -1)[..., 0]
+        vb = np.take_along_axis(b, k[..., None], -1)[..., 0]
+        zs = za + (zb - za) * va / np.where(hit, va - vb, 1.0)
+        out = np.where(hit, zs, depth).astype(np.float32)
+        normal, good = self._normals(rays * out[..., None], cam, hit)
+        hit &= good
+        return np.where(hit, out, depth).astype(np.float32), normal, hit
+
+    def _normals(self, Xc: np.ndarray, cam: Camera, hit: np.ndarray) -> np.ndarray:
+        """OpenGL camera-space unit normals from the TSDF gradient (central differences
+        of trilinear samples, one voxel apart) at camera points ``Xc``, and where they
+        exist (all samples observed)."""
+        Xw = (Xc - cam.t) @ cam.R
+        grad = np.zeros(Xw.shape)
+        for ax in range(3):
+            e = np.zeros(3)
+            e[ax] = self.voxel
+            vp, okp = self.sample(Xw + e)
+            vm, okm = self.sample(Xw - e)
+            grad[..., ax] = np.where(okp & okm, vp - vm, 0.0)
+            hit = hit & okp & okm
+        ncv = grad @ cam.R.T  # world -> OpenCV camera axes
+        n = np.stack([ncv[..., 0], -ncv[..., 1], -ncv[..., 2]], -1)
+        length = np.linalg.norm(n, axis=-1, keepdims=True)
+        good = hit & (length[..., 0] > 1e-9)
+        n = np.where(good[..., None], n / np.maximum(length, 1e-12), np.array([0.0, 0.0, 1.0]))
+        return n.astype(np.float32), good
+
     @property
     def nbytes(self) -> int:
         return self.keys.nbytes + self.tsdf.nbytes + self.weight.nbytes
