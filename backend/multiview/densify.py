@@ -79,7 +79,7 @@ class Densified:
     regions: int
 
 
-def slic(lab: np.ndarray, step: int, compactness: float = 10.0, iters: int = 6) -> np.ndarray:
+def slic(lab: np.ndarray, step: int, compactness: float = 10.0, iters: int = 5) -> np.ndarray:
     """SLIC superpixels (Achanta et al. 2012) of an ``H x W x 3`` CIELAB image.
 
     Args:

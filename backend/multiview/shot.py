@@ -374,7 +374,7 @@ class MultiViewShot:
         w = self.width(cam_u)
         h = max(1, int(round(cam_u.height * w / cam_u.width)))
         small = resize(depth_u, (w, h), "nearest")
-        d, _, hit = self.fusion.render(small, cam_u.scaled(w, h))
+        d, _, hit = self.fusion.render(small, cam_u.scaled(w, h), normals=False)
         ratio = np.where(hit, d / np.maximum(small, 1e-12), 1.0).astype(np.float32)
         if (w, h) != (cam_u.width, cam_u.height):
             ratio = resize(ratio, (cam_u.width, cam_u.height), "nearest")

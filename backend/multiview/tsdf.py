@@ -180,7 +180,8 @@ class SparseTSDF:
                     ok &= h
         return val, ok
 
-    def render(self, depth: np.ndarray, cam: Camera, search: float = 1.5, samples: int = 9):
+    def render(self, depth: np.ndarray, cam: Camera, search: float = 1.5, samples: int = 7,
+               normals: bool = True):
         """The fused surface seen by ``cam`` near a depth estimate: per pixel, the first
         zero crossing (free space to behind) of the TSDF along the pixel's ray within
         ``+-search x trunc`` of ``depth``, linearly interpolated.
@@ -188,6 +189,7 @@ class SparseTSDF:
         Args:
             depth: ``h x w`` planar depth estimate (``cam`` at ``w x h``, pinhole).
             cam: the frame's undistorted camera at that size.
+            normals: also the TSDF's gradient normals (else ``normal`` is ``None``).
 
         Returns:
             ``(depth h x w float32, normal h x w x 3 float32 OpenGL camera space, hit h x w
@@ -211,6 +213,8 @@ class SparseTSDF:
         vb = np.take_along_axis(b, k[..., None], -1)[..., 0]
         zs = za + (zb - za) * va / np.where(hit, va - vb, 1.0)
         out = np.where(hit, zs, depth).astype(np.float32)
+        if not normals:
+            return out, None, hit
         normal, good = self._normals(rays * out[..., None], cam, hit)
         hit &= good
         return np.where(hit, out, depth).astype(np.float32), normal, hit
