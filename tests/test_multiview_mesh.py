@@ -123,3 +123,24 @@ def test_import_fused_mesh_operator_makes_a_shadow_catcher(tmp_path):
         assert sum(ob.is_holdout for ob in bpy.data.objects) == 1
     finally:
         disable_addon()
+
+
+def test_cli_densify_and_surface_flags(tmp_path):
+    """--mv-densify and --mv-surface reach the job and enter its settings; without them
+    the settings are those of earlier versions (old outputs still resume)."""
+    import json
+
+    from cli_util import events, run_cli
+
+    seq, cams, depths, cam_file = _shot(tmp_path, n=4)
+    r = run_cli("decompose", seq, "--out", tmp_path / "gb", "--cameras", cam_file, "--mv-resolution", "120",
+                "--frames", "2-3", "--mv-densify", "--mv-surface")
+    assert r.returncode == 0, r.stderr
+    man = json.loads((tmp_path / "gb" / "manifest.json").read_text())
+    opts = man["settings"]["cameras"]["options"]
+    assert opts["densify"] is True and opts["surface"] is True
+    r = run_cli("decompose", seq, "--out", tmp_path / "gb2", "--cameras", cam_file, "--mv-resolution", "120",
+                "--frames", "2-2")
+    assert r.returncode == 0, r.stderr
+    opts = json.loads((tmp_path / "gb2" / "manifest.json").read_text())["settings"]["cameras"]["options"]
+    assert "densify" not in opts and "surface" not in opts

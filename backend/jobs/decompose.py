@@ -516,7 +516,17 @@ def _camera_settings(camset, mv_options) -> Dict[str, Any]:
     files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
     return {"file": str(p), "sha256": digest, "units": camset.units,
-            "depth_range": camset.depth_range, "options": dict(mv_options.__dict__)}
+            "depth_range": camset.depth_range, "options": _option_settings(mv_options)}
+
+
+#: multi-view options added by issue 24, left out of the settings while at their defaults
+#: (so the hash of a run without them is unchanged and earlier outputs still resume)
+_NEW_OPTION_DEFAULTS = {"densify": False, "surface": False, "plane_agreement": 0.02}
+
+
+def _option_settings(mv_options) -> Dict[str, Any]:
+    return {k: v for k, v in mv_options.__dict__.items()
+            if not (k in _NEW_OPTION_DEFAULTS and v == _NEW_OPTION_DEFAULTS[k])}
 
 
 def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str, Any]:
