@@ -128,7 +128,8 @@ def draw_provenance(layout, context) -> None:
 
 
 def draw_camera(layout, context) -> None:
-    """Camera box of the Decompose panel: the clip's solve, Track & Solve, Use Camera Solve."""
+    """Camera box of the Decompose panel: the clip's solve, Track & Solve, Use Camera Solve, Import
+    Fused Mesh (the PLY of ``decompose --mesh``)."""
     s = settings(context)
     layout.label(text="Camera", icon="CAMERA_DATA")
     clip = tracking.footage_clip(context.scene, context)
