@@ -74,6 +74,9 @@ class MultiViewOptions:
         confidence_threshold: confidence from which a pixel counts as measured.
         range_margin: the camera file's depth range (from tracked points, which are
             sparse) is widened by this factor on both sides for the search.
+        consistency: the multi-view photometric consistency check
+            (:mod:`backend.multiview.consistency`): pixels the other views do not
+            confirm (moving objects, reflections, false matches) lose confidence.
     """
 
     neighbours: int = 4
@@ -83,6 +86,7 @@ class MultiViewOptions:
     min_parallax_px: float = 1.0
     confidence_threshold: float = 0.5
     range_margin: float = 1.5
+    consistency: bool = True
 
     def __post_init__(self):
         if self.neighbours < 1 or self.window < 1:
@@ -273,7 +277,7 @@ class MultiViewShot:
         opts = self.options
         rgb_u, cam_u = undistort_image(linear_to_srgb(sf.rgb), cam)
         res = multiview_depth(rgb_u, cam_u, [v.grey for v in nbs], [v.camera for v in nbs], near, far,
-                              processing_width=self.width(cam))
+                              processing_width=self.width(cam), consistency=opts.consistency)
         if not verified:  # nothing confirmed where the scene is: never confident
             res.confidence = (res.confidence * UNVERIFIED_CONFIDENCE).astype(np.float32)
         prior_depth, _ = undistort_image(prior.depth, cam)
