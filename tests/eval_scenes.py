@@ -479,7 +479,8 @@ def score_frame(depth, normal, confidence, gt_depth, gt_normal, valid, moving=No
     Args:
         depth, confidence: ``H x W`` float32 predicted planar depth and Confidence.
         normal: ``H x W x 3`` float32 camera-space normals (OpenGL: +Z toward the camera).
-        gt_depth, gt_normal, valid: the truth and its valid (surface, not sky) mask.
+        gt_depth, gt_normal, valid: the truth and its valid (surface, not sky) mask
+            (``gt_normal`` may be ``None``: no normal scores).
         moving: ``H x W`` bool of a moving object's pixels, or ``None``.
 
     Returns:
@@ -499,8 +500,9 @@ def score_frame(depth, normal, confidence, gt_depth, gt_normal, valid, moving=No
                         **_baselines(g, rows_img[m])}.items():
             for k, v in s.items():
                 out[f"{tag}_{name}_{k}"] = v
-    out["normal_deg"] = float(_angle_deg(normal[valid], gt_normal[valid]).mean())
-    out["facing_normal_deg"] = float(_angle_deg(np.array([0, 0, 1.0], np.float32), gt_normal[valid]).mean())
+    if gt_normal is not None:
+        out["normal_deg"] = float(_angle_deg(normal[valid], gt_normal[valid]).mean())
+        out["facing_normal_deg"] = float(_angle_deg(np.array([0, 0, 1.0], np.float32), gt_normal[valid]).mean())
     if moving is not None and moving.any():
         out["moving_confident"] = float((confidence[moving] > threshold).mean())
         out["moving_pixels"] = float(moving.mean())
