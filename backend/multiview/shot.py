@@ -57,6 +57,11 @@ from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plan
 from .reproject import temporal_disagreement
 from .undistort import redistort_image, undistort_image
 
+#: a frame that falls back to the single-image path gets at most this share of the
+#: confidence threshold (it is not measured)
+FALLBACK_CONFIDENCE = 0.9
+
+
 @dataclass
 class MultiViewOptions:
     """Settings of the multi-view path (all enter the resume hash).
@@ -364,9 +369,16 @@ class MultiViewShot:
                                      confidence=conf, meta=meta)
 
     def _fallback(self, prior: contract.GBufferFrame, number, reason: str, file) -> contract.GBufferFrame:
-        """Keep the single-image result for this frame, and say so."""
+        """Keep the single-image result for this frame, and say so. Its Confidence is kept
+        below the threshold (sky stays at its value): in a multi-view shot, Confidence >=
+        the threshold means measured from parallax (docs/gbuffer-contract.md), and nothing
+        in this frame is."""
         self.report.fallback = reason
         self._prev = None
         events.warning(f"frame {number}: {reason}; using the single-image depth", frame=number, file=file)
         prior.meta["depth_source"] = "single-image"
+        if prior.confidence is not None:
+            cap = np.float32(FALLBACK_CONFIDENCE * self.options.confidence_threshold)
+            c = prior.confidence
+            prior.confidence = np.where(c <= SKY_CONFIDENCE, c, np.minimum(c, cap)).astype(np.float32)
         return prior
