@@ -58,18 +58,19 @@ def passes(row: dict) -> dict:
     return out
 
 
-def run_scene(spec, variant: str, processing_width: int, estimator: str | None, mv_options=None) -> dict:
+def run_scene(spec, variant: str, processing_width: int, estimator: str | None, mv: dict | None = None,
+              tag: str = "") -> dict:
     from backend import decompose
 
     folder = es.render_scene(spec)
     rel, _ = es.CAMERA_VARIANTS[variant]
-    out = es.cache_root() / "runs" / spec.key() / variant
+    out = es.cache_root() / "runs" / spec.key() / (variant + (f"-{tag}" if tag else ""))
     kw = {"estimator": estimator} if estimator else {}
     if out.exists():  # a finished run with the same settings would be resumed, not recomputed
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    decompose(folder / "shot", out, cameras=folder / rel,
-              multiview={"processing_width": processing_width, **(mv_options or {})}, **kw)
+    decompose(folder / "shot", out, cameras=folder / rel, multiview={"processing_width": processing_width, **(mv or {})},
+              **kw)
     secs = time.perf_counter() - t0
     row = es.score_output(out, es.load_truth(folder))
     man = json.loads((out / "manifest.json").read_text())
@@ -117,10 +118,8 @@ def main(argv=None) -> int:
     p.add_argument("--estimator", default=None)
     p.add_argument("--render-only", action="store_true")
     p.add_argument("--tag", default="", help="suffix of the result files")
-    p.add_argument("--mv", action="append", default=[], metavar="KEY=JSON",
-                   help="a multi-view option, e.g. --mv densify=true --mv surface=true (repeatable)")
+    p.add_argument("--mv", default="{}", help='more multi-view options as JSON, e.g. \'{"consistency": false}\'')
     a = p.parse_args(argv)
-    mv_options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in a.mv)}
     specs = [s for s in es.SPLITS[a.split] if not a.scenes or s.name in a.scenes.split(",")]
     variants = [v for v in a.variants.split(",") if v]
     rows = []
@@ -130,7 +129,7 @@ def main(argv=None) -> int:
             print("rendered", spec.name, flush=True)
             continue
         for v in variants:
-            row = run_scene(spec, v, a.processing_width, a.estimator, mv_options)
+            row = run_scene(spec, v, a.processing_width, a.estimator, json.loads(a.mv), a.tag)
             rows.append(row)
             print(f"{row['scene']:40s} {v:14s} absrel {row['conf_pred_absrel']:.3f} d1 {row['conf_pred_delta1']:.3f} "
                   f"cov {row['coverage']:.2f} normal {row['normal_deg']:.1f} (facing {row['facing_normal_deg']:.1f}) "
@@ -139,7 +138,7 @@ def main(argv=None) -> int:
         return 0
     name = f"eval_geometry_{a.split}{('_' + a.tag) if a.tag else ''}"
     doc = {"benchmark": "eval_geometry", "split": a.split, "generator_version": es.GENERATOR_VERSION,
-           "processing_width": a.processing_width, "multiview_options": mv_options, "bars": BARS, "cores": os.cpu_count(),
+           "processing_width": a.processing_width, "multiview_options": json.loads(a.mv), "bars": BARS, "cores": os.cpu_count(),
            "note": "baselines are oracle fits on the same pixels; timings on a shared 2-core machine are noisy",
            "summary": summarise(rows), "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,8 @@ a camera *move* (``dolly``: sideways, fixed orientation; ``orbit``: an arc of
 subject with rotation jitter), a *seed* (object layout, sizes, colours, texture scales,
 lens 20-35 mm, move length / arc / jitter all drawn from it) and optionally a *moving*
 object (a textured sphere rolling across the scene between the camera and the subject:
-multi-view consistency must mark it). Renders are small (256x192, 8 frames, 16
+multi-view consistency must mark it; it moves sideways, toward the camera and
+bounces, never along the camera's path). Renders are small (256x192, 8 frames, 16
 samples, denoised): a scene takes well under a minute on a shared CPU.
 
 Splits: :data:`TUNE` scenes are the only ones any parameter may be tuned on;
@@ -300,8 +301,10 @@ def build_scene(spec: SceneSpec):
         ob = b.add("sphere", (0, 0, r), (2 * r, 2 * r, 2 * r), 4.0)
         mid = target + np.array([0.0, -0.45 * dist, 0.0])
         moving = []
-        for i in range(spec.n_frames):
-            c = np.array([mid[0] + (-1.5 + 3.0 * i / max(1, spec.n_frames - 1)) * unit, mid[1], r])
+        for i in range(spec.n_frames):  # sideways, toward the camera and bouncing: off any camera path
+            t = i / max(1, spec.n_frames - 1)
+            c = np.array([mid[0] + (-1.2 + 2.4 * t) * unit, mid[1] + (0.6 - 1.2 * t) * unit,
+                          r + 0.5 * unit * abs(math.sin(math.pi * 2 * t))])
             ob.location = tuple(c)
             ob.keyframe_insert("location", frame=i + 1)
             moving.append((c, r))
@@ -476,7 +479,8 @@ def score_frame(depth, normal, confidence, gt_depth, gt_normal, valid, moving=No
     Args:
         depth, confidence: ``H x W`` float32 predicted planar depth and Confidence.
         normal: ``H x W x 3`` float32 camera-space normals (OpenGL: +Z toward the camera).
-        gt_depth, gt_normal, valid: the truth and its valid (surface, not sky) mask.
+        gt_depth, gt_normal, valid: the truth and its valid (surface, not sky) mask
+            (``gt_normal`` may be ``None``: no normal scores).
         moving: ``H x W`` bool of a moving object's pixels, or ``None``.
 
     Returns:
@@ -496,8 +500,9 @@ def score_frame(depth, normal, confidence, gt_depth, gt_normal, valid, moving=No
                         **_baselines(g, rows_img[m])}.items():
             for k, v in s.items():
                 out[f"{tag}_{name}_{k}"] = v
-    out["normal_deg"] = float(_angle_deg(normal[valid], gt_normal[valid]).mean())
-    out["facing_normal_deg"] = float(_angle_deg(np.array([0, 0, 1.0], np.float32), gt_normal[valid]).mean())
+    if gt_normal is not None:
+        out["normal_deg"] = float(_angle_deg(normal[valid], gt_normal[valid]).mean())
+        out["facing_normal_deg"] = float(_angle_deg(np.array([0, 0, 1.0], np.float32), gt_normal[valid]).mean())
     if moving is not None and moving.any():
         out["moving_confident"] = float((confidence[moving] > threshold).mean())
         out["moving_pixels"] = float(moving.mean())

@@ -179,3 +179,26 @@ def _write(tmp_path, cams):
     p = tmp_path / "cams.json"
     save_cameras_json(p, dict(enumerate(cams, 1)), units="metres")
     return p
+
+
+def test_points_round_trip_in_both_file_kinds(scene, tmp_path):
+    cams, _, depths = scene
+    X = _points(cams, depths, n=50)
+    js = tmp_path / "cams.json"
+    save_cameras_json(js, dict(enumerate(cams, 1)), units="metres", points=X)
+    np.testing.assert_allclose(read_cameras(js).points, X)
+    sparse = tmp_path / "sparse"
+    save_colmap_text(sparse, {f"shot_{i:04d}.png": c for i, c in enumerate(cams, 1)})
+    (sparse / "points3D.txt").write_text("# 3D point list\n" + "".join(
+        f"{i} {x!r} {y!r} {z!r} 10 20 30 0.4 1 0 2 5\n" for i, (x, y, z) in enumerate(X, 1)))
+    cs = read_cameras(sparse)
+    np.testing.assert_allclose(cs.points, X)
+    assert cs.depth_range is not None and 2.0 < cs.depth_range[0] < cs.depth_range[1] < 10.0
+    (sparse / "points3D.txt").write_text("1 0.5 nope 2\n")
+    with pytest.raises(CameraError, match="points3D.txt, line 1"):
+        read_cameras(sparse)
+    doc = json.loads(js.read_text())
+    doc["points"] = [[1, 2]]
+    js.write_text(json.dumps(doc))
+    with pytest.raises(CameraError, match="points must be a list of"):
+        read_cameras(js)

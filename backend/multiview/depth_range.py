@@ -62,7 +62,7 @@ REPROJ_PX = 1.5
 MIN_ANGLE_DEG = 0.75
 #: a feature range (sparse, maybe missing the nearest / farthest surfaces) is widened by
 #: these factors: near / FEATURE_MARGIN[0], far * FEATURE_MARGIN[1]
-FEATURE_MARGIN = (1.5, 2.0)
+FEATURE_MARGIN = (3.0, 2.0)
 #: the wide sweep's far / near
 WIDE_RATIO = 1000.0
 #: confidence scale of a sweep over an unverified (wide) range: keeps it below 0.5

@@ -60,6 +60,9 @@ from .undistort import redistort_image, undistort_image
 
 #: the most confidence of a pixel whose depth is its segment's plane but not measured
 FILL_CONFIDENCE = 0.45
+#: a frame that falls back to the single-image path gets at most this share of the
+#: confidence threshold (it is not measured)
+FALLBACK_CONFIDENCE = 0.9
 
 
 @dataclass
@@ -91,6 +94,9 @@ class MultiViewOptions:
             issue 24 report).
         plane_agreement: relative depth difference up to which a measured pixel takes
             its segment's plane (beyond it: its own measured depth).
+        consistency: the multi-view photometric consistency check
+            (:mod:`backend.multiview.consistency`): pixels the other views do not
+            confirm (moving objects, reflections, false matches) lose confidence.
     """
 
     neighbours: int = 4
@@ -103,6 +109,7 @@ class MultiViewOptions:
     densify: bool = False
     surface: bool = False
     plane_agreement: float = 0.02
+    consistency: bool = True
 
     def __post_init__(self):
         if self.neighbours < 1 or self.window < 1:
@@ -303,7 +310,7 @@ class MultiViewShot:
         opts = self.options
         rgb_u, cam_u = undistort_image(linear_to_srgb(sf.rgb), cam)
         res = multiview_depth(rgb_u, cam_u, [v.grey for v in nbs], [v.camera for v in nbs], near, far,
-                              processing_width=self.width(cam))
+                              processing_width=self.width(cam), consistency=opts.consistency)
         if not verified:  # nothing confirmed where the scene is: never confident
             res.confidence = (res.confidence * UNVERIFIED_CONFIDENCE).astype(np.float32)
         prior_depth, _ = undistort_image(prior.depth, cam)
@@ -462,9 +469,16 @@ class MultiViewShot:
                                      confidence=conf, meta=meta)
 
     def _fallback(self, prior: contract.GBufferFrame, number, reason: str, file) -> contract.GBufferFrame:
-        """Keep the single-image result for this frame, and say so."""
+        """Keep the single-image result for this frame, and say so. Its Confidence is kept
+        below the threshold (sky stays at its value): in a multi-view shot, Confidence >=
+        the threshold means measured from parallax (docs/gbuffer-contract.md), and nothing
+        in this frame is."""
         self.report.fallback = reason
         self._prev = None
         events.warning(f"frame {number}: {reason}; using the single-image depth", frame=number, file=file)
         prior.meta["depth_source"] = "single-image"
+        if prior.confidence is not None:
+            cap = np.float32(FALLBACK_CONFIDENCE * self.options.confidence_threshold)
+            c = prior.confidence
+            prior.confidence = np.where(c <= SKY_CONFIDENCE, c, np.minimum(c, cap)).astype(np.float32)
         return prior
