@@ -30,6 +30,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 from ..errors import JobError
 from ..footage import Footage, FootageError, open_footage
 from ..imaging import resize
+from .mesh import check_mesh_path, write_mesh
 from .options import key_values
 from .runner import Deferred, JobResult, run_job
 
@@ -458,34 +459,6 @@ def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options,
     return shot
 
 
-def _check_mesh_path(mesh, cameras) -> None:
-    if cameras is None:
-        raise ValueError("--mesh needs --cameras: the mesh is fused from measured depth")
-    if Path(mesh).suffix.lower() != ".ply":
-        raise ValueError(f"--mesh {mesh}: expected a .ply path")
-    if Path(mesh).exists():
-        raise FileExistsError(f"--mesh {mesh}: exists; the mesh is never written over a file")
-
-
-def _write_mesh(result: JobResult, mv, path) -> None:
-    """Mesh of the shot's fused surface to ``path`` (PLY), and a ``mesh`` entry in the
-    manifest; a warning when no frame was fused (all resumed, or none measured)."""
-    from ..multiview.tsdf import write_ply
-
-    fusion = mv.fusion
-    if fusion is None or fusion.frames == 0:
-        events.warning(f"--mesh {path}: no frame was measured in this run (resumed or single-image "
-                       "frames are not fused); no mesh written", file=str(path))
-        return
-    verts, faces = fusion.mesh()
-    write_ply(path, verts, faces, comment="G-Buffer Editor fused surface, cameras' world")
-    man = result.manifest
-    man["mesh"] = {"path": str(path), "vertices": int(len(verts)), "faces": int(len(faces)),
-                   "frames_fused": fusion.frames, "voxel": fusion.voxel, "units": mv.units,
-                   "world": "the cameras' world (Blender convention for Track & Solve JSON)"}
-    contract.write_manifest(result.out_dir, man)
-
-
 def _multiview_summary(result: JobResult) -> None:
     """Shot-level figures of the multi-view path in the manifest: the measured share of
     the frames and the temporal consistency (median over frames of the median relative
@@ -701,7 +674,7 @@ def decompose(
             raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
                              "computed before the chunk)")
         if mesh is not None:
-            _check_mesh_path(mesh, cameras)
+            check_mesh_path(mesh, cameras)
         if cameras is not None and (warmup is not None or manifest_part):
             raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "run camera-tracked shots on one machine")
@@ -756,7 +729,7 @@ def decompose(
             if cameras is not None:
                 _multiview_summary(result)
                 if mesh is not None:
-                    _write_mesh(result, shot.mv, mesh)
+                    write_mesh(result, shot.mv, mesh)
             elif isinstance(shot, _WindowedShot):
                 _windows_summary(result, dec.estimator)
             return result

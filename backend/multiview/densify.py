@@ -15,12 +15,13 @@ superpixels that follow image edges and every surface is described by *planes*:
    reweighted least squares (Tukey's biweight, scale from the weighted mean absolute
    residual) to the confident measured pixels of the segment. The residual of the fit
    says how planar the segment is.
-3. **Merge** of neighbouring segments whose planes agree (each plane predicts the
-   other's centre within ``merge_tol`` in relative inverse depth and the normals differ
-   by less than ``merge_deg``), by union-find, then one refit per merged region: a flat
-   face becomes *one* plane, so its normals are identical and its depth exactly planar.
-   A merged region whose refit is much worse than its members' fits (a curved surface
-   chained together) is split back into its members.
+3. **Merge** of neighbouring planar segments, agglomeratively: in each round a region
+   merges with its best adjacent region (both each other's best) when the weighted
+   least-squares plane of the two together fits about as well as each alone (relative RMS
+   residual <= ``merge_ratio`` x their pooled residual + ``merge_floor``, and <=
+   ``merge_cap``), then one robust refit per region: a flat face becomes *one* plane, so
+   its normals are identical and its depth exactly planar. The cap stops a curved surface
+   from being chained into one plane.
 4. **Propagation** into segments with too few measurements (untextured surfaces between
    measured edges): repeatedly, such a segment takes the plane of the adjacent planar
    segment closest in colour (when closer than ``fill_colour``), extrapolated over it.
@@ -242,6 +243,33 @@ def _adjacent_pairs(labels: np.ndarray) -> np.ndarray:
     return np.unique(p, axis=0) if len(p) else p.reshape(0, 2)
 
 
+def _propagate(allp, own, mean_lab, plane, seg_conf, fill_colour, hop_decay, fill_confidence, max_hops):
+    """Step 4 of the module doc, in place on ``plane`` / ``seg_conf``: unmeasured segments
+    take the plane of the adjacent planar segment closest in colour. Returns ``has`` (n)."""
+    has = own.copy()
+    for _ in range(max_hops):
+        a, b = allp[:, 0], allp[:, 1]
+        src = np.concatenate([a, b])
+        dst = np.concatenate([b, a])
+        m = has[src] & ~has[dst]
+        if not m.any():
+            break
+        src, dst = src[m], dst[m]
+        dcol = np.linalg.norm(mean_lab[src] - mean_lab[dst], axis=-1)
+        keep = dcol <= fill_colour
+        src, dst, dcol = src[keep], dst[keep], dcol[keep]
+        if not len(src):
+            break
+        order = np.lexsort((dcol, dst))
+        src, dst = src[order], dst[order]
+        first = np.concatenate([[True], dst[1:] != dst[:-1]])
+        src, dst = src[first], dst[first]
+        plane[dst] = plane[src]
+        seg_conf[dst] = np.minimum(seg_conf[src] * hop_decay, fill_confidence)
+        has[dst] = True
+    return has
+
+
 def densify_planes(guide_rgb: np.ndarray, depth: np.ndarray, confidence: np.ndarray,
                    intrinsics: Tuple[float, float, float, float], *, threshold: float = 0.5,
                    step: Optional[int] = None, compactness: float = 10.0, min_measured: float = 0.25,
@@ -308,28 +336,8 @@ def densify_planes(guide_rgb: np.ndarray, depth: np.ndarray, confidence: np.ndar
     # propagate into unmeasured segments by colour
     mean_lab = np.stack([np.bincount(lf, lab.reshape(-1, 3)[:, c], minlength=n) / np.maximum(cnt, 1)
                          for c in range(3)], -1)
-    allp = _adjacent_pairs(labels)
-    has = own.copy()
-    for _ in range(max_hops):
-        a, b = allp[:, 0], allp[:, 1]
-        src = np.concatenate([a, b])
-        dst = np.concatenate([b, a])
-        m = has[src] & ~has[dst]
-        if not m.any():
-            break
-        src, dst = src[m], dst[m]
-        dcol = np.linalg.norm(mean_lab[src] - mean_lab[dst], axis=-1)
-        keep = dcol <= fill_colour
-        src, dst, dcol = src[keep], dst[keep], dcol[keep]
-        if not len(src):
-            break
-        order = np.lexsort((dcol, dst))
-        src, dst = src[order], dst[order]
-        first = np.concatenate([[True], dst[1:] != dst[:-1]])
-        src, dst = src[first], dst[first]
-        plane[dst] = plane[src]
-        seg_conf[dst] = np.minimum(seg_conf[src] * hop_decay, fill_confidence)
-        has[dst] = True
+    has = _propagate(_adjacent_pairs(labels), own, mean_lab, plane, seg_conf, fill_colour, hop_decay,
+                     fill_confidence, max_hops)
     # a segment inherits the plane of a region (region labels for output)
     qv = plane[lf, 0] * xs + plane[lf, 1] * ys + plane[lf, 2]
     if meas.any():  # planes extrapolated beyond the measured depths are not evidence
