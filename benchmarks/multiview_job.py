@@ -8,7 +8,13 @@ exact cameras. Rows: K = 2, 4, 6 at processing width 480, K = 4 at 320 and 640, 
 at 480 on a clip twice as long (memory must not grow with clip length). Each row runs in
 a fresh process (its own peak RSS); "steady" fps excludes the first frame.
 
+Issue 24 rows (``--fusion``): K = 4 at 480 with the piecewise-planar densification and the
+shot's TSDF fusion + mesh (``mesh=``), on the clip and on one twice as long (the sparse
+volume grows with the observed surface, not with the frames), plus the same without them
+on this run for comparison. Timings on the shared 2-core machine are noisy.
+
     .venv/bin/python benchmarks/multiview_job.py [--frames N]   # table + results/multiview_job.json
+    .venv/bin/python benchmarks/multiview_job.py --fusion       # results/multiview_job_fusion.json
 """
 from __future__ import annotations
 
@@ -55,7 +61,9 @@ def child(spec: dict) -> dict:
     times = []
     t0 = time.perf_counter()
     decompose(spec["shot"], spec["out"], cameras=spec["cams"], frames=spec.get("frames"),
-              multiview={"neighbours": spec["k"], "processing_width": spec["width"]},
+              multiview={"neighbours": spec["k"], "processing_width": spec["width"],
+                         "densify": spec.get("densify", False)},
+              mesh=spec.get("mesh"),
               progress=lambda e: times.append(time.perf_counter()) if e["event"] == "progress" else None)
     wall = time.perf_counter() - t0
     steady = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
@@ -67,33 +75,43 @@ def child(spec: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=12, help="frames per run (default 12; the long row doubles it)")
+    ap.add_argument("--fusion", action="store_true", help="only the issue-24 rows (densify, TSDF mesh)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mvjob_"))
     shot = make_shot(tmp, 2 * args.frames)
     rows = []
-    configs = [(2, 480, 1), (4, 480, 1), (6, 480, 1), (4, 320, 1), (4, 640, 1), (4, 480, 2)]
-    for k, width, mult in configs:
+    configs = [(2, 480, 1, False), (4, 480, 1, False), (6, 480, 1, False), (4, 320, 1, False),
+               (4, 640, 1, False), (4, 480, 2, False)]
+    if args.fusion:
+        configs = [(4, 480, 1, False), (4, 480, 1, True), (4, 480, 2, True)]
+    for k, width, mult, fusion in configs:
         n = args.frames * mult
-        spec = {"shot": str(shot), "cams": str(tmp / "cams.json"), "out": str(tmp / f"out_{k}_{width}_{n}"),
-                "k": k, "width": width, "frames": f"1-{n}"}
+        tag = f"{k}_{width}_{n}_{int(fusion)}"
+        spec = {"shot": str(shot), "cams": str(tmp / "cams.json"), "out": str(tmp / f"out_{tag}"),
+                "k": k, "width": width, "frames": f"1-{n}", "densify": fusion,
+                "mesh": str(tmp / f"mesh_{tag}.ply") if fusion else None}
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                            text=True, env=env, cwd=str(ROOT))
         if p.returncode != 0:
             print(p.stderr, file=sys.stderr)
             return 1
-        row = {"neighbours": k, "processing_width": width, "frame": "x".join(map(str, SIZE)), "clip_frames": n}
+        row = {"neighbours": k, "processing_width": width, "frame": "x".join(map(str, SIZE)), "clip_frames": n,
+               "densify_and_mesh": fusion}
         row.update(json.loads(p.stdout.strip().splitlines()[-1]))
         rows.append(row)
-        print(f"K={k} width={width} frames={n}: {row['steady_fps']:.2f} fps steady, "
+        print(f"K={k} width={width} frames={n} fusion={fusion}: {row['steady_fps']:.2f} fps steady, "
               f"{row['whole_job_fps']:.2f} whole job, peak {row['peak_rss_mib']:.0f} MiB", flush=True)
-    doc = {"benchmark": "multiview_job", "cores": os.cpu_count(), "rows": rows}
-    OUT.write_text(json.dumps(doc, indent=1))
-    print("\n| K | processing width | clip frames | steady fps | whole-job fps | peak RSS MiB |\n|---|---|---|---|---|---|")
+    doc = {"benchmark": "multiview_job", "cores": os.cpu_count(), "rows": rows,
+           "note": "a machine shared by several sessions (2 cores): timings are noisy"}
+    out = OUT.with_name("multiview_job_fusion.json") if args.fusion else OUT
+    out.write_text(json.dumps(doc, indent=1))
+    print("\n| K | processing width | clip frames | densify + mesh | steady fps | whole-job fps | peak RSS MiB |"
+          "\n|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['neighbours']} | {r['processing_width']} | {r['clip_frames']} | {r['steady_fps']:.2f} | "
-              f"{r['whole_job_fps']:.2f} | {r['peak_rss_mib']:.0f} |")
-    print(f"\nwrote {OUT}")
+        print(f"| {r['neighbours']} | {r['processing_width']} | {r['clip_frames']} | {r['densify_and_mesh']} | "
+              f"{r['steady_fps']:.2f} | {r['whole_job_fps']:.2f} | {r['peak_rss_mib']:.0f} |")
+    print(f"\nwrote {out}")
     return 0
 
 

@@ -6,6 +6,7 @@ Decompose, and the Z-combine setup.
   scene camera follows the solve and the cameras JSON is written
   (:func:`default_cameras_path`, or the operator's ``cameras_path``).
 * ``gbuffer.setup_zcombine``: :func:`..addon.compositor.setup_zcombine`.
+* ``gbuffer.import_fused_mesh``: the PLY of ``decompose --mesh`` as a shadow catcher / holdout.
 * :func:`decompose_cameras`: the ``--cameras PATH`` arguments Decompose adds when the
   footage's clip has a usable solve and "Use Camera Solve" is on.
 * :func:`run_cli`: ``blender -b file.blend --command gbuffer_editor solve CLIP ...``.
@@ -179,7 +180,44 @@ class GBUFFER_OT_setup_zcombine(bpy.types.Operator):
         return {"FINISHED"}
 
 
-classes = (GBUFFER_OT_track_solve, GBUFFER_OT_setup_zcombine)
+class GBUFFER_OT_import_fused_mesh(bpy.types.Operator):
+    """Import the shot's fused surface (``decompose --cameras ... --mesh OUT.ply``), which is
+    in the cameras' world, i.e. aligned with the Track & Solve camera, as a shadow catcher
+    or holdout for CG"""
+
+    bl_idname = "gbuffer.import_fused_mesh"
+    bl_label = "Import Fused Mesh"
+    bl_options = {"REGISTER", "UNDO"}
+
+    filepath: bpy.props.StringProperty(subtype="FILE_PATH")
+    filter_glob: bpy.props.StringProperty(default="*.ply", options={"HIDDEN"})
+    role: bpy.props.EnumProperty(
+        name="Role", default="SHADOW_CATCHER",
+        items=[("SHADOW_CATCHER", "Shadow Catcher", "receives CG shadows, otherwise transparent (Cycles)"),
+               ("HOLDOUT", "Holdout", "cuts CG objects behind the real surface out of the render")])
+
+    def invoke(self, context, event):
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        if not self.filepath or not os.path.isfile(bpy.path.abspath(self.filepath)):
+            self.report({"ERROR"}, f"{self.filepath or '(no file)'}: not a file")
+            return {"CANCELLED"}
+        before = set(bpy.data.objects)
+        bpy.ops.wm.ply_import(filepath=bpy.path.abspath(self.filepath))
+        new = [ob for ob in bpy.data.objects if ob not in before]
+        for ob in new:
+            if self.role == "HOLDOUT":
+                ob.is_holdout = True
+            else:
+                ob.is_shadow_catcher = True
+            ob.display_type = "WIRE"
+        self.report({"INFO"}, f"imported {len(new)} object(s) as {self.role.lower().replace('_', ' ')}")
+        return {"FINISHED"}
+
+
+classes = (GBUFFER_OT_track_solve, GBUFFER_OT_setup_zcombine, GBUFFER_OT_import_fused_mesh)
 
 
 # ---- headless: blender -b file.blend --command gbuffer_editor solve CLIP ... ----------------

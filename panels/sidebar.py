@@ -175,7 +175,8 @@ def draw_provenance(layout, context) -> None:
 
 
 def draw_camera(layout, context) -> None:
-    """Camera box of the Decompose panel: the clip's solve, Track & Solve, Use Camera Solve."""
+    """Camera box of the Decompose panel: the clip's solve, Track & Solve, Use Camera Solve, Import
+    Fused Mesh (the PLY of ``decompose --mesh``)."""
     s = settings(context)
     layout.label(text="Camera", icon="CAMERA_DATA")
     clip = tracking.footage_clip(context.scene, context)
@@ -191,6 +192,7 @@ def draw_camera(layout, context) -> None:
     row.enabled = not s.is_running
     row.operator("gbuffer.track_solve", icon="TRACKING")
     layout.prop(s, "use_camera_solve")
+    layout.operator("gbuffer.import_fused_mesh", icon="MESH_DATA")
 
 
 _PROMPT_CACHE: dict = {}

@@ -110,9 +110,12 @@ def test_open3d_rgbd_metric_depth(open3d_frames):
     assert temporal <= 0.05
 
 
-def test_open3d_rgbd_through_the_decompose_job(open3d_frames, shared_dir, tmp_path):
+@pytest.mark.parametrize("depth_range", [(0.3, 10.0), None], ids=["range", "no_range"])
+def test_open3d_rgbd_through_the_decompose_job(open3d_frames, shared_dir, tmp_path, depth_range):
     """The same real frames and poses as a user would bring them: the colour folder and a
-    camera file, through ``decompose(cameras=...)`` (metric depth, Confidence pass)."""
+    camera file, through ``decompose(cameras=...)`` (metric depth, Confidence pass); with
+    a depth range, and without points or range (issue 24: the range then comes from
+    features triangulated with the poses; bar AbsRel <= 0.10 at >= 50 % coverage)."""
     import json as _json
 
     from backend import contract, decompose
@@ -121,7 +124,7 @@ def test_open3d_rgbd_through_the_decompose_job(open3d_frames, shared_dir, tmp_pa
     cams, imgs, gts = open3d_frames
     cam_file = tmp_path / "cams.json"
     # the colour images are 00000.jpg..00004.jpg: source frame numbers 0..4
-    save_cameras_json(cam_file, dict(enumerate(cams)), units="metres", depth_range=(0.3, 10.0))
+    save_cameras_json(cam_file, dict(enumerate(cams)), units="metres", depth_range=depth_range)
     res = decompose(shared_dir / "groundtruth" / "open3d_rgbd" / "color", tmp_path / "gb", cameras=cam_file,
                     multiview={"processing_width": 480})
     assert res.written == [0, 1, 2, 3, 4]
@@ -135,10 +138,14 @@ def test_open3d_rgbd_through_the_decompose_job(open3d_frames, shared_dir, tmp_pa
         rows.append((ar, m.sum() / (gt > 0).sum()))
     absrel, coverage = np.mean(rows, axis=0)
     man = _json.loads((tmp_path / "gb" / "manifest.json").read_text())
-    print(f"\nOpen3D through decompose: metric AbsRel {absrel:.3f} on confident px (coverage {coverage:.0%} "
+    sources = {f["multiview"]["depth_range"]["source"] for f in man["frames"]}
+    print(f"\nOpen3D through decompose, range {depth_range} (searched from {sources}): metric AbsRel "
+          f"{absrel:.3f} on confident px (coverage {coverage:.0%} "
           f"of valid); per frame {[round(r[0], 3) for r in rows]}; temporal "
           f"{man['temporal_consistency']['median']}")
     assert absrel <= 0.10 and coverage >= 0.4
+    if depth_range is None:
+        assert sources == {"features"} and coverage >= 0.5
 
 
 def test_camera_file_numbered_unlike_the_footage_warns(open3d_frames, shared_dir, tmp_path):

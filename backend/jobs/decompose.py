@@ -30,6 +30,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 from ..errors import JobError
 from ..footage import Footage, FootageError, open_footage
 from ..imaging import resize
+from .mesh import check_mesh_path, write_mesh
 from .options import key_values
 from .runner import Deferred, JobResult, run_job
 
@@ -458,13 +459,25 @@ def _open_cameras(path, info, first: int, last: Optional[int]):
     return camset
 
 
+def _points_file(camset):
+    """The file the camera set's points came from (for messages)."""
+    p = Path(camset.path)
+    return p / "points3D.txt" if p.is_dir() else p
+
+
 def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options, reopen) -> "_MultiViewShot":
     from ..multiview.shot import MultiViewOptions, MultiViewShot
 
+    from ..multiview.depth_range import RangeFinder, check_file_range, check_points
+
     camset = _open_cameras(cameras, src.info, first, last)
     opts = options if isinstance(options, MultiViewOptions) else MultiViewOptions(**(options or {}))
+    cams = list(camset.cameras.values())
+    ranges = RangeFinder(check_points(camset.points, cams, _points_file(camset)),
+                         check_file_range(None if Path(camset.path).is_dir() else camset.depth_range, camset.path),
+                         cams, _points_file(camset))
     mv = MultiViewShot(dec, _camera_lookup(camset, src.info), units=camset.units,
-                       depth_range=camset.depth_range, options=opts)
+                       depth_range=ranges.file_range, options=opts, ranges=ranges)
     shot = _MultiViewShot(src, dec, out_dir, first, last, estimator, mv=mv, reopen=reopen)
     shot.camset = camset
     return shot
@@ -500,7 +513,17 @@ def _camera_settings(camset, mv_options) -> Dict[str, Any]:
     files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
     return {"file": str(p), "sha256": digest, "units": camset.units,
-            "depth_range": camset.depth_range, "options": dict(mv_options.__dict__)}
+            "depth_range": camset.depth_range, "options": _option_settings(mv_options)}
+
+
+#: multi-view options added by issue 24, left out of the settings while at their defaults
+#: (so the hash of a run without them is unchanged and earlier outputs still resume)
+_NEW_OPTION_DEFAULTS = {"densify": False, "surface": False, "plane_agreement": 0.02}
+
+
+def _option_settings(mv_options) -> Dict[str, Any]:
+    return {k: v for k, v in mv_options.__dict__.items()
+            if not (k in _NEW_OPTION_DEFAULTS and v == _NEW_OPTION_DEFAULTS[k])}
 
 
 def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str, Any]:
@@ -603,6 +626,7 @@ def decompose(
     albedo_detail: bool = True,
     cameras: Optional[os.PathLike] = None,
     multiview: Optional[Dict[str, Any]] = None,
+    mesh: Optional[os.PathLike] = None,
     progress: events.Progress = None,
     cancel: Optional[threading.Event] = None,
     max_size: Optional[int] = None,
@@ -638,6 +662,10 @@ def decompose(
         multiview: options of the multi-view path
             (:class:`backend.multiview.shot.MultiViewOptions` fields: ``neighbours``,
             ``window``, ``processing_width``, ``min_parallax_px``, ``confidence_threshold``).
+        mesh: with ``cameras``: a ``.ply`` path; the confident measured depth of every frame
+            computed in this run is fused into one surface (:mod:`backend.multiview.tsdf`)
+            written there as a mesh in the cameras' world and units. Never written over a
+            file (``FileExistsError`` before anything runs).
         progress: where events go: a callable taking an event dict, or a text stream
             for JSON lines (:mod:`backend.events`); ``None``: nothing is reported.
         cancel: a ``threading.Event``; setting it stops after the current frame
@@ -669,6 +697,8 @@ def decompose(
         if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
             raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
                              "computed before the chunk)")
+        if mesh is not None:
+            check_mesh_path(mesh, cameras)
         if cameras is not None and (warmup is not None or manifest_part):
             raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "run camera-tracked shots on one machine")
@@ -689,6 +719,8 @@ def decompose(
                 shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
                                        lambda: open_footage(input_path, colorspace=colorspace))
                 settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
+                if mesh is not None:
+                    shot.mv.enable_fusion()
                 if stabilize:
                     events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                                    "across frames by construction")
@@ -721,6 +753,8 @@ def decompose(
                 _flicker_summary(result)
             if cameras is not None:
                 _multiview_summary(result)
+                if mesh is not None:
+                    write_mesh(result, shot.mv, mesh)
             elif isinstance(shot, _WindowedShot):
                 _windows_summary(result, dec.estimator)
             return result

@@ -88,6 +88,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="frames searched for neighbours on each side (default: %(default)s)")
     mv.add_argument("--mv-resolution", type=int, default=MultiViewOptions.processing_width, metavar="W",
                     help="width in pixels of the stereo matching (default: %(default)s)")
+    mv.add_argument("--mv-densify", action="store_true",
+                    help="piecewise-planar densification of the measured depth along image segments "
+                         "(off by default; see docs/cameras.md)")
+    mv.add_argument("--mv-surface", action="store_true",
+                    help="render each frame's depth back from the shot's fused surface so far (a static "
+                         "point gets one depth; slower; off by default)")
+    mv.add_argument("--mesh", metavar="OUT.ply",
+                    help="with --cameras: also fuse the measured depth of every computed frame into one "
+                         "surface (TSDF) and write it as a PLY mesh in the cameras' world (import it into "
+                         "the tracked Blender scene as a shadow catcher / holdout); never written over a file")
     p.set_defaults(func=run)
     return p
 
@@ -100,9 +110,10 @@ def kwargs(args) -> dict:
         processing_resolution=args.processing_resolution, device=args.device,
         stabilize=args.stabilize, strength=args.stabilize_strength,
         colorspace=args.colorspace, hfov_deg=args.hfov, albedo_detail=args.albedo_detail,
-        overwrite=args.overwrite, cameras=args.cameras,
+        overwrite=args.overwrite, cameras=args.cameras, mesh=getattr(args, "mesh", None),
         multiview={"neighbours": args.mv_neighbours, "window": args.mv_window,
-                   "processing_width": args.mv_resolution},
+                   "processing_width": args.mv_resolution, "densify": args.mv_densify,
+                   "surface": args.mv_surface},
         warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
     )
 

@@ -22,7 +22,8 @@ Method
   winner: peak-ratio-like, Hu & Mordohai 2012, "A quantitative evaluation of confidence
   measures for stereo vision", TPAMI) and, when neighbours' depth maps are given, the
   geometric consistency of :func:`backend.multiview.reproject.geometric_consistency`
-  (Schönberger et al. 2016).
+  (Schönberger et al. 2016). Zero where the winner is the first or last plane (the
+  surface may lie outside the searched range: never confident depth at its edge).
 * **Slant-aware refinement**: robust local planes in inverse depth
   (:mod:`backend.multiview.planefit`: weighted affine fits in shiftable windows) replace
   the sweep's fronto-parallel terraces; the fit's residual lowers the confidence where
@@ -45,6 +46,7 @@ import numpy as np
 
 from ..imaging import resize
 from .cameras import Camera, CameraError
+from .consistency import consistency_confidence, photometric_agreement
 from .planefit import PlaneFit, fit_local_planes
 from .reproject import geometric_consistency
 from .sgm import sgm_aggregate
@@ -398,6 +400,8 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
     depth = np.clip(1.0 / inv_d, near, far).astype(np.float32)
     ncc = (1.0 - c0).astype(np.float32)
     conf = sweep_confidence(ncc, second - c0)
+    # the best plane at an end of the sweep: the surface may lie outside the range
+    conf[(idx == 0) | (idx == n - 1)] = 0.0
     return SweepResult(depth, conf, ncc, cams[0], n)
 
 
@@ -410,11 +414,15 @@ class DepthResult:
         confidence: float32 in [0, 1]; > 0.5 marks measured depth worth trusting.
         sweep: the processing-resolution :class:`SweepResult` (its confidence includes
             the geometric consistency when neighbour depths were given).
+        agreement: processing-resolution float32 share of the neighbours agreeing with
+            the depth (:func:`backend.multiview.consistency.photometric_agreement`), or
+            ``None`` when the check was off.
     """
 
     depth: np.ndarray
     confidence: np.ndarray
     sweep: SweepResult
+    agreement: Optional[np.ndarray] = None
 
 
 def plane_window(width: int) -> int:
@@ -455,7 +463,7 @@ def edge_confidence(residual: np.ndarray, scale: float = 0.05) -> np.ndarray:
 def multiview_depth(ref_img, ref_cam: Camera, nb_imgs, nb_cams, near: float, far: float, *,
                     nb_depths: Optional[Sequence[Optional[np.ndarray]]] = None,
                     processing_width: Optional[int] = None, refine_window: int = 9,
-                    **sweep_kw) -> DepthResult:
+                    consistency: bool = True, **sweep_kw) -> DepthResult:
     """Plane sweep (:func:`plane_sweep`), optional geometric consistency against the
     neighbours' own depth maps, slant-aware refinement by local planes, and
     piecewise-planar upsampling to the frame's size.
@@ -478,6 +486,10 @@ def multiview_depth(ref_img, ref_cam: Camera, nb_imgs, nb_cams, near: float, far
         refine_window: side of the plane-fit windows (odd; small, so curved and
             detailed surfaces keep their shape: 9 keeps Middlebury's AbsRel, 15
             already smooths the motorcycle).
+        consistency: multiply the confidence by the multi-view photometric agreement
+            of the refined depth (:mod:`backend.multiview.consistency`: the share of the
+            neighbours that see a pixel and match it at its depth), which catches
+            moving objects and false matches that the best-k sweep accepted.
 
     Returns:
         :class:`DepthResult` at ``ref_cam``'s size.
@@ -493,9 +505,14 @@ def multiview_depth(ref_img, ref_cam: Camera, nb_imgs, nb_cams, near: float, far
     fit = fit_local_planes(sw.depth, sw.confidence, sw.camera.intrinsics, refine_window)
     sw.confidence = sw.confidence * edge_confidence(fit.residual)
     sw.depth = np.clip(1.0 / fit.inv_depth, near, far).astype(np.float32)
+    agreement = None
+    if consistency:
+        greys, cams = _prepare(ref_img, ref_cam, nb_imgs, nb_cams, processing_width)
+        agreement, _ = photometric_agreement(greys[0], cams[0], sw.depth, greys[1:], cams[1:])
+        sw.confidence = sw.confidence * consistency_confidence(agreement)
     inv = np.clip(upsample_planes(fit, (ref_cam.width, ref_cam.height)), 1.0 / far, 1.0 / near)
     conf = sw.confidence
     if conf.shape != inv.shape:
         conf = resize(conf, (ref_cam.width, ref_cam.height), "nearest")
     conf = np.clip(conf, 0.0, 1.0)
-    return DepthResult((1.0 / inv).astype(np.float32), conf.astype(np.float32), sw)
+    return DepthResult((1.0 / inv).astype(np.float32), conf.astype(np.float32), sw, agreement)
