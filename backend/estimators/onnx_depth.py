@@ -487,6 +487,13 @@ class DepthAnythingEstimator(Estimator):
                 "materials": self.materials, "fit": self.fit, "input_size": self.input_size,
                 "embedded": self._embedded.settings() if self._embedded is not None else None}
 
+    def full_size_albedo(self, rgb: np.ndarray, normal: np.ndarray, confidence: Optional[np.ndarray]):
+        """The embedded materials' full-size albedo (:meth:`EmbeddedEstimator.full_size_albedo`),
+        so the materials equal the embedded estimator's own; ``None`` without them."""
+        if self._embedded is None:
+            return None
+        return self._embedded.full_size_albedo(rgb, normal, confidence)
+
     def network_shape(self, h: int, w: int) -> Tuple[int, int]:
         """The network's input ``(height, width)`` for an ``h x w`` frame (``fit``)."""
         if self.fit == "frame":
@@ -560,7 +567,7 @@ class DepthAnythingEstimator(Estimator):
             emb = self._embedded.predict(rgb)
             albedo, metallic, roughness = emb.albedo, emb.metallic, emb.roughness
             ph, pw = self._embedded.processing_size(*rgb.shape[:2])
-            if (ph, pw) != rgb.shape[:2]:
+            if self._embedded.albedo_method == "network" and (ph, pw) != rgb.shape[:2]:
                 # the embedded network ran below this frame's size: restore the frame's fine
                 # detail in its albedo here (decompose does so only from this frame's size up)
                 from ..decomposer import albedo_detail_transfer
@@ -568,9 +575,9 @@ class DepthAnythingEstimator(Estimator):
                 small = resize(np.ascontiguousarray(rgb), (pw, ph), "area")
                 albedo = albedo_detail_transfer(albedo, rgb, small)
             models.update(emb.models)
-            for k in ("albedo", "metallic", "roughness"):
-                pass_models[k] = next(iter(emb.models))
-                provenance[k] = "estimated"
+            for k in ("albedo", "metallic", "roughness"):  # as the embedded estimator says
+                pass_models[k] = emb.pass_models.get(k) or next(iter(emb.models))
+                provenance[k] = emb.provenance.get(k, "estimated")
         return EstimatorOutput(depth=np.ascontiguousarray(depth, dtype=np.float32), depth_kind="relative",
                                albedo=albedo, metallic=metallic, roughness=roughness, models=models,
                                provenance=provenance, pass_models=pass_models, disparity=disp)
