@@ -195,6 +195,25 @@ class RayEngine:
                     continue
                 raise JobError(_cause(e), file=plan.out) from None
 
+    # -------------------------------------------------------------------- anchors
+    def anchors(self, plan) -> Dict[str, Any]:
+        """The shot-wide depth anchors, as one task with a chunk's resources (the estimator
+        runs where chunks run), retried like a chunk when its worker or node dies.
+
+        Raises:
+            JobError: naming the task and the node it ran on.
+        """
+        from .chunks import run_anchors
+        from .engine_cli import anchor_frames
+
+        task = self.ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.retries,
+                               retry_exceptions=False)(run_anchors)
+        ref = task.remote(plan.src, plan.out, plan.kwargs, anchor_frames(plan), plan.token)
+        try:
+            return self.ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - one line naming the node
+            raise JobError(f"the depth-anchor pass failed{_on_node(e)}: {_cause(e)}", file=plan.out) from None
+
     # ------------------------------------------------------------------------ run
     def run(self, plan, report) -> None:
         """Submit every chunk, report each as it finishes; stop at the first failed chunk.
