@@ -183,3 +183,25 @@ class DepthAnchors:
                 or len(numbers) != len(depth):
             raise ValueError(f"depth anchors {path}: not a version-{FORMAT_VERSION} anchors file; recompute them")
         return cls(numbers, depth.astype(np.float32), mask.astype(bool), meta, str(path))
+
+
+def anchor_meta(dec, info, numbers) -> Dict[str, Any]:
+    """What anchors of ``numbers`` depend on: format version, source (path, size, frame
+    count), colour space, the estimator's settings and the processing size (``dec``: a
+    :class:`backend.decomposer.Decomposer`; ``info``: the footage's info)."""
+    plan = dec.plan(info.width, info.height)
+    return {"version": FORMAT_VERSION, "kind": "relative",
+            "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
+            "colorspace": info.colorspace, "estimator": dec.estimator.settings(),
+            "processing_size": [plan.proc_width, plan.proc_height],
+            "frames": f"{numbers[0]}-{numbers[-1]}" if numbers else ""}
+
+
+def compatible(anchors: "DepthAnchors", dec, info) -> Optional[str]:
+    """``None`` when ``anchors`` were computed from this source and estimator setting,
+    else what differs (one phrase)."""
+    want = anchor_meta(dec, info, [])
+    for key in ("source", "colorspace", "estimator", "processing_size"):
+        if anchors.meta.get(key) != want[key]:
+            return f"another {key.replace('_', ' ')}"
+    return None

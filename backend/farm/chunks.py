@@ -226,6 +226,11 @@ def _cached_estimator(kwargs: Dict[str, Any]):
     return _ESTIMATORS[key]
 
 
+def anchor_frames(plan: FarmPlan) -> str:
+    """The range the anchor pass covers: the job's frames, ``A-B``."""
+    return f"{plan.wanted[0]}-{plan.wanted[-1]}"
+
+
 def run_anchors(src: str, out: str, kwargs: Dict[str, Any], frames: str, token: str = "") -> Dict[str, Any]:
     """The anchor pass of a farm decompose (:func:`backend.jobs.anchors.compute_anchors`)
     into ``kwargs["depth_anchors"]``, in this process (a worker keeps the estimator it

@@ -191,7 +191,7 @@ class LocalEngine:
     cancel = None  # threading.Event: stop after the current frame (set by run_farm)
 
     def anchors(self, plan) -> Dict[str, Any]:
-        from .chunks import run_anchors
+        from .chunks import anchor_frames, run_anchors
 
         return run_anchors(plan.src, plan.out, plan.kwargs, anchor_frames(plan), plan.token)
 
@@ -207,11 +207,6 @@ class LocalEngine:
 
     def close(self) -> None:
         pass
-
-
-def anchor_frames(plan) -> str:
-    """The range the anchor pass covers: the job's frames, ``A-B``."""
-    return f"{plan.wanted[0]}-{plan.wanted[-1]}"
 
 
 def chunk_names(plan) -> List[str]:

@@ -203,8 +203,7 @@ class RayEngine:
         Raises:
             JobError: naming the task and the node it ran on.
         """
-        from .chunks import run_anchors
-        from .engine_cli import anchor_frames
+        from .chunks import anchor_frames, run_anchors
 
         task = self.ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.retries,
                                retry_exceptions=False)(run_anchors)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import events
 from ..decomposer import Decomposer
-from ..depth_anchors import ANCHOR_FILE, FORMAT_VERSION, DepthAnchors, anchor_size, downscale
+from ..depth_anchors import ANCHOR_FILE, DepthAnchors, anchor_meta, anchor_size, compatible, downscale
 from ..errors import JobError
 from ..footage import open_footage
 
@@ -35,25 +35,6 @@ ANCHOR_KWARGS = ("frames", "estimator", "estimator_options", "processing_resolut
 def anchors_path(out: os.PathLike) -> Path:
     """``OUT/.gbuffer_depth_anchors.npz``."""
     return Path(out) / ANCHOR_FILE
-
-
-def _meta(dec: Decomposer, info, numbers) -> Dict[str, Any]:
-    plan = dec.plan(info.width, info.height)
-    return {"version": FORMAT_VERSION, "kind": "relative",
-            "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
-            "colorspace": info.colorspace, "estimator": dec.estimator.settings(),
-            "processing_size": [plan.proc_width, plan.proc_height],
-            "frames": f"{numbers[0]}-{numbers[-1]}" if numbers else ""}
-
-
-def compatible(anchors: DepthAnchors, dec: Decomposer, info) -> Optional[str]:
-    """``None`` when ``anchors`` were computed from this source and estimator setting,
-    else what differs (one phrase)."""
-    want = _meta(dec, info, [])
-    for key in ("source", "colorspace", "estimator", "processing_size"):
-        if anchors.meta.get(key) != want[key]:
-            return f"another {key.replace('_', ' ')}"
-    return None
 
 
 def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Optional[str] = None,
@@ -119,7 +100,7 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
             numbers.append(sf.number)
             depths.append(d)
             masks.append(m)
-        meta = _meta(dec, info, numbers)
+        meta = anchor_meta(dec, info, numbers)
         meta.update(kind=kind, frames_spec=frames)
         if kind == "metric":
             numbers, depths, masks = [], [], []

@@ -720,8 +720,7 @@ def _use_anchors(path, dec: Decomposer, info, first: int, last: Optional[int]) -
         JobError: unreadable, computed from another source/estimator/processing size, or
             missing a frame of ``first..last`` (naming the file and the frame).
     """
-    from ..depth_anchors import DepthAnchors
-    from .anchors import compatible
+    from ..depth_anchors import DepthAnchors, compatible
 
     try:
         anchors = DepthAnchors.load(path)
