@@ -251,6 +251,47 @@ def run_anchors(src: str, out: str, kwargs: Dict[str, Any], frames: str, token: 
     return res
 
 
+def _drop_unrecorded(job: str, out: str, first: int, last: int) -> List[int]:
+    """Before a chunk runs again (a retry): remove the chunk's frame files its manifest part
+    does not record, so they are recomputed, byte-identical, with their full manifest
+    entry. A worker killed between a frame's rename and the part's next write leaves such
+    a file; resumed as is, its entry kept only the file's checksum (8 fields lost, issue
+    29). Only files whose header names the part's settings hash are removed (this chunk's
+    own output), with a restyle frame's PNG preview; returns their numbers.
+    """
+    from ..jobs.parts import part_path
+
+    path = part_path(out, first, last)
+    try:
+        part = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    shash = part.get("settings_hash")
+    recorded = {e.get("frame") for e in part.get("frames") or () if isinstance(e, dict) and "sha256" in e}
+    if job == "decompose":
+        from ..jobs.decompose import read_settings_hash as read_hash
+
+        prefix = contract.FILE_PREFIX
+    else:
+        from ..jobs.restyle import OUT_PREFIX as prefix
+        from ..jobs.restyle import read_settings_hash as read_hash
+    dropped = []
+    for n, f in sorted(contract.list_frames(out, prefix).items()):
+        if first <= n <= last and n not in recorded:
+            try:
+                ours = shash is not None and read_hash(f) == shash
+            except Exception:  # noqa: BLE001 - unreadable: the job's resume check decides
+                ours = False
+            if ours:
+                f.unlink()
+                dropped.append(n)
+                if job == "restyle":  # its preview, written with it, is just as unrecorded
+                    from ..jobs.restyle import preview_path
+
+                    preview_path(out, n).unlink(missing_ok=True)
+    return dropped
+
+
 def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, last: int,
               overlap: Optional[int], token: str = "", after: Any = None, cancel: Any = None) -> Dict[str, Any]:
     """Run one chunk in this process: ``decompose|restyle --frames first-last --warmup
@@ -269,6 +310,7 @@ def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, 
         JobError and the job's other errors (one line each); JobCancelled.
     """
     node = check_visible(out, token) if token else node_name()
+    _drop_unrecorded(job, out, first, last)
     evs: List[Dict[str, Any]] = []
     t0 = time.monotonic()
     frames = f"{first}-{last}"
