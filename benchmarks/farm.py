@@ -74,7 +74,10 @@ def _rel(a, b) -> float:
 def boundary(tmp: Path, clip: str = "dolphins", frames: int = 48, chunk: int = 12,
              runs=((0, True), (4, True), (0, False), (8, False), ("chain", False))) -> dict:
     """One clip: an unchunked decompose against ``farm local`` runs ``(overlap, anchors)``."""
+    from backend.footage import probe_footage
+
     src = FOOTAGE / f"{clip}.mp4"
+    frames = min(frames, len(probe_footage(src).frame_numbers()))  # boat: 16, phone_office: 36
     ref = tmp / f"{clip}_unchunked"
     wall_plain = _cli("decompose", src, "--out", ref, "--frames", f"1-{frames}")
     base = _depths(ref, frames)

@@ -241,17 +241,43 @@ class SignalCancel:
         self._old.clear()
 
 
+def _has_fcntl() -> bool:
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:  # Windows
+        return False
+    return True
+
+
+#: no ``fcntl`` (Windows): the folder lock and the running-jobs lock use lock files
+#: through ``filelock`` (``msvcrt.locking`` there), see :func:`_manifest_lock` and
+#: :class:`_PortableRunLock`. Tests set it on POSIX to run that path.
+PORTABLE_LOCKS = not _has_fcntl()
+#: the folder lock's file where a folder descriptor cannot be locked (``PORTABLE_LOCKS``)
+FOLDER_LOCK = ".gbuffer_folder.lock"
+#: one lock file per running job where shared locks are unavailable (``PORTABLE_LOCKS``)
+RUN_LOCK_DIR = ".gbuffer_running"
+
+
 @contextlib.contextmanager
 def _manifest_lock(out: Path):
-    """Exclusive advisory lock on the output folder itself (POSIX ``flock`` on its
-    descriptor: no lock file is left; a no-op where unavailable), so jobs writing
-    disjoint frame ranges into one folder at the same time (farm chunks) merge their
-    manifest entries instead of overwriting them."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
+    """Exclusive advisory lock on the output folder, so jobs writing disjoint frame
+    ranges into one folder at the same time (farm chunks) merge their manifest entries
+    instead of overwriting them. POSIX: ``flock`` on the folder's own descriptor (no lock
+    file is left). Without ``fcntl`` (Windows, :data:`PORTABLE_LOCKS`): ``filelock`` on
+    ``OUT/.gbuffer_folder.lock`` (``msvcrt.locking``). A folder that does not exist (yet)
+    is not locked."""
+    if PORTABLE_LOCKS:
+        if not Path(out).is_dir():
+            yield
+            return
+        import filelock
+
+        with filelock.FileLock(str(Path(out) / FOLDER_LOCK), is_singleton=False):
+            yield
         return
+    import fcntl
+
     try:
         fd = os.open(out, os.O_RDONLY)
     except OSError:
@@ -267,6 +293,65 @@ def _manifest_lock(out: Path):
             os.close(fd)
 
 
+class _PortableRunLock:
+    """:class:`_RunLock` without shared locks (Windows): every running job holds an
+    exclusive ``filelock`` on its own file ``OUT/.gbuffer_running/<pid>-<random>.lock``;
+    another job is running when some other file there is locked. A file nobody holds (a
+    killed job's) is removed when seen. Calls are made under :func:`_manifest_lock`."""
+
+    def __init__(self, out: Path):
+        self.dir = Path(out) / RUN_LOCK_DIR
+        self.lock = None
+
+    def others_running(self) -> bool:
+        import filelock
+
+        if not self.dir.is_dir():
+            return False
+        mine = None if self.lock is None else Path(self.lock.lock_file).name
+        running = False
+        for f in sorted(self.dir.glob("*.lock")):
+            if f.name == mine:
+                continue
+            probe = filelock.FileLock(str(f), is_singleton=False)
+            try:
+                probe.acquire(timeout=0)
+            except filelock.Timeout:
+                running = True
+                continue
+            probe.release()
+            with contextlib.suppress(OSError):  # stale: its job is gone
+                f.unlink()
+        return running
+
+    def acquire(self) -> None:
+        import filelock
+
+        try:
+            self.dir.mkdir(exist_ok=True)
+        except OSError:
+            return
+        lock = filelock.FileLock(str(self.dir / f"{os.getpid()}-{os.urandom(4).hex()}.lock"), is_singleton=False)
+        lock.acquire(timeout=10)
+        self.lock = lock
+
+    def release(self) -> None:
+        if self.lock is None:
+            return
+        lock, self.lock = self.lock, None
+        lock.release()
+        with contextlib.suppress(OSError):
+            Path(lock.lock_file).unlink()
+        with contextlib.suppress(OSError):
+            self.dir.rmdir()  # the last job removes the folder
+
+
+def run_lock(out: Path):
+    """The running-jobs lock of ``out``: :class:`_RunLock` (``flock``), or
+    :class:`_PortableRunLock` where ``fcntl`` is unavailable."""
+    return _PortableRunLock(out) if PORTABLE_LOCKS else _RunLock(out)
+
+
 _FINISHED = -(1 << 62)  # FrameRun.current once every task is done
 #: hidden file every job running in a folder holds a shared ``flock`` on (removed by the last one)
 RUN_LOCK = ".gbuffer_running.lock"
@@ -278,7 +363,8 @@ class _RunLock:
     Every running job holds a shared ``flock`` on :data:`RUN_LOCK` for its whole run;
     a job that can take it exclusively (without waiting) is alone. All calls are made
     under :func:`_manifest_lock`, so starting, finishing and checking do not race.
-    No-op where ``fcntl`` is unavailable.
+    Where ``fcntl`` is unavailable (Windows) :func:`run_lock` gives a
+    :class:`_PortableRunLock` instead.
     """
 
     def __init__(self, out: Path):
@@ -418,7 +504,7 @@ class _ManifestBook:
         self.data.update({"job": job, "settings": settings, "settings_hash": shash, "complete": False,
                           "producer": PRODUCER})
         self.expected: Optional[List[int]] = None  # every frame number of the shot
-        self.runlock = _RunLock(out)
+        self.runlock = run_lock(out)
         self.saved_at = time.monotonic()
         self.dirty = False
         #: farm chunk mode (``run_job(part=...)``): ``(A, B, chunk frame numbers)``; the
@@ -959,7 +1045,7 @@ def run_job(
         with _manifest_lock(out):
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
-            lock = _RunLock(out)
+            lock = run_lock(out)
             from .parts import check_no_foreign_parts
 
             check_no_foreign_parts(out, shash, job)  # farm chunks take no lock: their parts say it
