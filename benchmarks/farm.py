@@ -1,25 +1,31 @@
-"""Farm benchmark (issue 18): the chunk-boundary step, and 1 node vs a 3-node Ray cluster.
+"""Farm benchmark (issues 18, 29): parallel chunks against an unchunked run, the anchor
+pass's cost, and 1 node vs a 3-node Ray cluster.
 
 Usage::
 
     .venv/bin/python benchmarks/farm.py [--out benchmarks/results] [--quick]
+        [--clips bikes,boat,dolphins,phone_office] [--skip-throughput]
 
-Prints a markdown table and writes ``farm.json`` into ``--out``.
+Prints markdown tables and writes ``farm.json`` into ``--out``.
 
-1. **Chunk boundary** (dolphins.mp4 frames 1-48, embedded estimator, default processing
-   resolution): an unchunked decompose against the same frames in chunks of 12 with
-   overlap (``--warmup``) 0, 4 and 8. Per frame, the median over surface pixels of
-   ``|depth_chunked - depth_unchunked| / depth_unchunked``; reported as the median over
-   the chunk-boundary frames (13, 25, 37: the first frame of every chunk but the first)
-   and over the interior frames of chunks 2-4. Also the frame-to-frame step at the
-   boundaries (median relative depth change from frame n-1 to n) of each run.
-2. **Throughput** (bikes.mp4 frames 1-96, 640x272, same settings): a plain single-process
-   decompose; ``farm local`` (the farm plan, chunk 12 / overlap 8, in one process); Ray
-   on a 1-node loopback cluster (2 CPUs); Ray on a 3-node loopback cluster (head +
-   2 workers, 1 CPU each). Wall time of the whole command (start-up, planning, merge
-   included) and frames per second. **All nodes share this machine's cores** (2 on the
-   reference machine): 3 one-CPU nodes on 2 cores oversubscribe them, so the 3-node row
-   measures the farm's overhead and correctness, not a speed-up.
+1. **Chunk boundary** (each clip: frames 1-48 or the whole clip when shorter; embedded
+   estimator, default processing resolution): a plain unchunked decompose against
+   ``farm local`` in chunks of 12 with overlap 0 and 4 with depth anchors (the default),
+   overlap 0 and 8 without (``--no-depth-anchors``), and ``--overlap chain``. Per frame,
+   the median over surface pixels of ``|depth_chunked - depth_unchunked| /
+   depth_unchunked``; reported as the median over the chunk-boundary frames (13, 25, 37:
+   the first frame of every chunk but the first, with the worst of them) and over the
+   interior frames of chunks 2-4, and the worst frame. Also the frame-to-frame step (the
+   same measure from frame n-1 to n) at the boundaries and inside chunks.
+2. **Anchor cost**: ``farm anchors`` alone against a plain decompose of the same 48 frames
+   of bikes.mp4 (whole commands).
+3. **Throughput** (bikes.mp4 frames 1-96, 640x272): a plain single-process decompose;
+   ``farm local`` (chunk 12 / overlap 8, in one process); Ray on a 1-node loopback cluster
+   (2 CPUs); Ray on a 3-node loopback cluster (1 CPU each). **All nodes share this
+   machine's cores**: the 3-node row measures the farm's overhead and correctness, not a
+   speed-up. ``--skip-throughput`` keeps the rows of the existing farm.json.
+
+Timings on the shared 2-core development machine are noisy (other jobs run on it).
 """
 from __future__ import annotations
 
