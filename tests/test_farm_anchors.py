@@ -136,3 +136,20 @@ def test_farm_anchors_cli_one_json_line(footage, tmp_path):
     assert ev["event"] == "anchors" and ev["frames"] == 2 and Path(ev["file"]).name == ANCHOR_FILE
     r = run_cli("farm", "anchors", footage("dolphins"), "--out", tmp_path / "o", "--frames", "70-80")
     assert r.returncode == 2 and "starts past the end" in r.stderr
+
+
+def test_the_anchor_pass_refuses_a_windowed_estimator(footage, tmp_path):
+    """Its depth comes from windows over the shot, not frame by frame: one clear line
+    (the farm job can run with --no-depth-anchors or --overlap chain)."""
+    from backend.estimators.base import Estimator, EstimatorOutput
+
+    class Windowed(Estimator):
+        name = "windowed-test"
+        windowed = True
+
+        def predict(self, rgb):  # never reached
+            return EstimatorOutput(depth=np.ones(rgb.shape[:2], np.float32), depth_kind="relative")
+
+    with pytest.raises(ValueError, match="computes depth in windows over the shot.*--no-depth-anchors"):
+        compute_anchors(footage("dolphins"), tmp_path / "o", frames="1-2", estimator=Windowed())
+    assert not (tmp_path / "o" / ANCHOR_FILE).exists()

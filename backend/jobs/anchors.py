@@ -60,8 +60,9 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
         metric depth, which is not aligned: the file then holds no frame).
 
     Raises:
-        FootageError, ValueError (bad arguments), JobError (the estimator failed on a frame,
-        naming it).
+        FootageError, ValueError (bad arguments; a windowed estimator such as
+        ``video-depth-anything-small``, not supported yet), JobError (the estimator failed
+        on a frame, naming it).
     """
     from .decompose import clip_frame_range, parse_frames
 
@@ -73,6 +74,11 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
         clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
         dec = Decomposer(estimator, processing_resolution=processing_resolution, estimator_options=estimator_options,
                          device=device, sar=float(info.sar))
+        if getattr(dec.estimator, "windowed", False):
+            # its depth comes from windows over the shot (feed/take), not frame by frame
+            raise ValueError(f"depth anchors: estimator {dec.estimator_name!r} computes depth in windows over "
+                             f"the shot; the anchor pass does not support it yet: use --no-depth-anchors or "
+                             f"--overlap chain")
         if target.exists():
             try:
                 old = DepthAnchors.load(target)
