@@ -1,6 +1,6 @@
 """Locks without fcntl (issue 29): on Windows ``_manifest_lock`` and the running-jobs lock
 were no-ops. They now use ``filelock`` (``msvcrt.locking`` on Windows) on lock files
-(backend.jobs.runner.PORTABLE_LOCKS). No Windows machine here: these tests run the
+(backend.jobs.locks). No Windows machine here: these tests run the
 portable path on Linux (filelock's fcntl backend) in separate processes; the msvcrt
 backend itself was not run.
 """
@@ -16,8 +16,8 @@ from cli_util import REPO, cli_env
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from backend.jobs import runner
-    runner.PORTABLE_LOCKS = True
+    from backend.jobs import locks, runner
+    locks.PORTABLE_LOCKS = True
     out, what = Path(sys.argv[1]), sys.argv[2]
     if what == "folder":
         with runner._manifest_lock(out):
@@ -34,8 +34,8 @@ HOLD = textwrap.dedent("""
 CHECK = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from backend.jobs import runner
-    runner.PORTABLE_LOCKS = True
+    from backend.jobs import locks, runner
+    locks.PORTABLE_LOCKS = True
     out, what = Path(sys.argv[1]), sys.argv[2]
     t0 = time.monotonic()
     if what == "folder":
@@ -95,8 +95,8 @@ def test_portable_run_lock_sees_a_running_job_and_forgets_a_killed_one(tmp_path)
 def test_a_job_runs_with_portable_locks(footage, tmp_path):
     """A real decompose with the portable locks: it takes and releases them."""
     code = textwrap.dedent(f"""
-        from backend.jobs import runner
-        runner.PORTABLE_LOCKS = True
+        from backend.jobs import locks
+        locks.PORTABLE_LOCKS = True
         from backend.jobs.decompose import decompose
         r = decompose({str(footage("dolphins"))!r}, {str(tmp_path / "o")!r}, frames="1-2", processing_resolution=32)
         print(r.written)

@@ -241,39 +241,17 @@ class SignalCancel:
         self._old.clear()
 
 
-def _has_fcntl() -> bool:
-    try:
-        import fcntl  # noqa: F401
-    except ImportError:  # Windows
-        return False
-    return True
-
-
-#: no ``fcntl`` (Windows): the folder lock and the running-jobs lock use lock files
-#: through ``filelock`` (``msvcrt.locking`` there), see :func:`_manifest_lock` and
-#: :class:`_PortableRunLock`. Tests set it on POSIX to run that path.
-PORTABLE_LOCKS = not _has_fcntl()
-#: the folder lock's file where a folder descriptor cannot be locked (``PORTABLE_LOCKS``)
-FOLDER_LOCK = ".gbuffer_folder.lock"
-#: one lock file per running job where shared locks are unavailable (``PORTABLE_LOCKS``)
-RUN_LOCK_DIR = ".gbuffer_running"
-
-
 @contextlib.contextmanager
 def _manifest_lock(out: Path):
-    """Exclusive advisory lock on the output folder, so jobs writing disjoint frame
-    ranges into one folder at the same time (farm chunks) merge their manifest entries
-    instead of overwriting them. POSIX: ``flock`` on the folder's own descriptor (no lock
-    file is left). Without ``fcntl`` (Windows, :data:`PORTABLE_LOCKS`): ``filelock`` on
-    ``OUT/.gbuffer_folder.lock`` (``msvcrt.locking``). A folder that does not exist (yet)
-    is not locked."""
-    if PORTABLE_LOCKS:
-        if not Path(out).is_dir():
-            yield
-            return
-        import filelock
+    """Exclusive advisory lock on the output folder itself (POSIX ``flock`` on its
+    descriptor: no lock file is left), so jobs writing
+    disjoint frame ranges into one folder at the same time (farm chunks) merge their
+    manifest entries instead of overwriting them. Without ``fcntl`` (Windows): a
+    ``filelock`` lock file, :func:`backend.jobs.locks.portable_folder_lock`."""
+    from . import locks
 
-        with filelock.FileLock(str(Path(out) / FOLDER_LOCK), is_singleton=False):
+    if locks.PORTABLE_LOCKS:
+        with locks.portable_folder_lock(out):
             yield
         return
     import fcntl
@@ -293,63 +271,12 @@ def _manifest_lock(out: Path):
             os.close(fd)
 
 
-class _PortableRunLock:
-    """:class:`_RunLock` without shared locks (Windows): every running job holds an
-    exclusive ``filelock`` on its own file ``OUT/.gbuffer_running/<pid>-<random>.lock``;
-    another job is running when some other file there is locked. A file nobody holds (a
-    killed job's) is removed when seen. Calls are made under :func:`_manifest_lock`."""
-
-    def __init__(self, out: Path):
-        self.dir = Path(out) / RUN_LOCK_DIR
-        self.lock = None
-
-    def others_running(self) -> bool:
-        import filelock
-
-        if not self.dir.is_dir():
-            return False
-        mine = None if self.lock is None else Path(self.lock.lock_file).name
-        running = False
-        for f in sorted(self.dir.glob("*.lock")):
-            if f.name == mine:
-                continue
-            probe = filelock.FileLock(str(f), is_singleton=False)
-            try:
-                probe.acquire(timeout=0)
-            except filelock.Timeout:
-                running = True
-                continue
-            probe.release()
-            with contextlib.suppress(OSError):  # stale: its job is gone
-                f.unlink()
-        return running
-
-    def acquire(self) -> None:
-        import filelock
-
-        try:
-            self.dir.mkdir(exist_ok=True)
-        except OSError:
-            return
-        lock = filelock.FileLock(str(self.dir / f"{os.getpid()}-{os.urandom(4).hex()}.lock"), is_singleton=False)
-        lock.acquire(timeout=10)
-        self.lock = lock
-
-    def release(self) -> None:
-        if self.lock is None:
-            return
-        lock, self.lock = self.lock, None
-        lock.release()
-        with contextlib.suppress(OSError):
-            Path(lock.lock_file).unlink()
-        with contextlib.suppress(OSError):
-            self.dir.rmdir()  # the last job removes the folder
-
-
 def run_lock(out: Path):
     """The running-jobs lock of ``out``: :class:`_RunLock` (``flock``), or
-    :class:`_PortableRunLock` where ``fcntl`` is unavailable."""
-    return _PortableRunLock(out) if PORTABLE_LOCKS else _RunLock(out)
+    :class:`backend.jobs.locks.PortableRunLock` where ``fcntl`` is unavailable."""
+    from . import locks
+
+    return locks.PortableRunLock(out) if locks.PORTABLE_LOCKS else _RunLock(out)
 
 
 _FINISHED = -(1 << 62)  # FrameRun.current once every task is done
@@ -364,7 +291,7 @@ class _RunLock:
     a job that can take it exclusively (without waiting) is alone. All calls are made
     under :func:`_manifest_lock`, so starting, finishing and checking do not race.
     Where ``fcntl`` is unavailable (Windows) :func:`run_lock` gives a
-    :class:`_PortableRunLock` instead.
+    :class:`backend.jobs.locks.PortableRunLock` instead.
     """
 
     def __init__(self, out: Path):
