@@ -48,11 +48,13 @@ SHARED = Path(os.environ.get("GBUFFER_SHARED_DIR") or os.environ.get("GBUFFER_SH
 FOOTAGE = SHARED / "footage"
 
 
-def _cli(*args, timeout=1800) -> float:
-    """Run ``python -m backend ARGS``; its wall time in seconds."""
+def _cli(*args, timeout=1800, wrap=None) -> float:
+    """Run ``python -m backend ARGS`` (through ``wrap``: a loopback cluster's network
+    namespace); its wall time in seconds."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "backend", *map(str, args)], env=env, capture_output=True, text=True,
+    argv = [sys.executable, "-m", "backend", *map(str, args)]
+    r = subprocess.run(wrap(argv) if wrap else argv, env=env, capture_output=True, text=True,
                        cwd=ROOT, timeout=timeout)
     wall = time.monotonic() - t0
     if r.returncode != 0:
@@ -158,13 +160,14 @@ def throughput(tmp: Path, frames: int = 96, chunk: int = 12, overlap: int = 8) -
         try:
             c.start(timeout=120)
             out = tmp / name.split(" (")[0].replace(" ", "_")
-            rows[name] = _cli("farm", "ray", "decompose", src, "--out", out, *plan, "--address", c.address)
+            rows[name] = _cli("farm", "ray", "decompose", src, "--out", out, *plan, "--address", c.address,
+                              wrap=c.wrap)
             identical[name] = all(a.read_bytes() == (out / a.name).read_bytes() for a in ref)
             if workers:
                 cname = f"Ray 3 nodes, --overlap chain (chunks in sequence; identical to plain)"
                 out = tmp / "ray3_chain"
                 rows[cname] = _cli("farm", "ray", "decompose", src, "--out", out, "--frames", rng, "--chunk", chunk,
-                                   "--overlap", "chain", "--address", c.address)
+                                   "--overlap", "chain", "--address", c.address, wrap=c.wrap)
                 identical[cname] = all(a.read_bytes() == (out / a.name).read_bytes() for a in plain)
         finally:
             c.stop()
@@ -187,15 +190,20 @@ def main(argv=None) -> int:
     ap.add_argument("--clips", default=",".join(CLIPS), help="clips for the boundary table (default: %(default)s)")
     ap.add_argument("--skip-throughput", action="store_true",
                     help="keep the throughput section of the existing farm.json (the Ray runs take minutes)")
+    ap.add_argument("--skip-boundary", action="store_true",
+                    help="keep the boundary and anchor-cost sections of the existing farm.json")
     args = ap.parse_args(argv)
     out = Path(args.out)
     tmp = Path(tempfile.mkdtemp(prefix="gbfarm_"))
     old = {}
-    if args.skip_throughput and (out / "farm.json").is_file():
+    if (args.skip_throughput or args.skip_boundary) and (out / "farm.json").is_file():
         old = json.loads((out / "farm.json").read_text())
     try:
-        bs = [boundary(tmp / "b", clip=c, frames=24 if args.quick else 48) for c in args.clips.split(",")]
-        cost = anchor_cost(tmp / "c", frames=24 if args.quick else 48)
+        if args.skip_boundary:
+            bs, cost = old["boundary"], old["anchor_cost"]
+        else:
+            bs = [boundary(tmp / "b", clip=c, frames=24 if args.quick else 48) for c in args.clips.split(",")]
+            cost = anchor_cost(tmp / "c", frames=24 if args.quick else 48)
         t = old.get("throughput") if args.skip_throughput else throughput(tmp / "t", frames=24 if args.quick else 96)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
