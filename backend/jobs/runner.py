@@ -61,6 +61,7 @@ from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, 
 
 from .. import contract, events
 from ..errors import JobCancelled, JobError  # noqa: F401  (re-exported: their former home)
+from . import locks
 from .fingerprint import file_sha256
 from .outputs import PRODUCER, _entries, check_previous_outputs, read_own_manifest
 
@@ -248,8 +249,6 @@ def _manifest_lock(out: Path):
     disjoint frame ranges into one folder at the same time (farm chunks) merge their
     manifest entries instead of overwriting them. Without ``fcntl`` (Windows): a
     ``filelock`` lock file, :func:`backend.jobs.locks.portable_folder_lock`."""
-    from . import locks
-
     if locks.PORTABLE_LOCKS:
         with locks.portable_folder_lock(out):
             yield
@@ -274,8 +273,6 @@ def _manifest_lock(out: Path):
 def run_lock(out: Path):
     """The running-jobs lock of ``out``: :class:`_RunLock` (``flock``), or
     :class:`backend.jobs.locks.PortableRunLock` where ``fcntl`` is unavailable."""
-    from . import locks
-
     return locks.PortableRunLock(out) if locks.PORTABLE_LOCKS else _RunLock(out)
 
 
