@@ -267,6 +267,10 @@ class Decomposer:
         self.last_disparity: Optional[np.ndarray] = None
         self._hist = _History()
         self._aligner = geometry.TemporalDepthAligner(contract.RELATIVE_NEAR, contract.RELATIVE_FAR)
+        #: shot-wide depth anchors (:class:`backend.depth_anchors.DepthAnchors`): a frame with
+        #: an anchor is aligned to it alone instead of to the previous frame
+        self.anchors = None
+        self._number: Optional[int] = None
         self._plans: Dict[Tuple[int, int], FramePlan] = {}
 
     # ------------------------------------------------------------------ set-up
@@ -361,6 +365,7 @@ class Decomposer:
         plan = self.plan(W, H)
         if number is not None and self._hist.number is not None and number != self._hist.number + 1:
             self.reset()
+        self._number = number if number is not None else (self._hist.number or 0) + 1
         small = resize(rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else rgb
         out = self.estimator.predict(np.ascontiguousarray(small, dtype=np.float32))
         check_estimator_output(out, plan.proc_height, plan.proc_width, self.estimator_name)
@@ -406,7 +411,7 @@ class Decomposer:
         pw, ph = plan.proc_width, plan.proc_height
         depth = np.asarray(out.depth, np.float32)
         if out.depth_kind == "relative":
-            depth = self._aligner(depth, surface)
+            depth = self._align(depth, surface)
             near, far = contract.RELATIVE_NEAR, contract.RELATIVE_FAR
         else:
             depth = np.maximum(depth, 1e-4)
@@ -434,6 +439,58 @@ class Decomposer:
             passes["depth"] = np.where(sky, far, passes["depth"]).astype(np.float32)
             passes["normal"][sky] = contract.SKY_NORMAL
         return passes, near, far
+
+    def _align(self, depth: np.ndarray, surface: Optional[np.ndarray]) -> np.ndarray:
+        """Relative depth aligned: to the frame's shot-wide anchor when :attr:`anchors` has
+        one (on its own: no history), else to the previous frame (the chain)."""
+        if self.anchors is not None and self._number in self.anchors:
+            aligned = self.anchors.align(depth, surface, self._number)
+            if aligned is None:  # degenerate fit: the frame on its own, still history-free
+                aligned = geometry.normalise_relative_depth(depth, self._aligner.near, self._aligner.first_far,
+                                                            surface, clip_max=self._aligner.far)
+            return aligned
+        return self._aligner(depth, surface)
+
+    def depth_anchor(self, rgb: np.ndarray, number: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The depth-only part of :meth:`frame` (the anchor pass,
+        :func:`backend.jobs.anchors.compute_anchors`): the estimator, the frame-to-frame
+        alignment and the round trip through the full-size depth that :meth:`frame`'s
+        :meth:`seed` makes, so the chain equals the one :meth:`frame` runs.
+
+        Args:
+            rgb: ``H x W x 3`` float32 scene-linear RGB.
+            number: the frame's source number (a gap starts a new chain, as in :meth:`frame`).
+
+        Returns:
+            ``(depth, surface)`` at the processing size: float32 aligned relative depth
+            (sky = ``RELATIVE_FAR``) and a bool surface mask; ``None`` for metric depth
+            (nothing to anchor).
+        """
+        rgb = np.asarray(rgb, dtype=np.float32)
+        H, W = rgb.shape[:2]
+        plan = self.plan(W, H)
+        if self._hist.number is not None and number != self._hist.number + 1:
+            self.reset()
+        self._number = number
+        small = resize(rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else rgb
+        out = self.estimator.predict(np.ascontiguousarray(small, dtype=np.float32))
+        check_estimator_output(out, plan.proc_height, plan.proc_width, self.estimator_name)
+        self._hist.number = number
+        if out.depth_kind != "relative":
+            return None
+        near, far = contract.RELATIVE_NEAR, contract.RELATIVE_FAR
+        surface = None if out.confidence is None else out.confidence > SKY_CONFIDENCE
+        depth = self._align(np.asarray(out.depth, np.float32), surface)
+        full = _resample(depth if surface is None else np.where(surface, depth, far), W, H)
+        mask = None
+        if surface is not None:  # as _full_size: bilinear sky mask at the 0.5 level
+            sky = _resample((~surface).astype(np.float32), W, H) > 0.5
+            full[sky] = far
+            mask = _resample(sky.astype(np.float32), plan.proc_width, plan.proc_height, True) < 0.5
+        full = np.clip(full, near, far).astype(np.float32)
+        prev = _resample(full, plan.proc_width, plan.proc_height)  # as seed()
+        self._aligner.reset(prev, mask)
+        return prev, (np.ones(prev.shape, bool) if mask is None else mask)
 
     def _normals(self, out: EstimatorOutput, depth: np.ndarray, intr, surface) -> np.ndarray:
         if out.normal is None:

@@ -256,3 +256,84 @@ def test_restyle_chunks_of_another_gbuffer_folder_are_refused(footage, tmp_path)
         restyle(g2, out, "fog", frames="3-4", warmup=0, manifest_part=True)
     restyle(g1, out, "fog", frames="3-4", warmup=0, manifest_part=True)  # its own inputs: fine
     assert sorted(contract.list_frames(out, "restyle_")) == [1, 2, 3, 4]
+
+
+def _drop_entry(out, part_name, frame):
+    """The state a worker killed between a frame's rename and the part's next write leaves:
+    the frame file is on disk, the part does not record it."""
+    p = out / contract.PARTS_DIR / part_name
+    d = json.loads(p.read_text())
+    d["frames"] = [e for e in d["frames"] if e["frame"] != frame]
+    p.write_text(json.dumps(d))
+
+
+@pytest.mark.parametrize("job", ["decompose", "restyle"])
+def test_a_retried_chunk_keeps_every_manifest_field_and_merge_equals_the_uninterrupted_run(footage, tmp_path, job):
+    """Issue 29: the frame a retried chunk resumed lost 8 fields in manifest.json. The
+    retry (``run_chunk``, what Ray and farm local run) recomputes frames its part does not
+    record: same bytes, every field."""
+    from backend.farm.chunks import run_chunk
+    from backend.farm.merge import merge
+
+    src = footage("dolphins")
+    if job == "restyle":
+        gb = tmp_path / "gb"
+        decompose(src, gb, frames="1-4", processing_resolution=32)
+        src, kw, prefix = str(gb), {"prompt": "fog"}, "restyle_"
+    else:
+        src, kw, prefix = str(src), {"processing_resolution": RES}, "gbuffer_"
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    for folder in (ref, out):
+        for a, b in ((1, 2), (3, 4)):
+            run_chunk(job, src, str(folder), kw, a, b, 1)
+    before = _exrs(out, prefix)
+    _drop_entry(out, "3-4.json", 4)
+    res = run_chunk(job, src, str(out), kw, 3, 4, 1)  # the retry
+    assert res["written"] == [4] and res["skipped"] == [3]
+    assert _exrs(out, prefix) == before
+    merge(ref, [1, 2, 3, 4])
+    summary = merge(out, [1, 2, 3, 4])
+    assert summary["missing"] == "" and summary["frames"] == 4
+    a, b = (json.loads((f / "manifest.json").read_text()) for f in (ref, out))
+    assert len(b["frames"]) == 4 and a["frames"] == b["frames"] and "frames_incomplete_entries" not in b
+    assert all(set(e) == set(b["frames"][0]) for e in b["frames"])  # every entry has every field
+
+
+def test_merged_manifest_equals_an_unchunked_run_except_documented_fields(footage, tmp_path):
+    """Issue 29: output.first_frame was the last chunk's first frame (5 instead of 1); the
+    rest equals an unchunked decompose with the same anchors but for the fields
+    documented in backend/farm/merge.py."""
+    src = footage("dolphins")
+    farm, one = tmp_path / "farm", tmp_path / "one"
+    r = run_cli("farm", "local", "decompose", src, "--out", farm, "--frames", "1-6", "--chunk", "2", "--overlap", "1",
+                "--processing-resolution", RES)
+    assert r.returncode == 0, r.stderr
+    decompose(src, one, frames="1-6", processing_resolution=RES, depth_anchors=farm / ".gbuffer_depth_anchors.npz")
+    a, b = (json.loads((f / "manifest.json").read_text()) for f in (farm, one))
+    assert a["output"]["first_frame"] == b["output"]["first_frame"] == 1
+    assert a["merged_from_parts"] == 3 and a["settings"].pop("warmup") == 1
+    for m in (a, b):
+        m.pop("settings_hash")
+        m.pop("merged_from_parts", None)
+        for e in m["frames"]:
+            e.pop("settings_hash")
+            e.pop("sha256")  # the EXR header names the settings hash
+    assert a == b
+
+
+def test_merge_takes_the_folder_lock(footage, tmp_path):
+    """docs/reliability.md: manifest.json is written under the folder's lock; farm merge too."""
+    import threading
+
+    from backend.farm.merge import merge
+    from backend.jobs.runner import _manifest_lock
+
+    out = tmp_path / "o"
+    _chunk(footage("dolphins"), out, "1-2")
+    done = threading.Event()
+    with _manifest_lock(out):
+        t = threading.Thread(target=lambda: (merge(out), done.set()), daemon=True)
+        t.start()
+        assert not done.wait(1.5)  # waits for the lock
+        assert not (out / "manifest.json").exists()
+    assert done.wait(60) and (out / "manifest.json").is_file()

@@ -22,7 +22,54 @@ JOB_TYPE = REPO / "backend" / "farm" / "flamenco" / "gbuffer_editor.js"
 STUB = Path(__file__).resolve().parent / "flamenco_stub.js"
 PY = sys.executable
 
-BASE = {"gbuffer_dir": "/o/gb", "restyle_dir": "/o/rs", "input": "/s/a.mp4", "backend_root": "/repo/"}
+BASE = {"gbuffer_dir": "/o/gb", "restyle_dir": "/o/rs", "input": "/s/a.mp4", "backend_root": "/repo/",
+        "blendfile": "/shots/a.blend"}
+
+# Flamenco 3's job-type schema, from pkg/api/flamenco-openapi.yaml (components.schemas
+# AvailableJobSetting, AvailableJobSettingType, AvailableJobSettingSubtype,
+# AvailableJobSettingVisibility) of projects.blender.org/studio/flamenco, read at the GitHub
+# mirror mateusabelli/flamenco @ cf286e7 (2026-04, 3.9 in development; unchanged since 3.0
+# in these enums), restated as JSON Schema. The Blender add-on's generated API client
+# validates these enums when it fetches job types (ApiValueError on `visible: "false"`).
+SETTING_TYPES = {"string": "string", "int32": "integer", "float": "number", "bool": "boolean"}
+SETTING_SCHEMA = {
+    "type": "object",
+    "required": ["key", "type"],
+    "additionalProperties": False,
+    "properties": {
+        "key": {"type": "string"},
+        "type": {"enum": list(SETTING_TYPES)},
+        "subtype": {"enum": ["file_path", "dir_path", "file_name", "hashed_file_path"]},
+        "choices": {"type": "array", "items": {"type": "string"}},
+        "propargs": {"type": "object"},
+        "description": {},
+        "label": {},
+        "default": {},
+        "eval": {"type": "string"},
+        "evalInfo": {"type": "object", "required": ["showLinkButton", "description"],
+                     "properties": {"showLinkButton": {"type": "boolean"}, "description": {"type": "string"}}},
+        "visible": {"enum": ["visible", "hidden", "submission", "web"]},
+        "required": {"type": "boolean"},
+        "editable": {"type": "boolean"},
+    },
+}
+# The Worker's commands (web/project-website/content/usage/jobs-tasks-commands/commands.md and
+# internal/worker/command_*.go of the same mirror): parameter types of the two we author.
+STRS = {"type": "array", "items": {"type": "string"}}
+COMMAND_SCHEMA = {"oneOf": [
+    {"type": "object", "required": ["type", "params"], "additionalProperties": False, "properties": {
+        "type": {"const": "exec"},
+        "params": {"type": "object", "required": ["exe"], "additionalProperties": False,
+                   "properties": {"exe": {"type": "string", "minLength": 1}, "args": STRS}}}},
+    {"type": "object", "required": ["type", "params"], "additionalProperties": False, "properties": {
+        "type": {"const": "blender-render"},
+        "params": {"type": "object", "required": ["exe", "argsBefore", "blendfile", "args"],
+                   "additionalProperties": False,
+                   # minLength 1: Workers before 3.5 refuse an empty blendfile ("missing 'blendfile'")
+                   "properties": {"exe": {"type": "string", "minLength": 1}, "exeArgs": {"type": "string"},
+                                  "argsBefore": STRS, "blendfile": {"type": "string", "minLength": 1},
+                                  "args": STRS}}}},
+]}
 
 
 def _compile(**settings):
@@ -39,12 +86,37 @@ def _compile(**settings):
 
 
 def _argv(cmd):
-    """The command line a Flamenco Worker runs for a blender-render command:
-    {exe} {exeArgs} {argsBefore} {blendfile} {args}."""
-    assert cmd["type"] == "blender-render"
+    """The command line a Flamenco Worker runs: ``exec``: {exe} {args}; ``blender-render``:
+    {exe} {exeArgs} {argsBefore} {blendfile} {args}. An empty blendfile is an error, as on
+    Workers before 3.5 (3.5+ would leave it out): the job type never authors one."""
     p = cmd["params"]
-    return [p["exe"], *p["exeArgs"].split(), *p["argsBefore"], *([p["blendfile"]] if p["blendfile"] else []),
-            *p["args"]]
+    if cmd["type"] == "exec":
+        return [p["exe"], *p.get("args", [])]
+    assert cmd["type"] == "blender-render", cmd
+    if not p.get("blendfile"):
+        raise AssertionError(f"blender-render without a blendfile (refused by Flamenco Workers < 3.5): {cmd}")
+    return [p["exe"], *p["exeArgs"].split(), *p["argsBefore"], p["blendfile"], *p["args"]]
+
+
+def test_job_type_and_commands_pass_flamenco_3_schema():
+    """Issue 29: three settings had `visible: false` (Flamenco accepts only visible, hidden,
+    submission, web); the add-on's API client then failed on every job type of the Manager."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (a dev dependency via constraints.txt)")
+    for settings in (dict(frames="1-10"), dict(frames="1-10", runner="cli"), dict(frames="1-9", chain=True),
+                     dict(job="decompose", frames="1-4", depth_anchors=False)):
+        out = _compile(**settings)
+        for setting in out["job_type"]["settings"]:
+            jsonschema.validate(setting, SETTING_SCHEMA)
+            if "default" in setting:  # the default has the setting's type
+                jsonschema.validate(setting["default"], {"type": SETTING_TYPES[setting["type"]]})
+            if "choices" in setting:
+                assert setting["type"] == "string" and setting["default"] in setting["choices"]
+        for task in out["tasks"]:
+            for cmd in task["commands"]:
+                jsonschema.validate(cmd, COMMAND_SCHEMA)
+    bad = dict(out["job_type"]["settings"][0], visible=False)  # what the old job type had
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, SETTING_SCHEMA)
 
 
 def test_job_type_settings():
@@ -56,30 +128,38 @@ def test_job_type_settings():
                 "runner", "python", "backend_root", "blender_cmd", "blendfile"):
         assert key in keys
     assert {s["key"]: s.get("default") for s in jt["settings"]}["blender_cmd"] == "{blender}"
+    vis = {s["key"]: s.get("visible", "visible") for s in jt["settings"]}
+    assert vis["blender_cmd"] == vis["blender_args"] == "hidden" and vis["blendfile"] == "web"
 
 
 def test_one_task_per_chunk_merge_after_chunks_restyle_after_decompose_merge():
     out = _compile(frames="1-10", chunk_size=4, overlap=2, prompt="dense fog", blendfile="/shots/a.blend")
     tasks = {t["name"]: t for t in out["tasks"]}
-    assert list(tasks) == ["decompose-1-4", "decompose-5-8", "decompose-9-10", "merge-decompose",
-                           "restyle-1-4", "restyle-5-8", "restyle-9-10", "merge-restyle"]
+    assert list(tasks) == ["anchors-decompose", "decompose-1-4", "decompose-5-8", "decompose-9-10",
+                           "merge-decompose", "restyle-1-4", "restyle-5-8", "restyle-9-10", "merge-restyle"]
     assert tasks["merge-decompose"]["dependencies"] == ["decompose-1-4", "decompose-5-8", "decompose-9-10"]
     assert tasks["merge-restyle"]["dependencies"] == ["restyle-1-4", "restyle-5-8", "restyle-9-10"]
     for name in ("restyle-1-4", "restyle-5-8", "restyle-9-10"):
         assert tasks[name]["dependencies"] == ["merge-decompose"]
     for name in ("decompose-1-4", "decompose-5-8", "decompose-9-10"):
-        assert tasks[name]["dependencies"] == [] and tasks[name]["type"] == "blender"
+        assert tasks[name]["dependencies"] == ["anchors-decompose"] and tasks[name]["type"] == "blender"
+    (cmd,) = tasks["anchors-decompose"]["commands"]
+    assert tasks["anchors-decompose"]["dependencies"] == [] and cmd["type"] == "exec"
+    assert _argv(cmd) == ["python3", "/repo/backend", "farm", "anchors", "/s/a.mp4", "--out", "/o/gb", "--frames",
+                          "1-10", "--estimator", "embedded"]
 
     (cmd,) = tasks["decompose-5-8"]["commands"]
     assert cmd["params"]["exe"] == "{blender}" and cmd["params"]["exeArgs"] == "{blenderArgs}"
     assert _argv(cmd) == ["{blender}", "{blenderArgs}", "/shots/a.blend", "--command", "gbuffer_editor",
                           "decompose", "/s/a.mp4", "--out", "/o/gb", "--frames", "5-8", "--warmup", "2",
-                          "--manifest-part", "--estimator", "embedded"]
+                          "--manifest-part", "--depth-anchors", "/o/gb/.gbuffer_depth_anchors.npz",
+                          "--estimator", "embedded"]
     (cmd,) = tasks["restyle-9-10"]["commands"]
     assert _argv(cmd) == ["{blender}", "{blenderArgs}", "/shots/a.blend", "--command", "gbuffer_editor",
                           "restyle", "/o/gb", "--no-edits", "--out", "/o/rs", "--frames", "9-10", "--warmup", "2",
                           "--manifest-part", "--renderer", "embedded", "--prompt", "dense fog"]
     (cmd,) = tasks["merge-restyle"]["commands"]
+    assert cmd["type"] == "exec"
     assert _argv(cmd) == ["python3", "/repo/backend", "farm", "merge", "/o/rs", "--frames", "1-10"]
 
 
@@ -93,9 +173,12 @@ def test_single_stage_jobs_and_the_cli_runner():
                           "3-7", "--warmup", "0", "--manifest-part", "--renderer", "embedded", "--seed", "7",
                           "--no-mp4"]
     out = _compile(job="decompose", frames="1-3", chunk_size=1, overlap=1, processing_resolution=64)
-    assert [t["name"] for t in out["tasks"]] == ["decompose-1-1", "decompose-2-2", "decompose-3-3",
-                                                 "merge-decompose"]
-    assert "--processing-resolution" in _argv(out["tasks"][0]["commands"][0])
+    assert [t["name"] for t in out["tasks"]] == ["anchors-decompose", "decompose-1-1", "decompose-2-2",
+                                                 "decompose-3-3", "merge-decompose"]
+    assert all("--processing-resolution" in _argv(t["commands"][0]) for t in out["tasks"][:4])
+    out = _compile(job="decompose", frames="1-3", chunk_size=1, overlap=1, depth_anchors=False)
+    assert [t["name"] for t in out["tasks"]][0] == "decompose-1-1"
+    assert "--depth-anchors" not in _argv(out["tasks"][0]["commands"][0])
 
 
 def test_chain_runs_chunks_one_after_another_without_warmup():
@@ -119,6 +202,8 @@ def test_chain_runs_chunks_one_after_another_without_warmup():
     (dict(frames="1-10", input=""), "input (footage) is required"),
     (dict(frames="1-10", job="restyle", restyle_dir=""), "restyle_dir is required"),
     (dict(frames="1-10", job="render"), "unknown job 'render'"),
+    (dict(frames="1-10", blendfile=""), "the blender runner needs the submitted .blend"),
+    (dict(frames="1-10", runner="bash"), "unknown runner 'bash'"),
 ])
 def test_bad_input_is_refused_at_submission(settings, message):
     out = _compile(**settings)

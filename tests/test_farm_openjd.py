@@ -88,8 +88,14 @@ def test_chunk_steps_and_dependencies():
     combined template's step scripts."""
     combined = {s["name"]: s for s in _load("decompose_restyle.yaml")["steps"]}
     deps = {n: [d["dependsOn"] for d in s.get("dependencies", [])] for n, s in combined.items()}
-    assert deps == {"Validate": [], "DecomposeChunks": ["Validate"], "DecomposeMerge": ["DecomposeChunks"],
-                    "RestyleChunks": ["DecomposeMerge"], "RestyleMerge": ["RestyleChunks"]}
+    assert deps == {"Validate": [], "DecomposeAnchors": ["Validate"], "DecomposeChunks": ["DecomposeAnchors"],
+                    "DecomposeMerge": ["DecomposeChunks"], "RestyleChunks": ["DecomposeMerge"],
+                    "RestyleMerge": ["RestyleChunks"]}
+    anchors = combined["DecomposeAnchors"]["script"]["embeddedFiles"][0]["data"]
+    assert 'farm anchors "$GB_INPUT" --out "$GB_GBUFFER_DIR"' in anchors and '"$GB_FIRST-$GB_LAST"' in anchors
+    assert "parameterSpace" not in combined["DecomposeAnchors"]  # one task, before every chunk
+    assert '--depth-anchors "$GB_GBUFFER_DIR/.gbuffer_depth_anchors.npz"' in \
+        combined["DecomposeChunks"]["script"]["embeddedFiles"][0]["data"]
     for step in ("DecomposeChunks", "RestyleChunks"):
         (tp,) = combined[step]["parameterSpace"]["taskParameterDefinitions"]
         assert tp == {"name": "ChunkStart", "type": "INT",
@@ -99,7 +105,7 @@ def test_chunk_steps_and_dependencies():
         assert "--command gbuffer_editor" in script and "-m backend --json" in script
     dec = {s["name"]: s for s in _load("decompose.yaml")["steps"]}
     rs = {s["name"]: s for s in _load("restyle.yaml")["steps"]}
-    assert list(dec) == ["Validate", "DecomposeChunks", "DecomposeMerge"]
+    assert list(dec) == ["Validate", "DecomposeAnchors", "DecomposeChunks", "DecomposeMerge"]
     assert list(rs) == ["Validate", "RestyleChunks", "RestyleMerge"]
     for single in (dec, rs):
         for name, step in single.items():
@@ -111,6 +117,38 @@ def test_chunk_steps_and_dependencies():
     assert 'restyle "$GB_GBUFFER_DIR" --no-edits' in rs_script  # the edit bake is not chunk-aware
     scene = {s["name"]: s for s in _load("scene_export.yaml")["steps"]}
     assert "--command gbuffer_editor export-scene" in scene["ExportChunks"]["script"]["embeddedFiles"][0]["data"]
+
+
+def _scripts():
+    for name in NAMES:
+        for step in _load(name)["steps"]:
+            for f in step["script"].get("embeddedFiles", []):
+                yield name, step["name"], f["data"]
+
+
+def test_step_scripts_are_bash_3_2_safe():
+    """Issue 29: under `set -u`, bash before 4.4 (macOS ships 3.2) treats "${a[@]}" of an
+    empty array as an unbound variable, so a chunk without extra options failed there. Every
+    array expansion uses ${a[@]+"${a[@]}"} (empty: nothing); arrays filled by `read -a` are
+    declared first. No bash 3.2 here: this checks the scripts' text, and runs the chunk
+    script's option building with the bash installed (which accepts both forms)."""
+    import re
+
+    for name, step, text in _scripts():
+        assert not re.search(r'"\$\{\w+\[@\]\}"(?!\})', text.replace('+"${', '+[')), (name, step)
+        for arr in re.findall(r"read -r -a (\w+)", text):
+            assert f"{arr}=(); read -r -a {arr}" in text, (name, step, arr)
+        assert "declare -A" not in text and "mapfile" not in text and "readarray" not in text  # bash 4 only
+    combined = {s["name"]: s for s in _load("decompose_restyle.yaml")["steps"]}
+    chunk = combined["DecomposeChunks"]["script"]["embeddedFiles"][0]["data"]
+    body = chunk.split('echo "gbuffer-farm:')[0]  # the option building, before any exec
+    env = dict(os.environ, GB_CHUNK="4", GB_LAST="10", GB_OVERLAP="2", GB_ESTIMATOR="embedded",
+               GB_PROCESSING_RESOLUTION="-1", GB_DECOMPOSE_ARGS="", GB_GBUFFER_DIR="/o/gb")
+    p = subprocess.run(["bash", "-c", body + '\nprintf "[%s]" ${opts[@]+"${opts[@]}"} ${extra[@]+"${extra[@]}"}',
+                        "chunk", "5"], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ("[--frames][5-8][--warmup][2][--manifest-part][--estimator][embedded][--depth-anchors]"
+                        "[/o/gb/.gbuffer_depth_anchors.npz]")
 
 
 def _flat(d, p=""):
@@ -154,7 +192,7 @@ def test_openjd_run_decompose_restyle_equals_farm_local(footage, tmp_path):
     p = _run("decompose_restyle.yaml", params)
     log = p.stdout + p.stderr
     assert p.returncode == 0, log[-4000:]
-    assert "Session ended successfully" in log and "Chunks run: 9" in log  # 1 + 3 + 1 + 3 + 1
+    assert "Session ended successfully" in log and "Chunks run: 10" in log  # 1 + 1 + 3 + 1 + 3 + 1
     for chunk in ("1-4", "5-8", "9-10"):
         assert f"decompose chunk {chunk} (warmup {OVERLAP}) with the cli runner" in log
         assert f"restyle chunk {chunk} (warmup {OVERLAP}) with the cli runner" in log

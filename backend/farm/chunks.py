@@ -63,6 +63,8 @@ class FarmPlan:
     wanted: List[int]
     chunks: List[Chunk] = field(default_factory=list)
     token: str = ""
+    #: the engine computes the shot-wide depth anchors (``kwargs["depth_anchors"]``) first
+    anchor_pass: bool = False
 
     def identity(self) -> Dict[str, Any]:
         """What two farm jobs into one folder must share (the frames may differ)."""
@@ -91,7 +93,7 @@ def _clip_numbers(job: str, src: str, kwargs: Dict[str, Any]) -> List[int]:
 
 
 def make_plan(job: str, src: os.PathLike, out: os.PathLike, kwargs: Dict[str, Any], *, frames: Optional[str],
-              chunk: int, overlap: int) -> FarmPlan:
+              chunk: int, overlap: int, anchors: bool = True) -> FarmPlan:
     """Plan a farm job.
 
     Args:
@@ -100,6 +102,11 @@ def make_plan(job: str, src: os.PathLike, out: os.PathLike, kwargs: Dict[str, An
         overlap: warmup frames K >= 0 computed (and discarded) before each chunk, or
             ``None`` ("chain"): each chunk continues from the previous chunk's last frame
             file (it starts when that chunk is done), byte-identical to an unchunked run.
+        anchors: a parallel decompose (``overlap`` not ``None``, no ``--cameras``) aligns
+            every frame to the shot-wide depth anchors in ``OUT/.gbuffer_depth_anchors.npz``
+            (``kwargs["depth_anchors"]``; the engine computes them before the chunks,
+            :func:`run_anchors`), unless the caller gave its own ``depth_anchors``.
+            ``False``: the old per-chunk alignment (chunks drift from an unchunked run).
 
     Raises:
         ValueError: a chunk smaller than the overlap, bad numbers, farm-owned kwargs.
@@ -127,6 +134,12 @@ def make_plan(job: str, src: os.PathLike, out: os.PathLike, kwargs: Dict[str, An
     wanted = [n for n in nums if n >= first and (last is None or n <= last)]
     chunks = [Chunk(c[0], c[-1], c) for c in (wanted[i:i + chunk] for i in range(0, len(wanted), chunk))]
     kw = {k: v for k, v in kwargs.items() if k not in FARM_OWNED}
+    if job == "decompose" and overlap is not None and anchors and not kw.get("cameras") \
+            and not kw.get("depth_anchors"):
+        from ..depth_anchors import ANCHOR_FILE
+
+        kw["depth_anchors"] = os.path.join(os.path.abspath(os.fspath(out)), ANCHOR_FILE)
+        return FarmPlan(job, os.fspath(src), os.fspath(out), kw, chunk, overlap, wanted, chunks, anchor_pass=True)
     return FarmPlan(job, os.fspath(src), os.fspath(out), kw, chunk, overlap, wanted, chunks)
 
 
@@ -213,6 +226,72 @@ def _cached_estimator(kwargs: Dict[str, Any]):
     return _ESTIMATORS[key]
 
 
+def anchor_frames(plan: FarmPlan) -> str:
+    """The range the anchor pass covers: the job's frames, ``A-B``."""
+    return f"{plan.wanted[0]}-{plan.wanted[-1]}"
+
+
+def run_anchors(src: str, out: str, kwargs: Dict[str, Any], frames: str, token: str = "") -> Dict[str, Any]:
+    """The anchor pass of a farm decompose (:func:`backend.jobs.anchors.compute_anchors`)
+    into ``kwargs["depth_anchors"]``, in this process (a worker keeps the estimator it
+    loads for its chunks). Returns the ``anchors`` event with ``node``.
+
+    Raises:
+        JobError: the folder is not visible here (naming the node); the estimator failed.
+    """
+    from ..jobs.anchors import compute_anchors
+
+    node = check_visible(out, token) if token else node_name()
+    kw = dict(kwargs)
+    path = kw.pop("depth_anchors")
+    kw["estimator"] = _cached_estimator(kw)
+    kw.pop("frames", None)
+    res = compute_anchors(src, out, frames=frames, path=path, **kw)
+    res["node"] = node
+    return res
+
+
+def _drop_unrecorded(job: str, out: str, first: int, last: int) -> List[int]:
+    """Before a chunk runs again (a retry): remove the chunk's frame files its manifest part
+    does not record, so they are recomputed, byte-identical, with their full manifest
+    entry. A worker killed between a frame's rename and the part's next write leaves such
+    a file; resumed as is, its entry kept only the file's checksum (8 fields lost, issue
+    29). Only files whose header names the part's settings hash are removed (this chunk's
+    own output), with a restyle frame's PNG preview; returns their numbers.
+    """
+    from ..jobs.parts import part_path
+
+    path = part_path(out, first, last)
+    try:
+        part = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    shash = part.get("settings_hash")
+    recorded = {e.get("frame") for e in part.get("frames") or () if isinstance(e, dict) and "sha256" in e}
+    if job == "decompose":
+        from ..jobs.decompose import read_settings_hash as read_hash
+
+        prefix = contract.FILE_PREFIX
+    else:
+        from ..jobs.restyle import OUT_PREFIX as prefix
+        from ..jobs.restyle import read_settings_hash as read_hash
+    dropped = []
+    for n, f in sorted(contract.list_frames(out, prefix).items()):
+        if first <= n <= last and n not in recorded:
+            try:
+                ours = shash is not None and read_hash(f) == shash
+            except Exception:  # noqa: BLE001 - unreadable: the job's resume check decides
+                ours = False
+            if ours:
+                f.unlink()
+                dropped.append(n)
+                if job == "restyle":  # its preview, written with it, is just as unrecorded
+                    from ..jobs.restyle import preview_path
+
+                    preview_path(out, n).unlink(missing_ok=True)
+    return dropped
+
+
 def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, last: int,
               overlap: Optional[int], token: str = "", after: Any = None, cancel: Any = None) -> Dict[str, Any]:
     """Run one chunk in this process: ``decompose|restyle --frames first-last --warmup
@@ -231,6 +310,7 @@ def run_chunk(job: str, src: str, out: str, kwargs: Dict[str, Any], first: int, 
         JobError and the job's other errors (one line each); JobCancelled.
     """
     node = check_visible(out, token) if token else node_name()
+    _drop_unrecorded(job, out, first, last)
     evs: List[Dict[str, Any]] = []
     t0 = time.monotonic()
     frames = f"{first}-{last}"

@@ -6,13 +6,16 @@ The driver of a farm job, the same for every engine:
    anything runs (chunk below the overlap, a range outside the clip, farm-owned options);
 2. claim the folder (``.gbuffer_farm.json``: another farm job with another plan is
    refused) and write the visibility token;
-3. run the chunks: ``local`` one after another in this process (the single-process
+3. a parallel decompose: the shot-wide depth anchors (:mod:`backend.depth_anchors`),
+   once, before the chunks (every chunk aligns its depth to them);
+4. run the chunks: ``local`` one after another in this process (the single-process
    reference), ``ray`` as Ray tasks on the cluster (:mod:`backend.farm.ray_engine`);
-4. merge the manifest parts (:func:`backend.farm.merge.merge`).
+5. merge the manifest parts (:func:`backend.farm.merge.merge`).
 
 Events (JSON lines on stdout, as for every job)::
 
     {"event": "start", "job", "engine", "total", "chunks", "chunk", "overlap", "out"}
+    {"event": "anchors", "file", "frames", "digest", "reused", "elapsed_s", "node"}   (decompose, parallel)
     {"event": "progress", "frame", "done", "total", "fps", "eta_s", "skipped", "chunk", "node"}
     {"event": "warning", ...}                     (a chunk's warnings, a retried chunk)
     {"event": "merged", ...}                      (see backend.farm.merge.merge)
@@ -66,6 +69,11 @@ def add_engines(sub) -> None:
                                 "parallel; chain: each chunk continues from the previous chunk's last frame "
                                 "(a dependency: decompose chunks then run one after another, output "
                                 "byte-identical to an unchunked run). Default: %(default)s")
+            if job == "decompose":
+                g.add_argument("--no-depth-anchors", dest="depth_anchor_pass", action="store_false",
+                               help="skip the shot-wide depth anchors (OUT/.gbuffer_depth_anchors.npz, computed "
+                                    "before the chunks): parallel chunks then align depth from their own "
+                                    "warmup and drift from an unchunked run by several per cent")
             if engine == "ray":
                 g.add_argument("--address", required=True, metavar="HOST:PORT",
                                help="the Ray cluster's head (GCS) address, e.g. 10.0.0.1:6379")
@@ -103,7 +111,8 @@ def run_farm(args) -> int:
         raise ValueError("--overwrite is not supported by farm jobs: empty the folder or choose another --out")
     frames = kwargs.pop("frames", None)
     kwargs.pop("overwrite", None)
-    plan = make_plan(args.farm_job, src, out, kwargs, frames=frames, chunk=args.chunk, overlap=args.overlap)
+    plan = make_plan(args.farm_job, src, out, kwargs, frames=frames, chunk=args.chunk, overlap=args.overlap,
+                     anchors=getattr(args, "depth_anchor_pass", True))
     t0 = time.monotonic()
     if args.engine == "ray":
         from . import ray_engine
@@ -121,6 +130,8 @@ def run_farm(args) -> int:
                      "chunks": len(plan.chunks), "chunk": plan.chunk,
                      "overlap": "chain" if plan.overlap is None else plan.overlap, "out": str(out)})
         report = _Report(len(plan.wanted), t0)
+        if plan.anchor_pass:
+            events.emit(engine.anchors(plan))  # once, before the chunks: every chunk aligns to them
         engine.run(plan, report)
     finally:
         engine.close()
@@ -178,6 +189,11 @@ class LocalEngine:
         check_visible(plan.out, plan.token)
 
     cancel = None  # threading.Event: stop after the current frame (set by run_farm)
+
+    def anchors(self, plan) -> Dict[str, Any]:
+        from .chunks import anchor_frames, run_anchors
+
+        return run_anchors(plan.src, plan.out, plan.kwargs, anchor_frames(plan), plan.token)
 
     def run(self, plan, report: _Report) -> None:
         from ..errors import JobCancelled

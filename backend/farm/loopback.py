@@ -3,9 +3,21 @@
 ``LoopbackCluster(root, workers=2)`` starts a head and worker nodes with ``ray start``,
 each on its own loopback address and with its own temp dir under ``root``, one CPU
 each (or ``cpus``), a small object store and no dashboard; :meth:`stop` ends exactly
-the processes of these nodes (found by their temp dirs, plus their children), never
-others; :meth:`kill_node` SIGKILLs one node (its raylet and everything under it) as a
-node failure would.
+the processes of these nodes (:func:`backend.farm.nodes.stop_nodes`: found by their temp
+dirs, plus their children), never others; :meth:`kill_node` SIGKILLs one node (its
+raylet and everything under it) as a node failure would.
+
+Listening addresses: Ray 2.60 binds its gRPC servers (GCS, raylets, object managers, core
+workers) to every interface (``*:PORT``) unless the node address is exactly
+``127.0.0.1``/``localhost``/``::1`` (``ray._common.network_utils.is_localhost``), and
+``ray start`` replaces those by the machine's primary address
+(``services.resolve_ip_for_localhost``); no option makes a ``127.0.0.x`` node listen on
+loopback only. So with ``isolate`` (default: when possible, i.e. as root with
+``unshare``/``nsenter``) every node, and every command run through :meth:`wrap` (the
+driver), runs in a network namespace of its own that has only ``lo``: the wildcard
+listeners exist there only, no process outside the namespace can reach them, and the
+machine's own namespace (``ss -ltn``) shows none of them (tests/test_farm_ray.py checks
+both). Without it the cluster listens on ``*:PORT`` like any Ray cluster.
 
 Addresses: the head uses ``127.0.0.4``, not ``127.0.0.1``: Ray replaces a node address
 of ``127.0.0.1``/``localhost`` by the machine's primary address (on purpose, see
@@ -54,7 +66,7 @@ class LoopbackCluster:
 
     def __init__(self, root: os.PathLike, workers: int = 2, cpus: int = 1, port: Optional[int] = None,
                  head_cpus: Optional[int] = None, env: Optional[Dict[str, str]] = None,
-                 object_store_bytes: int = 80 * 1024 * 1024):
+                 object_store_bytes: int = 80 * 1024 * 1024, isolate: Optional[bool] = None):
         self.root = Path(root)
         self.workers, self.cpus = workers, cpus
         self.port = port if port is not None else free_port()
@@ -62,6 +74,36 @@ class LoopbackCluster:
         self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **(env or {}))
         self.store = int(object_store_bytes)
         self.dirs: Dict[str, Path] = {}
+        self.isolate = can_isolate() if isolate is None else bool(isolate)
+        self.netns_holder: Optional[subprocess.Popen] = None
+
+    # --------------------------------------------------------------- namespace
+    def wrap(self, argv: List[str]) -> List[str]:
+        """``argv`` run inside the cluster's network namespace (unchanged without one)."""
+        if self.netns_holder is None:
+            return list(argv)
+        return ["nsenter", f"--net=/proc/{self.netns_holder.pid}/ns/net", "--", *map(str, argv)]
+
+    def _enter_namespace(self, timeout: float) -> None:
+        self.netns_holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep 86400"],
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + min(timeout, 20)
+        while time.monotonic() < deadline:
+            r = subprocess.run(self.wrap(["ip", "-o", "link", "show", "lo"]), capture_output=True, text=True)
+            if r.returncode == 0 and "UP" in r.stdout.split("<", 1)[-1].split(">", 1)[0]:
+                return
+            if self.netns_holder.poll() is not None:
+                break
+            time.sleep(0.1)
+        err = self.netns_holder.stderr.read() if self.netns_holder.poll() is not None else ""
+        self._leave_namespace()
+        raise RuntimeError(f"cannot create the cluster's network namespace: {err.strip()[-300:]}")
+
+    def _leave_namespace(self) -> None:
+        if self.netns_holder is not None:
+            self.netns_holder.kill()
+            self.netns_holder.wait()
+            self.netns_holder = None
 
     @property
     def address(self) -> str:
@@ -76,7 +118,7 @@ class LoopbackCluster:
                                                      "metrics-export-port", "runtime-env-agent-port")]
         cmd = _ray_cli() + ["start", *args, *ports, "--temp-dir", str(d), "--object-store-memory", str(self.store),
                             "--disable-usage-stats"]
-        r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(self.wrap(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed: {r.stderr.strip().splitlines()[-3:]}")
 
@@ -87,6 +129,8 @@ class LoopbackCluster:
             RuntimeError: a node did not start or join within ``timeout``.
         """
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.isolate and self.netns_holder is None:
+            self._enter_namespace(timeout)
         self._start("head", ["--head", f"--node-ip-address={HEAD_IP}", f"--port={self.port}",
                              "--num-cpus", str(self.head_cpus), "--include-dashboard=false"], timeout)
         for i in range(self.workers):
@@ -102,7 +146,7 @@ class LoopbackCluster:
                 f"t=time.time()\nwhile sum(x['Alive'] for x in ray.nodes())<{n} and time.time()-t<{timeout}:"
                 " time.sleep(0.5)\n"
                 f"sys.exit(0 if sum(x['Alive'] for x in ray.nodes())>={n} else 1)\n")
-        r = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True, text=True,
+        r = subprocess.run(self.wrap([sys.executable, "-c", code]), env=self.env, capture_output=True, text=True,
                            timeout=timeout + 30)
         if r.returncode != 0:
             raise RuntimeError(f"the loopback cluster has fewer than {n} alive nodes: {r.stderr[-500:]}")
@@ -112,26 +156,9 @@ class LoopbackCluster:
 
     def pids(self, name: Optional[str] = None) -> List[int]:
         """Processes of one node (or all): those naming its temp dir, and their children."""
-        import psutil
+        from .nodes import node_pids
 
-        dirs = [str(self.dirs[name])] if name else [str(d) for d in self.dirs.values()]
-        roots = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                cmd = " ".join(p.info["cmdline"] or ())
-            except (psutil.Error, TypeError):
-                continue
-            if any(d + "/" in cmd or cmd.endswith(d) or f"={d} " in cmd + " " for d in dirs):
-                roots.append(p)
-        found = set()
-        for p in roots:
-            found.add(p.pid)
-            try:
-                found.update(c.pid for c in p.children(recursive=True))
-            except psutil.Error:
-                pass
-        found.discard(os.getpid())
-        return sorted(found)
+        return node_pids([self.dirs[name]] if name else list(self.dirs.values()))
 
     def kill_node(self, name: str) -> List[int]:
         """SIGKILL every process of node ``name`` (a node failure); returns the pids."""
@@ -144,30 +171,28 @@ class LoopbackCluster:
         return pids
 
     def stop(self, timeout: float = 20.0) -> None:
-        """End every process of the cluster's nodes (SIGTERM, then SIGKILL)."""
-        import psutil
+        """End every process of the cluster's nodes (SIGTERM, then SIGKILL), then its
+        network namespace."""
+        from .nodes import stop_nodes
 
-        pids = self.pids()
-        procs = []
-        for pid in pids:
-            try:
-                p = psutil.Process(pid)
-                p.terminate()
-                procs.append(p)
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=timeout / 2)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=timeout / 2)
-        deadline = time.monotonic() + timeout
-        while self.pids() and time.monotonic() < deadline:  # late children of killed parents
-            for pid in self.pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.2)
+        try:
+            if self.dirs:
+                stop_nodes(list(self.dirs.values()), timeout=timeout)
+        finally:
+            self._leave_namespace()
+
+
+def can_isolate() -> bool:
+    """Whether a cluster can get a network namespace of its own here (root, Linux,
+    ``unshare``, ``nsenter`` and ``ip`` on PATH, and the kernel allows it)."""
+    import shutil
+
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return False
+    if not all(shutil.which(x) for x in ("unshare", "nsenter", "ip")):
+        return False
+    try:
+        r = subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0

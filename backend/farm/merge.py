@@ -7,7 +7,14 @@ single-machine run computes at its end (decompose: provenance, flicker of
 ``--stabilize``; restyle: ``preview.mp4`` from the PNG previews and the flicker metric),
 and writes ``manifest.json`` atomically. ``complete`` is true when every frame of the
 shot is present. The parts stay (a re-merge gives the same manifest; a re-run chunk
-updates its part). The merge takes no lock: run it once, after the last chunk.
+updates its part).
+
+What differs from an unchunked run's ``manifest.json`` (tests/test_farm_chunks.py):
+``settings.warmup`` and so ``settings_hash`` (and the per-frame ``settings_hash`` and
+``sha256``, the EXR header names the hash), ``merged_from_parts``, and
+``frames_incomplete_entries`` when some entries lack fields (reported, with a warning).
+``output.first_frame`` is the first frame of the first chunk (the shot's), not of the
+last part.
 """
 from __future__ import annotations
 
@@ -38,7 +45,16 @@ def merge(out: os.PathLike, wanted: Optional[List[int]] = None) -> Dict[str, Any
     Raises:
         JobError: no parts; parts with different settings hashes or jobs (naming them).
     """
+    from ..jobs.runner import _manifest_lock
+
     out = Path(out)
+    if not out.is_dir():
+        raise JobError(f"no manifest parts in {out / PARTS_DIR}: {out} is not a folder", file=out)
+    with _manifest_lock(out):  # manifest.json is only ever written under the folder's lock
+        return _merge(out, wanted)
+
+
+def _merge(out: Path, wanted: Optional[List[int]]) -> Dict[str, Any]:
     try:
         parts = contract.read_parts(out)
     except contract.ContractError as e:
@@ -64,6 +80,20 @@ def merge(out: os.PathLike, wanted: Optional[List[int]] = None) -> Dict[str, Any
     missing = [n for n in want if n not in present]
     for key in ("shot_frames", "part"):
         man.pop(key, None)
+    firsts = [(d.get("part") or {}).get("first") for _, d in parts]
+    firsts = [f for f in firsts if isinstance(f, int)]
+    if firsts and isinstance(man.get("output"), dict) and "first_frame" in man["output"]:
+        # the top level is the last part's: its first_frame was its chunk's (issue 29)
+        man["output"]["first_frame"] = min(firsts + ([base["output"]["first_frame"]] if isinstance(
+            (base.get("output") or {}).get("first_frame"), int) else []))
+    incomplete = _incomplete_entries(frames)
+    if incomplete:
+        man["frames_incomplete_entries"] = ranges(incomplete)
+        from .. import events
+
+        events.warning(f"{out}: the manifest entries of frames {ranges(incomplete)} lack fields the other frames "
+                       f"have (frames written just before a chunk was killed, resumed by a plain re-run); "
+                       f"delete those frame files and re-run their chunks, then merge again", file=str(out))
     man["frames_expected"] = len(shot)
     man["frames_missing"] = ranges(missing_shot)
     man["merged_from_parts"] = len(parts)
@@ -76,6 +106,17 @@ def merge(out: os.PathLike, wanted: Optional[List[int]] = None) -> Dict[str, Any
     return {"event": "merged", "out": str(out), "job": job, "parts": len(parts), "frames": len(present),
             "expected": len(want), "missing": ranges(missing), "complete": not missing_shot,
             "settings_hash": man.get("settings_hash")}
+
+
+def _incomplete_entries(frames: List[Dict[str, Any]]) -> List[int]:
+    """Frame numbers whose entry lacks a field that most entries have."""
+    from collections import Counter
+
+    if len(frames) < 2:
+        return []
+    count = Counter(k for e in frames for k in e)
+    common = {k for k, c in count.items() if 2 * c > len(frames)}
+    return [int(e["frame"]) for e in frames if not common <= set(e)]
 
 
 def _decompose_summaries(man: Dict[str, Any]) -> None:

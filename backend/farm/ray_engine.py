@@ -25,6 +25,9 @@ storage every node mounts at the same path.
 """
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -41,9 +44,41 @@ PROBE_TIMEOUT_S = 120.0
 BACKEND_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+#: tests only: a file path; the first output-folder check that finds the file removes it and
+#: kills its own worker process, as Ray's OOM killer would (the check must be retried)
+CRASH_ONCE_ENV = "GBUFFER_FARM_TEST_CRASH_ONCE"
+
+
+def _probe(out: str, token: str, addr: Optional[str]) -> str:
+    """The output-folder check task (:func:`backend.farm.chunks.check_visible`)."""
+    from .chunks import check_visible
+
+    crash = os.environ.get(CRASH_ONCE_ENV)
+    if crash:
+        try:
+            os.unlink(crash)
+        except OSError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return check_visible(out, token, addr)
+
+
+def _on_node(e: BaseException) -> str:
+    """`` on node ADDR`` for an error a Ray task raised, when Ray says where it ran."""
+    ip = getattr(e, "ip", None) or getattr(getattr(e, "cause", None), "ip", None)
+    if not ip:
+        m = re.search(r"\b(?:IP|ip|node_ip_address)[:=]\s*'?([0-9]{1,3}(?:\.[0-9]{1,3}){3})", str(e))
+        ip = m.group(1) if m else None
+    return f" on node {ip}" if ip else ""
+
+
 #: Ray errors meaning a node (or its worker) is gone, not that the task failed
 _NODE_GONE = ("TaskUnschedulableError", "NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError",
               "RaySystemError")
+#: Ray errors of a task whose worker or node died (Ray retried it ``--retries`` times)
+_DIED = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
+         "LocalRayletDiedError", "OutOfMemoryError")
 
 
 def import_ray():
@@ -170,10 +205,10 @@ class RayEngine:
         """
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from .chunks import check_visible
-
         ray = self.ray
-        probe = ray.remote(num_cpus=0, max_retries=0)(check_visible)
+        # an infrastructure task: retried like a chunk when its worker dies (Ray's OOM
+        # killer took it under memory pressure; issue 29)
+        probe = ray.remote(num_cpus=0, max_retries=self.retries, retry_exceptions=False)(_probe)
         refs = {}
         for node_id, addr in self.nodes():
             refs[probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
@@ -188,12 +223,36 @@ class RayEngine:
             try:
                 ray.get(r)
             except Exception as e:  # noqa: BLE001 - the probe's JobError names the node
-                if type(e).__name__ in _NODE_GONE or refs[r] not in {a for _, a in self.nodes()}:
+                gone = type(e).__name__ in ("TaskUnschedulableError", "NodeDiedError", "LocalRayletDiedError")
+                if gone or refs[r] not in {a for _, a in self.nodes()}:
                     # the node left the cluster (Ray had not marked it dead yet): it runs no chunk
                     events.warning(f"worker node {refs[r]} left the cluster during the output-folder check; "
                                    f"its chunks run on the other nodes")
                     continue
-                raise JobError(_cause(e), file=plan.out) from None
+                if isinstance(getattr(e, "cause", None), JobError):  # the check's own error names the node
+                    raise JobError(_cause(e), file=plan.out) from None
+                extra = f" after {self.retries} retries" if type(e).__name__ in _DIED else ""
+                raise JobError(f"the output-folder check on worker node {refs[r]} failed{extra}: {_cause(e)}",
+                               file=plan.out) from None
+
+    # -------------------------------------------------------------------- anchors
+    def anchors(self, plan) -> Dict[str, Any]:
+        """The shot-wide depth anchors, as one task with a chunk's resources (the estimator
+        runs where chunks run), retried like a chunk when its worker or node dies.
+
+        Raises:
+            JobError: naming the task and the node it ran on.
+        """
+        from .chunks import anchor_frames, run_anchors
+
+        task = self.ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.retries,
+                               retry_exceptions=False)(run_anchors)
+        ref = task.remote(plan.src, plan.out, plan.kwargs, anchor_frames(plan), plan.token)
+        try:
+            return self.ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - one line naming the node
+            extra = f" after {self.retries} retries" if type(e).__name__ in _DIED else ""
+            raise JobError(f"the depth-anchor pass failed{extra}{_on_node(e)}: {_cause(e)}", file=plan.out) from None
 
     # ------------------------------------------------------------------------ run
     def run(self, plan, report) -> None:
@@ -232,11 +291,10 @@ class RayEngine:
                         res = ray.get(r)
                     except Exception as e:  # noqa: BLE001 - one line naming the chunk
                         c = refs[r]
-                        died = type(e).__name__ in ("WorkerCrashedError", "NodeDiedError", "ObjectLostError",
-                                                    "OwnerDiedError", "RaySystemError", "LocalRayletDiedError")
+                        died = type(e).__name__ in _DIED
                         extra = f" after {self.retries} retries" if died else ""
-                        raise JobError(f"chunk {c.name} (frames {c.first}-{c.last}) failed{extra}: {_cause(e)}",
-                                       frame=c.first, file=plan.out) from None
+                        raise JobError(f"chunk {c.name} (frames {c.first}-{c.last}) failed{extra}{_on_node(e)}: "
+                                       f"{_cause(e)}", frame=c.first, file=plan.out) from None
                     report.chunk_done(res)
         except BaseException:
             for r in pending:

@@ -634,6 +634,7 @@ def decompose(
     progress_bar: Optional[bool] = None,
     warmup: Optional[int] = None,
     manifest_part: bool = False,
+    depth_anchors: Optional[os.PathLike] = None,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -682,6 +683,12 @@ def decompose(
         manifest_part: farm chunk mode (``--manifest-part``): no lock; the manifest goes to
             ``OUT/.gbuffer_parts/A-B.json`` (:mod:`backend.jobs.parts`), merged later by
             ``python -m backend farm merge OUT``. Not with ``overwrite`` or ``cameras``.
+        depth_anchors: a shot's depth anchors file (``--depth-anchors``;
+            :func:`backend.jobs.anchors.compute_anchors`, ``farm anchors``): every frame's
+            relative depth is aligned to its anchor alone instead of to the previous frame,
+            so chunks and an unchunked run with the same file agree exactly
+            (:mod:`backend.depth_anchors`). It must cover every frame written and match the
+            source, estimator and processing size. Enters the settings hash (its digest).
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -714,6 +721,11 @@ def decompose(
             _warn_capped_resolution(processing_resolution, dec, estimator, info)
             total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
             settings = _job_settings(dec, plan, info, albedo_detail)
+            if depth_anchors is not None:
+                if cameras is not None:
+                    raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
+                                     "consistent across frames by construction)")
+                settings["depth_anchors"] = _use_anchors(depth_anchors, dec, info, first, last)
             manifest = _job_manifest(dec, plan, info, processing_resolution, first)
             if cameras is not None:
                 shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
@@ -758,6 +770,35 @@ def decompose(
             elif isinstance(shot, _WindowedShot):
                 _windows_summary(result, dec.estimator)
             return result
+
+
+def _use_anchors(path, dec: Decomposer, info, first: int, last: Optional[int]) -> str:
+    """Load ``path`` into ``dec.anchors``; their digest (for the settings hash).
+
+    Raises:
+        JobError: unreadable, computed from another source/estimator/processing size, or
+            missing a frame of ``first..last`` (naming the file and the frame).
+    """
+    from ..depth_anchors import DepthAnchors, compatible
+
+    try:
+        anchors = DepthAnchors.load(path)
+    except ValueError as e:
+        raise JobError(str(e), file=str(path)) from None
+    why = compatible(anchors, dec, info)
+    if why is not None:
+        raise JobError(f"depth anchors {path} were computed from {why} than this decompose; recompute them "
+                       f"with the same options (python -m backend farm anchors INPUT --out OUT ...)", file=str(path))
+    if anchors.meta.get("kind") == "relative":
+        nums = info.frame_numbers()
+        if nums is not None:
+            missing = anchors.missing(n for n in nums if n >= first and (last is None or n <= last))
+            if missing:
+                raise JobError(f"depth anchors {path} have no frame {missing[0]} (they cover "
+                               f"{anchors.meta.get('frames') or 'no frame'}); compute them over the job's whole "
+                               f"range", frame=missing[0], file=str(path))
+        dec.anchors = anchors
+    return anchors.digest
 
 
 def _chunk_frames(info, first: int, last: Optional[int], spec: Optional[str]):

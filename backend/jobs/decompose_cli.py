@@ -38,11 +38,21 @@ def add_farm_chunk_args(p: argparse.ArgumentParser) -> None:
                         "instead of manifest.json; 'python -m backend farm merge OUT' assembles it")
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the ``decompose`` subcommand on an argparse ``subparsers`` object."""
-    p = subparsers.add_parser(
-        "decompose", help="footage -> G-buffer EXR sequence",
-        description="Decompose footage into a G-buffer contract sequence (multilayer EXR per frame).")
+def add_anchor_args(p: argparse.ArgumentParser) -> None:
+    """``--depth-anchors FILE`` (decompose)."""
+    p.add_argument("--depth-anchors", metavar="FILE", default=None,
+                   help="a shot's depth anchors ('python -m backend farm anchors' writes "
+                        "OUT/.gbuffer_depth_anchors.npz): each frame's relative depth is aligned to its "
+                        "anchor alone, so farm chunks and an unchunked run with the same file agree exactly. "
+                        "Enters the settings hash")
+
+
+def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-buffer EXR sequence",
+               description: str = "Decompose footage into a G-buffer contract sequence (multilayer EXR per "
+                                  "frame).") -> argparse.ArgumentParser:
+    """Register the ``decompose`` subcommand (or another command taking decompose's
+    options, e.g. ``farm anchors``) on an argparse ``subparsers`` object."""
+    p = subparsers.add_parser(name, help=help, description=description)
     p.add_argument("input", help="movie, image, image folder, or pattern (shot_####.png / shot_%%04d.png)")
     p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
     p.add_argument("--frames", help="inclusive range A-B (also A- or A) of source frame numbers: 1..N for "
@@ -74,6 +84,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
     add_farm_chunk_args(p)
+    add_anchor_args(p)
     mv = p.add_argument_group(
         "measured geometry (camera-tracked shots)",
         "With --cameras, depth is measured from parallax between frames (plane-sweep stereo) and "
@@ -115,6 +126,7 @@ def kwargs(args) -> dict:
                    "processing_width": args.mv_resolution, "densify": args.mv_densify,
                    "surface": args.mv_surface},
         warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
+        depth_anchors=getattr(args, "depth_anchors", None),
     )
 
 

@@ -61,6 +61,7 @@ from typing import Any, Callable, Dict, IO, Iterable, List, Optional, Sequence, 
 
 from .. import contract, events
 from ..errors import JobCancelled, JobError  # noqa: F401  (re-exported: their former home)
+from . import locks
 from .fingerprint import file_sha256
 from .outputs import PRODUCER, STATS, _entries, _rel, check_previous_outputs, read_own_manifest, stat_key
 
@@ -250,14 +251,16 @@ class SignalCancel:
 @contextlib.contextmanager
 def _manifest_lock(out: Path):
     """Exclusive advisory lock on the output folder itself (POSIX ``flock`` on its
-    descriptor: no lock file is left; a no-op where unavailable), so jobs writing
+    descriptor: no lock file is left), so jobs writing
     disjoint frame ranges into one folder at the same time (farm chunks) merge their
-    manifest entries instead of overwriting them."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
+    manifest entries instead of overwriting them. Without ``fcntl`` (Windows): a
+    ``filelock`` lock file, :func:`backend.jobs.locks.portable_folder_lock`."""
+    if locks.PORTABLE_LOCKS:
+        with locks.portable_folder_lock(out):
+            yield
         return
+    import fcntl
+
     try:
         fd = os.open(out, os.O_RDONLY)
     except OSError:
@@ -273,6 +276,12 @@ def _manifest_lock(out: Path):
             os.close(fd)
 
 
+def run_lock(out: Path):
+    """The running-jobs lock of ``out``: :class:`_RunLock` (``flock``), or
+    :class:`backend.jobs.locks.PortableRunLock` where ``fcntl`` is unavailable."""
+    return locks.PortableRunLock(out) if locks.PORTABLE_LOCKS else _RunLock(out)
+
+
 _FINISHED = -(1 << 62)  # FrameRun.current once every task is done
 #: hidden file every job running in a folder holds a shared ``flock`` on (removed by the last one)
 RUN_LOCK = ".gbuffer_running.lock"
@@ -284,7 +293,8 @@ class _RunLock:
     Every running job holds a shared ``flock`` on :data:`RUN_LOCK` for its whole run;
     a job that can take it exclusively (without waiting) is alone. All calls are made
     under :func:`_manifest_lock`, so starting, finishing and checking do not race.
-    No-op where ``fcntl`` is unavailable.
+    Where ``fcntl`` is unavailable (Windows) :func:`run_lock` gives a
+    :class:`backend.jobs.locks.PortableRunLock` instead.
     """
 
     def __init__(self, out: Path):
@@ -424,7 +434,7 @@ class _ManifestBook:
         self.data.update({"job": job, "settings": settings, "settings_hash": shash, "complete": False,
                           "producer": PRODUCER})
         self.expected: Optional[List[int]] = None  # every frame number of the shot
-        self.runlock = _RunLock(out)
+        self.runlock = run_lock(out)
         self.saved_at = time.monotonic()
         self.dirty = False
         #: farm chunk mode (``run_job(part=...)``): ``(A, B, chunk frame numbers)``; the
@@ -1005,7 +1015,7 @@ def run_job(
         with _manifest_lock(out):
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
-            lock = _RunLock(out)
+            lock = run_lock(out)
             from .parts import check_no_foreign_parts
 
             check_no_foreign_parts(out, shash, job)  # farm chunks take no lock: their parts say it

@@ -5,17 +5,21 @@
 // executable and restart the Manager (docs/farm.md). Submitted jobs decompose footage
 // into G-buffer EXRs and/or restyle them, one task per frame chunk:
 //
+//   anchors:        PYTHON BACKEND_ROOT/backend farm anchors INPUT --out GBUFFER_DIR --frames FIRST-LAST
 //   decompose A-B:  {blender} {blenderArgs} FILE.blend --command gbuffer_editor decompose
-//                   INPUT --out GBUFFER_DIR --frames A-B --warmup K --manifest-part [...]
+//                   INPUT --out GBUFFER_DIR --frames A-B --warmup K --manifest-part
+//                   --depth-anchors GBUFFER_DIR/.gbuffer_depth_anchors.npz [...]
 //   merge:          PYTHON BACKEND_ROOT/backend farm merge GBUFFER_DIR --frames FIRST-LAST
 //   restyle A-B:    ... --command gbuffer_editor restyle GBUFFER_DIR --no-edits --out RESTYLE_DIR
 //                   --frames A-B --warmup K --manifest-part --prompt P [...]
 //   merge:          PYTHON BACKEND_ROOT/backend farm merge RESTYLE_DIR --frames FIRST-LAST
 //
 // With runner "cli" the chunk tasks run `PYTHON BACKEND_ROOT/backend decompose|restyle ...`
-// instead of Blender. Every command is a documented `blender-render` command
-// ({exe} {exeArgs} {argsBefore} {blendfile} {args}); the Python ones put the Python
-// interpreter in `exe` and the output folder in `blendfile`.
+// instead of Blender. Python runs through Flamenco's `exec` command (Flamenco >= 3.3);
+// Blender through `blender-render` ({exe} {exeArgs} {argsBefore} {blendfile} {args}) with
+// the submitted .blend as `blendfile` (Workers before 3.5 reject an empty one).
+// The anchors task (decompose with an overlap, setting depth_anchors) fixes the depth
+// scale of every frame once, so parallel chunks agree with an unchunked run (docs/farm_ray.md).
 // A chunk computes K (overlap) frames before its first frame, never written, so its
 // temporal state equals `python -m backend farm local ... --chunk N --overlap K`. With
 // `chain`, a chunk has no --warmup and depends on the previous chunk: it continues from
@@ -59,9 +63,14 @@ const JOB_TYPE = {
           description: "Python 3.11 with the backend's packages (merge tasks; chunk tasks with runner cli)" },
         { key: "backend_root", type: "string", subtype: "dir_path", required: true,
           description: "Folder holding backend/ (the repository or the installed extension)" },
-        { key: "blender_cmd", type: "string", default: "{blender}", visible: false },
-        { key: "blender_args", type: "string", default: "{blenderArgs}", visible: false },
-        { key: "blendfile", type: "string", required: false, default: "", visible: false,
+        { key: "depth_anchors", type: "bool", default: true,
+          description: "Before the decompose chunks, one task fixes every frame's depth scale (an anchor " +
+                       "pass over the whole range) so parallel chunks agree with an unchunked run" },
+        // Flamenco 3 accepts only these `visible` values: visible, hidden, submission, web
+        { key: "blender_cmd", type: "string", default: "{blender}", visible: "hidden" },
+        { key: "blender_args", type: "string", default: "{blenderArgs}", visible: "hidden" },
+        // the Blender add-on fills it in with the submitted file
+        { key: "blendfile", type: "string", required: false, default: "", visible: "web",
           description: "The submitted .blend, opened by the blender runner" },
     ],
 };
@@ -73,17 +82,25 @@ function compileJob(job) {
     let previousMerge = null;
     for (const stage of stages) {
         const chunkTasks = [];
+        let anchors = null;
+        if (stage === "decompose" && useAnchors(s)) {
+            anchors = author.Task("anchors-decompose", "misc");
+            anchors.addCommand(pythonCommand(s, ["farm", "anchors", s.input, "--out", s.gbuffer_dir, "--frames",
+                                                 `${plan.first}-${plan.last}`, ...decomposeOptions(s)]));
+            job.addTask(anchors);
+        }
         for (const c of plan.chunks) {
             const task = author.Task(`${stage}-${c.first}-${c.last}`, s.runner === "blender" ? "blender" : "misc");
             task.addCommand(chunkCommand(s, stage, c));
             if (previousMerge) task.addDependency(previousMerge);
+            if (anchors) task.addDependency(anchors);
             if (s.chain && chunkTasks.length) task.addDependency(chunkTasks[chunkTasks.length - 1]);
             job.addTask(task);
             chunkTasks.push(task);
         }
         const merge = author.Task(`merge-${stage}`, "misc");
-        merge.addCommand(pythonCommand(s, ["farm", "merge"], outDir(s, stage),
-                                       ["--frames", `${plan.first}-${plan.last}`]));
+        merge.addCommand(pythonCommand(s, ["farm", "merge", outDir(s, stage), "--frames",
+                                           `${plan.first}-${plan.last}`]));
         for (const t of chunkTasks) merge.addDependency(t);
         job.addTask(merge);
         previousMerge = merge;
@@ -108,6 +125,12 @@ function gbufferPlan(s) {
     if (s.job !== "restyle" && !s.input) fail("input (footage) is required to decompose");
     if (s.job !== "decompose" && !s.restyle_dir) fail("restyle_dir is required to restyle");
     if (!s.backend_root) fail("backend_root (the folder holding backend/) is required for the merge tasks");
+    if (!["blender", "cli"].includes(s.runner)) fail(`unknown runner '${s.runner}': blender or cli`);
+    if (s.runner === "blender" && !s.blendfile) {
+        // Flamenco Workers before 3.5 reject a blender-render command without a blend file
+        fail("the blender runner needs the submitted .blend (setting blendfile; the Blender add-on sets it); " +
+             "submit from Blender or use runner cli");
+    }
     const chunks = [];
     for (let a = first; a <= last; a += chunk) chunks.push({ first: a, last: Math.min(a + chunk - 1, last) });
     return { first, last, chunks };
@@ -121,13 +144,28 @@ function splitArgs(text) {
     return String(text || "").split(/\s+/).filter((a) => a.length > 0);
 }
 
+// a parallel decompose (not chained) aligns its depth to the anchors task's file
+function useAnchors(s) {
+    return !s.chain && s.depth_anchors !== false;
+}
+
+function anchorsFile(s) {
+    return `${String(s.gbuffer_dir).replace(/[\\/]+$/, "")}/.gbuffer_depth_anchors.npz`;
+}
+
+// the decompose options the anchors task and every decompose chunk share
+function decomposeOptions(s) {
+    const args = ["--estimator", s.estimator];
+    if (s.processing_resolution >= 0) args.push("--processing-resolution", String(s.processing_resolution));
+    return [...args, ...splitArgs(s.decompose_args)];
+}
+
 function chunkArgs(s, stage, c) {
     const args = ["--out", outDir(s, stage), "--frames", `${c.first}-${c.last}`,
                   ...(s.chain ? [] : ["--warmup", String(s.overlap)]), "--manifest-part"];
     if (stage === "decompose") {
-        args.push("--estimator", s.estimator);
-        if (s.processing_resolution >= 0) args.push("--processing-resolution", String(s.processing_resolution));
-        return [s.input, ...args, ...splitArgs(s.decompose_args)];
+        const anchors = useAnchors(s) ? ["--depth-anchors", anchorsFile(s)] : [];
+        return [s.input, ...args, ...anchors, ...decomposeOptions(s)];
     }
     args.push("--renderer", s.renderer);
     if (s.prompt) args.push("--prompt", s.prompt);
@@ -136,25 +174,20 @@ function chunkArgs(s, stage, c) {
 
 function chunkCommand(s, stage, c) {
     const [src, ...rest] = chunkArgs(s, stage, c);
-    if (s.runner === "cli") return pythonCommand(s, [stage], src, rest);
+    if (s.runner === "cli") return pythonCommand(s, [stage, src, ...rest]);
     return author.Command("blender-render", {
         exe: s.blender_cmd,
         exeArgs: s.blender_args,
         argsBefore: [],
-        blendfile: s.blendfile || "",
+        blendfile: s.blendfile,
         // restyle: --no-edits, the headless material-edit bake is not chunk-aware (docs/farm.md)
         args: ["--command", "gbuffer_editor", stage, src, ...(stage === "restyle" ? ["--no-edits"] : []), ...rest],
     });
 }
 
-// `python BACKEND_ROOT/backend ARGS_BEFORE TARGET ARGS` as a blender-render command.
-function pythonCommand(s, argsBefore, target, args) {
+// `python BACKEND_ROOT/backend ARGS` as Flamenco's `exec` command (Flamenco >= 3.3: run an
+// executable directly, no shell).
+function pythonCommand(s, args) {
     const root = String(s.backend_root).replace(/[\\/]+$/, "");
-    return author.Command("blender-render", {
-        exe: s.python,
-        exeArgs: "",
-        argsBefore: [`${root}/backend`, ...argsBefore],
-        blendfile: target,
-        args: args,
-    });
+    return author.Command("exec", { exe: s.python, args: [`${root}/backend`, ...args] });
 }
