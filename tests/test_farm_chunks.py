@@ -315,6 +315,8 @@ def test_merged_manifest_equals_an_unchunked_run_except_documented_fields(footag
     for m in (a, b):
         m.pop("settings_hash")
         m.pop("merged_from_parts", None)
+        # each file's size, times and inode (recorded to notice a user's edit): differ between any two folders
+        assert set(m.pop("output_stats")) == {f"gbuffer_{n:04d}.exr" for n in range(1, 7)}
         for e in m["frames"]:
             e.pop("settings_hash")
             e.pop("sha256")  # the EXR header names the settings hash

@@ -482,7 +482,7 @@ def test_a_second_signal_between_two_steps_of_a_frame_leaves_no_temporary(tmp_pa
     it was tracked). The run now tracks every temporary it creates until it is renamed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import backend.jobs.runner as runner
+    import backend.jobs.frame_run as runner
     from backend.errors import JobCancelled
 
     class SignalAfterSubmit(ThreadPoolExecutor):

@@ -11,7 +11,8 @@ updates its part).
 
 What differs from an unchunked run's ``manifest.json`` (tests/test_farm_chunks.py):
 ``settings.warmup`` and so ``settings_hash`` (and the per-frame ``settings_hash`` and
-``sha256``, the EXR header names the hash), ``merged_from_parts``, and
+``sha256``, the EXR header names the hash), ``merged_from_parts``, ``output_stats``
+(each file's size, times and inode), and
 ``frames_incomplete_entries`` when some entries lack fields (reported, with a warning).
 ``output.first_frame`` is the first frame of the first chunk (the shot's), not of the
 last part.
