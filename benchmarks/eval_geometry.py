@@ -59,18 +59,19 @@ def passes(row: dict) -> dict:
 
 
 def run_scene(spec, variant: str, processing_width: int, estimator: str | None, mv: dict | None = None,
-              tag: str = "") -> dict:
+              tag: str = "", rescore: bool = False) -> dict:
     from backend import decompose
 
     folder = es.render_scene(spec)
     rel, _ = es.CAMERA_VARIANTS[variant]
     out = es.cache_root() / "runs" / spec.key() / (variant + (f"-{tag}" if tag else ""))
     kw = {"estimator": estimator} if estimator else {}
-    if out.exists():  # a finished run with the same settings would be resumed, not recomputed
-        shutil.rmtree(out)
     t0 = time.perf_counter()
-    decompose(folder / "shot", out, cameras=folder / rel, multiview={"processing_width": processing_width, **(mv or {})},
-              **kw)
+    if not (rescore and (out / "manifest.json").exists()):
+        if out.exists():  # a finished run with the same settings would be resumed, not recomputed
+            shutil.rmtree(out)
+        decompose(folder / "shot", out, cameras=folder / rel,
+                  multiview={"processing_width": processing_width, **(mv or {})}, **kw)
     secs = time.perf_counter() - t0
     row = es.score_output(out, es.load_truth(folder))
     man = json.loads((out / "manifest.json").read_text())
@@ -117,6 +118,7 @@ def main(argv=None) -> int:
     p.add_argument("--processing-width", type=int, default=256)
     p.add_argument("--estimator", default=None)
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--rescore", action="store_true", help="score the last run's outputs again (no decompose)")
     p.add_argument("--tag", default="", help="suffix of the result files")
     p.add_argument("--mv", default="{}", help='more multi-view options as JSON, e.g. \'{"consistency": false}\'')
     a = p.parse_args(argv)
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
             print("rendered", spec.name, flush=True)
             continue
         for v in variants:
-            row = run_scene(spec, v, a.processing_width, a.estimator, json.loads(a.mv), a.tag)
+            row = run_scene(spec, v, a.processing_width, a.estimator, json.loads(a.mv), a.tag, a.rescore)
             rows.append(row)
             print(f"{row['scene']:40s} {v:14s} absrel {row['conf_pred_absrel']:.3f} d1 {row['conf_pred_delta1']:.3f} "
                   f"cov {row['coverage']:.2f} normal {row['normal_deg']:.1f} (facing {row['facing_normal_deg']:.1f}) "

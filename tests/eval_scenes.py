@@ -519,8 +519,8 @@ def score_output(out_dir: Path, truth: Dict[str, np.ndarray], threshold: float =
         rows.append(score_frame(fr.depth, fr.normal, fr.confidence, truth["depth"][i], truth["normal"][i],
                                 truth["valid"][i], truth["moving"][i] if truth["moving"].any() else None,
                                 threshold))
-    keys = [k for k in rows[0] if all(k in r for r in rows)]
-    return {k: float(np.nanmean([r[k] for r in rows])) for k in keys}
+    keys = list(dict.fromkeys(k for r in rows for k in r))  # moving_*: frames where the object is seen
+    return {k: float(np.nanmean([r[k] for r in rows if k in r])) for k in keys}
 
 
 def frames_of(spec: SceneSpec) -> Sequence[int]:
