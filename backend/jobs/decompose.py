@@ -434,13 +434,25 @@ def _open_cameras(path, info, first: int, last: Optional[int]):
     return camset
 
 
+def _points_file(camset):
+    """The file the camera set's points came from (for messages)."""
+    p = Path(camset.path)
+    return p / "points3D.txt" if p.is_dir() else p
+
+
 def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options, reopen) -> "_MultiViewShot":
     from ..multiview.shot import MultiViewOptions, MultiViewShot
 
+    from ..multiview.depth_range import RangeFinder, check_file_range, check_points
+
     camset = _open_cameras(cameras, src.info, first, last)
     opts = options if isinstance(options, MultiViewOptions) else MultiViewOptions(**(options or {}))
+    cams = list(camset.cameras.values())
+    ranges = RangeFinder(check_points(camset.points, cams, _points_file(camset)),
+                         check_file_range(None if Path(camset.path).is_dir() else camset.depth_range, camset.path),
+                         cams, _points_file(camset))
     mv = MultiViewShot(dec, _camera_lookup(camset, src.info), units=camset.units,
-                       depth_range=camset.depth_range, options=opts)
+                       depth_range=ranges.file_range, options=opts, ranges=ranges)
     shot = _MultiViewShot(src, dec, out_dir, first, last, estimator, mv=mv, reopen=reopen)
     shot.camset = camset
     return shot

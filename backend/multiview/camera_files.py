@@ -101,11 +101,14 @@ def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
 
 def save_cameras_json(path: os.PathLike, cameras: Dict[int, Camera], *,
                       convention: str = "blender", units: str = "solve units",
-                      depth_range: Optional[Tuple[float, float]] = None) -> None:
+                      depth_range: Optional[Tuple[float, float]] = None,
+                      points: Optional[np.ndarray] = None) -> None:
     """Write ``{frame_number: Camera}`` as our JSON. Size, intrinsics and distortion come
     from the first camera; frames whose intrinsics differ carry their own.
     ``depth_range``: the scene's ``(near, far)`` in the solve's units (e.g. from its
-    reconstructed points), written as ``"depth_range"``."""
+    reconstructed points), written as ``"depth_range"``; ``points``: reconstructed world
+    points ``N x 3`` (solve units), written as ``"points"`` (per-frame search ranges
+    come from them)."""
     items = sorted(cameras.items())
     first = items[0][1]
     frames = []
@@ -123,6 +126,8 @@ def save_cameras_json(path: os.PathLike, cameras: Dict[int, Camera], *,
            "distortion": dist, "frames": frames}
     if depth_range is not None:
         doc["depth_range"] = [float(depth_range[0]), float(depth_range[1])]
+    if points is not None:
+        doc["points"] = [[float(v) for v in p] for p in np.asarray(points, np.float64).reshape(-1, 3)]
     Path(path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
 
@@ -279,47 +284,85 @@ class CameraSet:
         units: ``"metres"`` or ``"solve units"`` (depth is then metric up to one global
             scale, the same for every frame).
         depth_range: the scene's ``(near, far)`` in those units when the file knows it
-            (our JSON's ``depth_range``; COLMAP's ``points3D.txt``), else ``None``.
+            (our JSON's ``depth_range``; for COLMAP the robust range of ``points3D.txt``
+            over all cameras), else ``None``.
         path: the file or folder read.
+        points: reconstructed world points ``N x 3`` float64 (COLMAP's ``points3D.txt``,
+            our JSON's ``points``), or ``None``; per-frame search ranges come from them
+            (:mod:`backend.multiview.depth_range`).
     """
 
     cameras: Dict[Union[int, str], Camera]
     units: str
     depth_range: Optional[Tuple[float, float]]
     path: Path
+    points: Optional[np.ndarray] = None
 
 
-def _json_extras(path: Path) -> Tuple[str, Optional[Tuple[float, float]]]:
+def _json_points(doc, path: Path) -> Optional[np.ndarray]:
+    pts = doc.get("points")
+    if pts is None:
+        return None
+    try:
+        X = np.asarray(pts, np.float64)
+    except (TypeError, ValueError):
+        X = np.zeros((0, 0))
+    if X.ndim != 2 or X.shape[1] != 3:
+        raise CameraError(f"{path}: points must be a list of [x, y, z] world points", file=path)
+    return X
+
+
+def _json_extras(path: Path) -> Tuple[str, Optional[Tuple[float, float]], Optional[np.ndarray]]:
     doc = json.loads(_read_text(path))
     units = doc.get("units", "solve units")
     if units not in UNITS:
         raise CameraError(f"{path}: unknown units {units!r}; one of {UNITS}", file=path)
+    points = _json_points(doc, path)
     rng = doc.get("depth_range")
     if rng is None:
-        return units, None
+        return units, None, points
     try:
         near, far = float(rng[0]), float(rng[1])
     except (TypeError, ValueError, IndexError):
         raise CameraError(f"{path}: depth_range must be [near, far]", file=path) from None
     if not (np.isfinite(near) and np.isfinite(far) and 0 < near < far):
         raise CameraError(f"{path}: depth_range needs 0 < near < far, got {rng}", file=path)
-    return units, (near, far)
+    return units, (near, far), points
 
 
-def _colmap_depth_range(folder: Path, cams: Dict[str, Camera]) -> Optional[Tuple[float, float]]:
-    """The 2nd and 98th percentile of the reconstructed points' depths over all cameras."""
-    pts = folder / "points3D.txt"
-    if not pts.exists():
+def load_colmap_points(folder: os.PathLike) -> Optional[np.ndarray]:
+    """World points ``N x 3`` of a COLMAP text model's ``points3D.txt`` (``None`` when the
+    file is missing or empty).
+
+    Raises:
+        CameraError: a line without numeric ``POINT3D_ID X Y Z``.
+    """
+    path = Path(folder) / "points3D.txt"
+    if not path.exists():
         return None
-    xyz = [list(map(float, ln.split()[1:4])) for _, ln in _data_lines(pts) if ln.strip()]
-    if len(xyz) < 8:
+    xyz = []
+    for lineno, ln in _data_lines(path):
+        tok = ln.split()
+        if not tok:
+            continue
+        try:
+            xyz.append([float(v) for v in tok[1:4]])
+        except ValueError:
+            raise CameraError(f"{path}, line {lineno}: expected POINT3D_ID X Y Z ...", file=path) from None
+        if len(xyz[-1]) != 3:
+            raise CameraError(f"{path}, line {lineno}: expected POINT3D_ID X Y Z ...", file=path)
+    return np.asarray(xyz, np.float64).reshape(-1, 3) if xyz else None
+
+
+def _colmap_depth_range(points: Optional[np.ndarray], cams: Dict[str, Camera]) -> Optional[Tuple[float, float]]:
+    """The robust range (:func:`backend.multiview.depth_range.robust_range`) of the points'
+    depths in every camera, points in front of it only."""
+    from .depth_range import robust_range
+
+    if points is None:
         return None
-    X = np.asarray(xyz, np.float64)
-    z = np.concatenate([(X @ c.R.T + c.t)[:, 2] for c in cams.values()])
-    z = z[np.isfinite(z) & (z > 0)]
-    if z.size < 8:
-        return None
-    return float(np.percentile(z, 2)), float(np.percentile(z, 98))
+    z = np.concatenate([(points @ c.R.T + c.t)[:, 2] for c in cams.values()])
+    return robust_range(z)
 
 
 def read_cameras(path: os.PathLike) -> CameraSet:
@@ -332,12 +375,13 @@ def read_cameras(path: os.PathLike) -> CameraSet:
     path = Path(path)
     if path.is_dir():
         cams = load_colmap_text(path)
-        return CameraSet(cams, "solve units", _colmap_depth_range(path, cams), path)
+        points = load_colmap_points(path)
+        return CameraSet(cams, "solve units", _colmap_depth_range(points, cams), path, points)
     if not path.exists():
         raise CameraError(f"{path}: camera file not found", file=path)
     if path.suffix.lower() != ".json":
         raise CameraError(f"{path}: unknown camera file kind; give our JSON (.json) or a COLMAP "
                           "text model folder (cameras.txt + images.txt)", file=path)
     cams = load_cameras_json(path)
-    units, rng = _json_extras(path)
-    return CameraSet(cams, units, rng, path)
+    units, rng, points = _json_extras(path)
+    return CameraSet(cams, units, rng, path, points)

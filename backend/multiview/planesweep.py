@@ -22,7 +22,8 @@ Method
   winner: peak-ratio-like, Hu & Mordohai 2012, "A quantitative evaluation of confidence
   measures for stereo vision", TPAMI) and, when neighbours' depth maps are given, the
   geometric consistency of :func:`backend.multiview.reproject.geometric_consistency`
-  (Schönberger et al. 2016).
+  (Schönberger et al. 2016). Zero where the winner is the first or last plane (the
+  surface may lie outside the searched range: never confident depth at its edge).
 * **Slant-aware refinement**: robust local planes in inverse depth
   (:mod:`backend.multiview.planefit`: weighted affine fits in shiftable windows) replace
   the sweep's fronto-parallel terraces; the fit's residual lowers the confidence where
@@ -398,6 +399,8 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
     depth = np.clip(1.0 / inv_d, near, far).astype(np.float32)
     ncc = (1.0 - c0).astype(np.float32)
     conf = sweep_confidence(ncc, second - c0)
+    # the best plane at an end of the sweep: the surface may lie outside the range
+    conf[(idx == 0) | (idx == n - 1)] = 0.0
     return SweepResult(depth, conf, ncc, cams[0], n)
 
 

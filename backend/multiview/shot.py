@@ -16,12 +16,13 @@ For each frame ``t`` of a shot whose frames have calibrated cameras
    None (a tripod pan, a locked-off shot,
    rotation only): the frame keeps the single-image result, with a ``warning``.
 3. **Plane sweep** (:func:`backend.multiview.planesweep.multiview_depth`) on the
-   undistorted frames at ``processing_width``, over inverse depth between the camera
-   file's depth range widened by ``range_margin`` (else a range from the baseline:
-   nearest depth where the widest
-   neighbour moves a point by a quarter of the frame, far 500 times that), NCC cost,
-   best-k, SGM, confidence, local-plane refinement, piecewise-planar upsampling to
-   full size.
+   undistorted frames at ``processing_width``, over inverse depth within the frame's
+   range from evidence (:mod:`backend.multiview.depth_range`: the solve's points in
+   this frame, the file's ``depth_range``, else sparse features triangulated with the
+   cameras; points and file ranges widened by ``range_margin``; with no evidence a wide
+   sweep whose confidence is halved), NCC cost, best-k, SGM, confidence (zero where the
+   best plane is the first or last), local-plane refinement, piecewise-planar
+   upsampling to full size.
 4. **Fusion** (:func:`backend.multiview.fusion.fuse_depth`): low-confidence pixels filled
    from the prior, aligned to the measurement (robust scale and shift, then a smooth
    correction). Normals from the fused depth with the true intrinsics, by robust
@@ -49,17 +50,12 @@ from ..colour import linear_to_srgb
 from ..decomposer import SKY_CONFIDENCE, Decomposer
 from ..imaging import resize
 from .cameras import Camera
+from .depth_range import UNVERIFIED_CONFIDENCE, DepthRange, Features, RangeFinder, detect_features, wide_range
 from .fusion import fuse_depth
 from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
 from .undistort import redistort_image, undistort_image
-
-#: largest disparity (fraction of the processing width) of the default near plane
-_NEAR_DISPARITY_FRACTION = 0.25
-#: far / near of the default depth range
-_DEFAULT_RANGE_RATIO = 500.0
-
 
 @dataclass
 class MultiViewOptions:
@@ -102,6 +98,7 @@ class _View:
     number: int
     camera: Optional[Camera]  # undistorted pinhole camera scaled to ``grey`` (None: no camera)
     grey: Optional[np.ndarray]
+    features: Optional[Features] = None  # sparse features of ``grey`` (computed when needed)
 
 
 @dataclass
@@ -119,6 +116,8 @@ class MultiViewReport:
         temporal_disagreement: median relative depth disagreement with the previous frame
             after reprojection with the cameras, on confident pixels (``None`` when the
             previous frame was not computed in this run).
+        depth_range: the frame's search range and its evidence
+            (:meth:`backend.multiview.depth_range.DepthRange.as_dict`).
     """
 
     neighbours: List[int] = field(default_factory=list)
@@ -129,20 +128,10 @@ class MultiViewReport:
     prior_rank_corr: Optional[float] = None
     prior_trust: Optional[float] = None
     temporal_disagreement: Optional[float] = None
+    depth_range: Optional[Dict[str, Any]] = None
 
     def manifest_fields(self) -> Dict[str, Any]:
         return {"multiview": {k: v for k, v in self.__dict__.items() if v is not None}}
-
-
-def default_depth_range(ref: Camera, neighbours: List[Camera], width: int) -> Tuple[float, float]:
-    """A search range from the baseline alone (no reconstructed points): the nearest depth
-    at which the widest-baseline neighbour moves a point by a quarter of the frame
-    (``width`` pixels wide), and 500 times that."""
-    nb = max(neighbours, key=lambda c: float(np.linalg.norm(c.center - ref.center)))
-    s = width / ref.width
-    base = float(np.linalg.norm(nb.center - ref.center))
-    near = max(ref.fx * s * base / (_NEAR_DISPARITY_FRACTION * width), 1e-6)
-    return near, near * _DEFAULT_RANGE_RATIO
 
 
 class MultiViewShot:
@@ -153,18 +142,23 @@ class MultiViewShot:
         camera_for: ``(number, source_file) -> Camera or None``: a frame's camera at the
             footage's size (with its distortion), or ``None`` when it has none.
         units: ``"metres"`` or ``"solve units"``.
-        depth_range: ``(near, far)`` in those units, or ``None`` (from the baseline).
+        depth_range: ``(near, far)`` in those units, or ``None``.
         options: :class:`MultiViewOptions`.
+        ranges: where each frame's search range comes from
+            (:class:`backend.multiview.depth_range.RangeFinder`: the solve's points, the
+            file's range); ``None``: from ``depth_range`` alone. Without either, from
+            image features, else an unverified wide sweep.
     """
 
     def __init__(self, decomposer: Decomposer, camera_for: Callable[[int, str], Optional[Camera]], *,
                  units: str = "solve units", depth_range: Optional[Tuple[float, float]] = None,
-                 options: Optional[MultiViewOptions] = None):
+                 options: Optional[MultiViewOptions] = None, ranges: Optional[RangeFinder] = None):
         self.decomposer = decomposer
         self.camera_for = camera_for
         self.depth_kind = "metric" if units == "metres" else "up_to_scale"
         self.units = units
         self.depth_range = depth_range
+        self.ranges = ranges if ranges is not None else RangeFinder(None, depth_range)
         self.options = options or MultiViewOptions()
         self.views: Dict[int, _View] = {}
         self.report = MultiViewReport()
@@ -234,40 +228,54 @@ class MultiViewShot:
         if cam is None:
             return self._fallback(prior, number, "no camera for this frame", sf.path)
         ref = self.views[number].camera
-        nbs = self.neighbours(number, self._probe_depth(ref))
+        rng = self._range(number, ref)
+        nbs = self.neighbours(number, rng.probe)
         if not nbs:
             return self._fallback(prior, number, "no neighbour frame with parallax (rotation only or "
                                   "a locked-off camera?)", sf.path)
-        if self.depth_range is not None:
+        if not rng.verified:
+            rng = wide_range(ref, [v.camera for v in nbs])
+            events.warning(f"frame {number}: no reconstructed points and too few image features to verify the "
+                           "depth range; wide inverse-depth sweep, confidence halved", frame=number, file=sf.path)
+        near, far = rng.near, rng.far
+        if rng.source in ("points", "shot points", "file"):
             m = self.options.range_margin
-            near, far = self.depth_range[0] / m, self.depth_range[1] * m
-        else:
-            near, far = default_depth_range(ref, [v.camera for v in nbs], ref.width)
+            near, far = near / m, far * m
+        self.report.depth_range = dict(rng.as_dict(), searched=[round(near, 6), round(far, 6)])
         if detect_rotation_only(ref, [v.camera for v in nbs], math.sqrt(near * far),
                                 self.options.min_parallax_px).rotation_only:
             return self._fallback(prior, number, "rotation-only camera move (no parallax)", sf.path)
         self.report.neighbours = [v.number for v in nbs]
-        return self._measure(prior, sf, cam, nbs, near, far)
+        return self._measure(prior, sf, cam, nbs, near, far, rng.verified)
 
-    def _probe_depth(self, ref: Camera) -> float:
-        """The typical scene depth at which a neighbour's parallax is tested: the geometric
-        mean of the depth range (the file's, else the default one against the widest
-        baseline in the window)."""
-        if self.depth_range is not None:
-            near, far = self.depth_range
-        else:
-            others = [v.camera for v in self.views.values() if v.camera is not None and v.camera is not ref]
-            if not others:
-                return 1.0
-            near, far = default_depth_range(ref, others, ref.width)
-        return math.sqrt(near * far)
+    def _features(self, view: _View) -> Features:
+        if view.features is None:
+            view.features = detect_features(view.grey)
+        return view.features
+
+    def _range(self, number: int, ref: Camera) -> DepthRange:
+        """The frame's search range from evidence (:mod:`backend.multiview.depth_range`):
+        the file's points or range, else features triangulated against the nearest frames
+        in time, else an unverified wide range (against the widest baseline in the window)."""
+        rng = self.ranges.from_file(ref)
+        if rng is not None:
+            return rng
+        others = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+                        key=lambda v: (abs(v.number - number), v.number))
+        rng = RangeFinder.from_features(self._features(self.views[number]), ref,
+                                        [(self._features(v), v.camera) for v in others])
+        if rng is not None:
+            return rng
+        return wide_range(ref, [v.camera for v in others])
 
     def _measure(self, prior: contract.GBufferFrame, sf, cam: Camera, nbs: List[_View], near: float,
-                 far: float) -> contract.GBufferFrame:
+                 far: float, verified: bool = True) -> contract.GBufferFrame:
         opts = self.options
         rgb_u, cam_u = undistort_image(linear_to_srgb(sf.rgb), cam)
         res = multiview_depth(rgb_u, cam_u, [v.grey for v in nbs], [v.camera for v in nbs], near, far,
                               processing_width=self.width(cam))
+        if not verified:  # nothing confirmed where the scene is: never confident
+            res.confidence = (res.confidence * UNVERIFIED_CONFIDENCE).astype(np.float32)
         prior_depth, _ = undistort_image(prior.depth, cam)
         try:
             fused = fuse_depth(res.depth, res.confidence, prior_depth, prior_space="depth",
