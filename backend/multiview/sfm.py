@@ -548,7 +548,11 @@ def _profile(solver: _Solver, best: _Recon, step: float) -> Tuple[float, Dict[fl
         prof[rec.f] = rec.rms
         rises.append(max(0.0, rec.cost - best.cost) / max(sigma2, 1e-12))
     rise = float(np.mean(rises))
-    return (step / math.sqrt(rise) if rise > 0 else float("inf")), dict(sorted(prof.items()))
+    # a track's errors are correlated along it (tracking drift, one surface patch): count
+    # each track once, i.e. inflate the deviation by sqrt(mean observations per track)
+    obs = [sum(1 for r in best.R if solver.seen[r, n] and not solver.bad[r, n]) for n in best.X]
+    inflate = math.sqrt(max(1.0, float(np.mean(obs)))) if obs else 1.0
+    return (inflate * step / math.sqrt(rise) if rise > 0 else float("inf")), dict(sorted(prof.items()))
 
 
 def solve_tracks(tracks: Tracks, *, focal_px: Optional[float] = None, refine_k1: bool = False,
