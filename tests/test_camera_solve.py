@@ -149,6 +149,10 @@ def test_track_and_solve_phone_office(footage, tmp_path):
     assert res["args_off"] == []
     assert res["steps"] == ["Decomposing", "Wiring compositor", "Scene camera and Z-combine"]
     assert any(t and t.startswith("Solved: 36/36 frames, error") for t in res["labels"])
+    # the panel shows the focal length the solve used (searched on Blender's tracks)
+    focal = [t for t in res["labels"] if t and t.startswith("Focal: ")]
+    assert focal and f"{d['focal_px']:.1f} px" in focal[0], (focal, d)
+    print("phone_office focal:", focal[0], d["message"])
     assert "gbuffer.track_solve" in res["ops"]
     assert (tmp_path / "solved.blend").exists()
 

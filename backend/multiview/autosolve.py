@@ -1,5 +1,5 @@
 """Camera: Auto -- solve the footage's camera when it has parallax, for ``decompose
---camera auto`` and ``python -m backend solve``.
+--camera auto`` and ``python -m backend solve`` (:mod:`backend.jobs.solve_cli`).
 
 :func:`solve_footage` decodes the frames at a tracking size (long side
 :data:`TRACK_SIZE`), tracks them and solves with the focal length unknown
@@ -68,7 +68,6 @@ def solve_footage(input_path: os.PathLike, *, first: int = 0, last: Optional[int
     report = solve_tracks(tracks, focal_px=focal_px * scale if focal_px else None, refine_k1=refine_k1)
     report.cameras = {k: c.scaled(full_w, full_h) for k, c in report.cameras.items()}
     report.focal_px = report.focal_px / scale
-    report.track_scale = scale
     return report
 
 
@@ -120,42 +119,3 @@ def auto_cameras(input_path: os.PathLike, out_dir: os.PathLike, *, first: int = 
     events.emit({"event": "progress", "stage": "camera solve", "done": 1, "total": 1})
     return path
 
-
-# ---- python -m backend solve INPUT --out cams.json ------------------------------------------
-
-
-def add_parser(subparsers):
-    """Register ``solve``: the footage's camera from the footage alone (Camera: Auto's solve)."""
-    p = subparsers.add_parser(
-        "solve", help="solve the camera of a moving-camera clip (focal length unknown) -> cameras JSON",
-        description="Track the footage and solve its camera (structure from motion; the focal length is "
-                    "searched unless --focal is given). Exit 0 and the cameras JSON when the solve passes its "
-                    "checks (parallax, reprojection error, a determined focal length), else exit 1 with one "
-                    "line saying why. See docs/cameras.md.")
-    p.add_argument("input", help="movie, image folder or pattern")
-    p.add_argument("--out", required=True, help="cameras JSON to write (docs/cameras.md)")
-    p.add_argument("--frames", help="inclusive range A-B of source frame numbers")
-    p.add_argument("--focal", type=float, default=None, metavar="PX",
-                   help="the focal length in pixels at the footage's size, when known (then not searched)")
-    p.add_argument("--refine-k1", action="store_true", help="also solve the radial distortion k1")
-    p.add_argument("--colorspace", default=None, help="OpenColorIO name of the source colour space")
-    p.set_defaults(func=_run_cli)
-    return p
-
-
-def _run_cli(args) -> int:
-    from ..jobs.decompose import parse_frames
-
-    first, last = parse_frames(args.frames)
-    report = solve_footage(args.input, first=first, last=last, colorspace=args.colorspace,
-                           focal_px=args.focal, refine_k1=args.refine_k1)
-    events.emit(dict({"event": "camera_solve"}, **report.summary()))
-    if not report.ok:
-        events.emit({"event": "error", "message": f"{args.input}: camera solve refused: {report.reason}",
-                     "frame": None, "file": str(args.input)})
-        return 1
-    for w in report.warnings:
-        events.warning(w, file=args.input)
-    path = write_solve(report, args.out)
-    events.emit({"event": "done", "stage": "solve", "cameras": str(path), "message": report.line()})
-    return 0
