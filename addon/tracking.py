@@ -304,8 +304,34 @@ def bundle_points(clip, scene=None, camera_object=None) -> np.ndarray:
     return pts @ base[:3, :3].T + base[:3, 3]
 
 
-def depth_range(cameras: Dict[int, Camera], points: np.ndarray) -> Optional[Tuple[float, float]]:
-    """``(near, far)``: 2nd and 98th percentile of the points' depths in every camera."""
+def bundle_ray_angles(clip, cameras: Dict[int, Camera], scene=None, camera_object=None) -> np.ndarray:
+    """Per bundle (order of :func:`bundle_points`), the widest angle in degrees between the
+    rays from the solved cameras of the frames where its track has an unmuted marker; a
+    bundle seen under a tiny angle is near infinity (its depth is not measured)."""
+    pts = bundle_points(clip, scene=scene, camera_object=camera_object)
+    obj = clip.tracking.objects[0] if len(clip.tracking.objects) else None
+    tracks = [t for t in (obj.tracks if obj is not None else clip.tracking.tracks) if t.has_bundle]
+    out = np.zeros(len(tracks))
+    for k, (tr, X) in enumerate(zip(tracks, pts)):
+        C = [cameras[n].center for n in (source_frame_number(clip, m.frame) for m in tr.markers if not m.mute)
+             if n in cameras]
+        if len(C) < 2:
+            continue
+        d = X - np.array(C)
+        d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+        out[k] = float(np.degrees(np.arccos(np.clip(d @ d.T, -1.0, 1.0).min())))
+    return out
+
+
+def depth_range(cameras: Dict[int, Camera], points: np.ndarray,
+                angles: Optional[np.ndarray] = None) -> Optional[Tuple[float, float]]:
+    """``(near, far)``: 2nd and 98th percentile of the points' depths in every camera.
+    With ``angles`` (:func:`bundle_ray_angles`), points seen under less than
+    ``backend.multiview.sfm.MIN_POINT_ANGLE_DEG`` (near infinity) are left out first."""
+    if angles is not None and len(angles) == len(points):
+        from ..backend.multiview.sfm import MIN_POINT_ANGLE_DEG
+
+        points = points[angles >= MIN_POINT_ANGLE_DEG]
     if len(points) < 8 or not cameras:
         return None
     z = np.concatenate([(points @ c.R.T + c.t)[:, 2] for c in cameras.values()])
@@ -337,7 +363,8 @@ def write_cameras_json(clip, path: os.PathLike, scene=None, camera_object=None) 
     cams = solve_cameras(clip, camera_object=camera_object)
     if not cams:
         raise SolveError(f"clip {clip.name!r}: no solved frame falls inside the footage")
-    rng = depth_range(cams, bundle_points(clip, camera_object=camera_object))
+    rng = depth_range(cams, bundle_points(clip, camera_object=camera_object),
+                      bundle_ray_angles(clip, cams, camera_object=camera_object))
     units = solve_units(camera_object)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -548,3 +548,21 @@ def test_zcombine_occludes_cg_by_footage_depth(tmp_path):
     assert res["right"] == pytest.approx([0, 1, 0, 1], abs=1e-3)  # cube nearer than the wall
     assert res["right_bg"] == pytest.approx([1, 0, 0, 1], abs=1e-3)  # no CG: footage
     assert res["left_bg"] == pytest.approx([1, 0, 0, 1], abs=1e-3)
+
+
+def test_depth_range_drops_bundles_near_infinity(tmp_path):
+    """A few bundles far away and seen under a tiny ray angle (the 46,606 far plane of
+    issue 24) do not make the written depth range; without the angles they would."""
+    res = _bpy('''
+        from gbuffer_editor.backend.multiview.cameras import Camera
+        rng = np.random.default_rng(0)
+        cams = {k: Camera(320, 240, 300, 300, 160, 120, t=np.array([-0.2 * k, 0.0, 0.0])) for k in range(1, 9)}
+        near_pts = rng.uniform([-2, -2, 4], [2, 2, 9], (200, 3))
+        far_pts = rng.uniform([-10, -10, 40000], [10, 10, 50000], (10, 3))
+        pts = np.concatenate([near_pts, far_pts])
+        angles = np.concatenate([np.full(200, 5.0), np.full(10, 0.01)])
+        emit_result(dict(clean=tracking.depth_range(cams, near_pts), with_angles=tracking.depth_range(cams, pts, angles),
+                         without=tracking.depth_range(cams, pts)))
+    ''', tmp_path)
+    assert res["with_angles"] == pytest.approx(res["clean"])
+    assert res["without"][1] > 100 * res["clean"][1]
