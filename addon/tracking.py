@@ -176,6 +176,9 @@ class SolveStatus:
         return f"Solved: {self.frames}/{self.total} frames, error {self.error:.2f} px"
 
 
+#: the focal-length search runs on at most this many evenly spaced frames of the clip
+#: (the spread of views decides the focal length; libmv then solves every frame with it)
+LENS_SEARCH_FRAMES = 16
 #: clip ID property holding the last Track & Solve's note about the lens (empty: determined)
 LENS_NOTE_KEY = "gbuffer_lens_note"
 
@@ -655,10 +658,10 @@ class TrackSolve:
     def _lens_search(self):
         """The focal-length search (``backend.multiview.sfm.solve_tracks``) on the clip's
         tracks; distortion set on the clip is not undone here (the search assumes none)."""
-        from ..backend.multiview.sfm import solve_tracks
+        from ..backend.multiview.sfm import solve_tracks, subsample_frames
 
         t = time.perf_counter()
-        report = solve_tracks(clip_tracks(self.clip, self.first, self.last))
+        report = solve_tracks(subsample_frames(clip_tracks(self.clip, self.first, self.last), LENS_SEARCH_FRAMES))
         self.steps.append(("focal search", time.perf_counter() - t))
         return report
 

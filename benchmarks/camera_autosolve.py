@@ -7,7 +7,8 @@ through decompose with the solved cameras.
 For each scene of the split (``tests/eval_scenes.py``, rendered and cached as for
 ``eval_geometry.py``): ``backend.multiview.autosolve.solve_footage`` on ``shot/`` with
 the focal length unknown; the focal error against the true ``fx``; then decompose with
-the solved cameras and score against the truth (``eval_scenes.score_output``). Depth is
+the solved cameras and score against the truth after one scale for the whole shot
+(:func:`score_scaled`; the solve is up to scale). Depth is
 measured also for solves the checks refuse ("forced": what the refused cameras would have
 given; Camera: Auto itself would fall back to single-image depth there). Writes
 ``benchmarks/results/camera_autosolve_<split>.json`` and ``.md``. Timings on the shared
@@ -32,6 +33,26 @@ import eval_scenes as es  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def score_scaled(out_dir: Path, truth) -> dict:
+    """``eval_scenes.score_frame`` means after ONE scale for the whole shot (a solve from
+    the footage alone is up to scale): the median of truth / prediction over the
+    confident valid pixels of every frame. A per-frame scale would hide depth that is
+    inconsistent across frames; this does not."""
+    import numpy as np
+    from backend import contract
+
+    frames = [contract.read_frame(contract.frame_path(out_dir, int(n))) for n in truth["frames"]]
+    ratios = np.concatenate([(truth["depth"][i] / fr.depth)[truth["valid"][i] & (fr.confidence > 0.5)]
+                             for i, fr in enumerate(frames)])
+    scale = float(np.median(ratios)) if ratios.size else 1.0
+    rows = [es.score_frame(fr.depth * scale, fr.normal, fr.confidence, truth["depth"][i], truth["normal"][i],
+                           truth["valid"][i]) for i, fr in enumerate(frames)]
+    keys = [k for k in rows[0] if all(k in r for r in rows)]
+    out = {k: float(np.nanmean([r[k] for r in rows])) for k in keys}
+    out["scale"] = scale
+    return out
+
+
 def run_scene(spec, processing_width: int, depth: bool) -> dict:
     from backend import decompose
     from backend.multiview.autosolve import solve_footage, write_solve
@@ -52,9 +73,9 @@ def run_scene(spec, processing_width: int, depth: bool) -> dict:
             cams.unlink()
         write_solve(rep, cams)
         decompose(folder / "shot", out, cameras=cams, multiview={"processing_width": processing_width})
-        s = es.score_output(out, es.load_truth(folder))
+        s = score_scaled(out, es.load_truth(folder))
         row.update({k: s[k] for k in ("conf_pred_absrel", "all_pred_absrel", "conf_pred_delta1", "coverage",
-                                      "normal_deg", "all_constant_absrel", "all_vertical_absrel") if k in s})
+                                      "normal_deg", "all_constant_absrel", "all_vertical_absrel", "scale") if k in s})
     return row
 
 

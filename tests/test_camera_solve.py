@@ -121,7 +121,7 @@ def test_track_and_solve_phone_office(footage, tmp_path):
                          args=args, args_off=args_off, steps=steps, labels=labels, ops=ops,
                          width=doc["width"], height=doc["height"], pose_diff=pose_diff, px_diff=px_diff,
                          depth_diff=depth_diff))
-    ''', tmp_path)
+    ''', tmp_path, timeout=1200)
     lines = _json_lines(res["stdout"])
     done = [ev for ev in lines if ev.get("event") == "done"]
     assert res["rc"] == 0, res["stderr"][-3000:]
@@ -134,7 +134,7 @@ def test_track_and_solve_phone_office(footage, tmp_path):
     assert d["frames"] == 36 and d["tracked_frames"] == 36
     assert d["error_px"] <= 0.8, d
     assert d["points"] >= 40
-    assert res["seconds"] < 60
+    assert res["seconds"] < 400  # includes the focal-length search (noisy shared machine)
     assert res["keys"] == list(range(1, 37))  # source frame numbers 1..36
     assert res["finite"] and (res["width"], res["height"]) == (320, 240)
     assert res["spread"] > 0.05 * res["steps_len"] > 0  # the camera moves

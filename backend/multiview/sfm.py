@@ -157,6 +157,16 @@ def track_features(images: Sequence[np.ndarray], numbers: Sequence[int], *, max_
     return Tracks(list(int(n) for n in numbers), uv[:, keep], int(w), int(h))
 
 
+def subsample_frames(tracks: Tracks, max_frames: int) -> Tracks:
+    """At most ``max_frames`` rows of ``tracks``, evenly spaced, first and last kept (the
+    focal length needs the clip's spread of views, not every frame)."""
+    F = len(tracks.numbers)
+    if F <= max_frames:
+        return tracks
+    rows = np.unique(np.round(np.linspace(0, F - 1, max_frames)).astype(int))
+    return Tracks([tracks.numbers[r] for r in rows], tracks.uv[rows], tracks.width, tracks.height)
+
+
 def select_tracks(tracks: Tracks, per_frame: int = POINTS_PER_FRAME, max_total: int = MAX_POINTS) -> Tracks:
     """The longest tracks, up to ``per_frame`` seen in each frame and ``max_total`` in all
     (spread in image space: each frame's picks come from a 4 x 4 grid of cells in turn)."""
@@ -340,8 +350,8 @@ class _Solver:
                     self.triangulate(rec, np.nonzero(self.seen[r])[0][[n not in rec.X for n in
                                                                         np.nonzero(self.seen[r])[0]]])
                     progress, since = True, since + 1
-                    if since >= 4:
-                        self.bundle(rec, free_focal=False)
+                    if since >= max(3, len(rec.R) // 3):  # geometric: few bundles on long clips
+                        self.bundle(rec, free_focal=False, max_nfev=25)
                         since = 0
                     break
             if not progress:
