@@ -179,6 +179,8 @@ class SolveStatus:
 #: the focal-length search runs on at most this many evenly spaced frames of the clip
 #: (the spread of views decides the focal length; libmv then solves every frame with it)
 LENS_SEARCH_FRAMES = 16
+#: what to do when the clip does not determine its lens
+SET_FOCAL_HINT = "set the focal length of the clip and solve again"
 #: clip ID property holding the last Track & Solve's note about the lens (empty: determined)
 LENS_NOTE_KEY = "gbuffer_lens_note"
 
@@ -693,8 +695,8 @@ class TrackSolve:
                     cam.focal_length_pixels = f0
                     valid, err, n = self._solve_once(False)
             else:
-                note = (f"lens not determined from the clip ({report.reason}); kept {f0:.0f} px"
-                        if sfm_lens_reason(report) else f"focal not solved ({report.reason}); kept {f0:.0f} px")
+                note = (f"{report.reason} (kept {f0:.0f} px)" if sfm_lens_reason(report)
+                        else f"focal length not solved: {report.reason}; kept {f0:.0f} px ({SET_FOCAL_HINT})")
         tracking.settings.refine_intrinsics_focal_length = False
         self.clip[LENS_NOTE_KEY] = note
         bundles = sum(1 for t in tracking.tracks if t.has_bundle)
