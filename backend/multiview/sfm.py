@@ -631,9 +631,10 @@ def solve_tracks(tracks: Tracks, *, focal_px: Optional[float] = None, refine_k1:
 
 def _check(r: SolveReport, need: int, max_error: float, max_sigma: float) -> str:
     """The first failed check as one line, or ``""``."""
-    if r.parallax_px < MIN_PARALLAX_PX or r.parallax_deg < MIN_PARALLAX_DEG:
-        return (f"no usable parallax ({r.parallax_px:.1f} px off a homography, median ray angle "
-                f"{r.parallax_deg:.2f} deg): the camera only rotates, hardly moves, or sees a single plane")
+    no_parallax = (f"no usable parallax ({r.parallax_px:.1f} px off a homography, median ray angle "
+                   f"{r.parallax_deg:.2f} deg): the camera only rotates, hardly moves, or sees a single plane")
+    if r.parallax_px < MIN_PARALLAX_PX:
+        return no_parallax
     if r.frames < need:
         return f"only {r.frames}/{r.total_frames} frames solved (needs {need})"
     if not math.isfinite(r.error_px) or r.error_px > max_error:
@@ -641,6 +642,8 @@ def _check(r: SolveReport, need: int, max_error: float, max_sigma: float) -> str
     if r.focal_sigma is not None and not r.focal_sigma <= max_sigma:
         return (f"the lens cannot be determined from the clip (focal {r.focal_px:.0f} px, uncertainty "
                 f"+-{100 * min(r.focal_sigma, 9.99):.0f} %): {SET_FOCAL}")
+    if r.parallax_deg < MIN_PARALLAX_DEG:  # after the lens: a wrong focal shrinks the ray angles
+        return no_parallax
     if r.depth_range is None:
         return f"too few points with parallax (>= {MIN_POINT_ANGLE_DEG:g} deg) to bound the depth"
     return ""
