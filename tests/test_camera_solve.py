@@ -104,6 +104,9 @@ def test_track_and_solve_phone_office(footage, tmp_path):
         steps = [s.label for s in job.steps]
         scene.gbuffer_editor.use_camera_solve = False
         args_off = camera_solve.decompose_cameras(scene, {str(tmp_path / "dec2")!r})
+        scene.gbuffer_editor.camera_auto = True  # Camera: Auto without a solve to use: the worker solves
+        args_auto = camera_solve.decompose_cameras(scene, {str(tmp_path / "dec3")!r})
+        scene.gbuffer_editor.camera_auto = False
         # the sidebar's Camera box
         layout = util.RecordingLayout()
         from gbuffer_editor.panels import sidebar
@@ -118,7 +121,7 @@ def test_track_and_solve_phone_office(footage, tmp_path):
                          steps_len=float(np.linalg.norm(np.diff(C, axis=0), axis=1).sum()),
                          error=clip.tracking.reconstruction.average_error, cons=cons,
                          lens=cam_ob.data.lens, units=doc["units"], depth_range=doc.get("depth_range"),
-                         args=args, args_off=args_off, steps=steps, labels=labels, ops=ops,
+                         args=args, args_off=args_off, args_auto=args_auto, steps=steps, labels=labels, ops=ops,
                          width=doc["width"], height=doc["height"], pose_diff=pose_diff, px_diff=px_diff,
                          depth_diff=depth_diff))
     ''', tmp_path, timeout=1200)
@@ -147,6 +150,7 @@ def test_track_and_solve_phone_office(footage, tmp_path):
     assert res["pose_diff"] < 1e-4 and res["px_diff"] < 0.02 and res["depth_diff"] < 1e-5, res
     assert res["args"][0] == "--cameras" and res["args"][1].endswith("dec_cameras.json")
     assert res["args_off"] == []
+    assert res["args_auto"] == ["--camera", "auto"]
     assert res["steps"] == ["Decomposing", "Wiring compositor", "Scene camera and Z-combine"]
     assert any(t and t.startswith("Solved: 36/36 frames, error") for t in res["labels"])
     # the panel shows the focal length the solve used (searched on Blender's tracks)
