@@ -213,6 +213,13 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
         description="When the footage's clip has a camera solve, Decompose measures depth from parallax "
                     "with its cameras, the scene camera follows it and the compositor Z-combines the 3D scene",
     )
+    camera_auto: BoolProperty(
+        name="Camera: Auto",
+        default=False,
+        description="When the clip has no camera solve, Decompose solves the camera from the footage "
+                    "(focal length unknown) and measures depth with it when the solve passes its checks "
+                    "(parallax, error, a determined focal length); otherwise single-image depth with a note",
+    )
     cameras_path: StringProperty(
         name="Cameras", subtype="FILE_PATH", description="Cameras JSON last written from the camera solve"
     )

@@ -6,8 +6,10 @@ Three services for the operators and the headless ``solve`` command:
   ``{source frame number: backend.multiview.cameras.Camera}`` and as our cameras JSON
   (``docs/cameras.md``), with the clip's focal length, principal point and distortion;
 * :func:`track_and_solve`: Blender's own tracker on a clip (detect features, track both
-  ways from the middle frame, clean, keyframe selection, solve, refine the focal length
-  when that helps), refusing a solve that is not good enough (:class:`SolveError`);
+  ways from the middle frame, clean, keyframe selection, solve), the focal length from
+  ``backend.multiview.sfm`` on Blender's tracks when the clip determines it (else the
+  clip's focal is kept with a one-line lens note: "set the focal length of the clip and
+  solve again"), refusing a solve that is not good enough (:class:`SolveError`);
 * :func:`follow_solve`: the scene camera follows the solve (a Camera Solver constraint,
   focal length / sensor / shift from the solve), as Blender's "Setup Tracking Scene".
 
@@ -174,6 +176,43 @@ class SolveStatus:
         return f"Solved: {self.frames}/{self.total} frames, error {self.error:.2f} px"
 
 
+#: the focal-length search runs on at most this many evenly spaced frames of the clip
+#: (the spread of views decides the focal length; libmv then solves every frame with it)
+LENS_SEARCH_FRAMES = 16
+#: what to do when the clip does not determine its lens
+SET_FOCAL_HINT = "set the focal length of the clip and solve again"
+#: clip ID property holding the last Track & Solve's note about the lens (empty: determined)
+LENS_NOTE_KEY = "gbuffer_lens_note"
+
+
+def focal_line(clip) -> str:
+    """``"Focal: 444.0 px (30.0 mm)"``: the clip's focal length, which the solve uses."""
+    cam = clip.tracking.camera
+    return f"Focal: {cam.focal_length_pixels:.1f} px ({cam.focal_length:.1f} mm)"
+
+
+def lens_note(clip) -> str:
+    """The last Track & Solve's warning about the lens, or ``""``."""
+    return str(clip.get(LENS_NOTE_KEY, "")) if clip is not None else ""
+
+
+def clip_tracks(clip, first: int, last: int):
+    """Blender's tracks of clip frames ``first..last`` as :class:`backend.multiview.sfm.Tracks`
+    (source frame numbers, pixel-centre convention, y down; muted markers left out)."""
+    from ..backend.multiview.sfm import Tracks
+
+    w, h = clip_size(clip)
+    tracks = list(clip.tracking.tracks)
+    uv = np.full((last - first + 1, len(tracks), 2), np.nan)
+    for n, tr in enumerate(tracks):
+        for m in tr.markers:
+            if m.mute or not first <= m.frame <= last:
+                continue
+            uv[m.frame - first, n] = (m.co[0] * w, (1.0 - m.co[1]) * h)
+    numbers = [source_frame_number(clip, f) for f in range(first, last + 1)]
+    return Tracks(numbers, uv, w, h)
+
+
 def solve_status(clip) -> SolveStatus:
     """Solve state of the clip's camera tracking object (never raises)."""
     if clip is None:
@@ -270,8 +309,34 @@ def bundle_points(clip, scene=None, camera_object=None) -> np.ndarray:
     return pts @ base[:3, :3].T + base[:3, 3]
 
 
-def depth_range(cameras: Dict[int, Camera], points: np.ndarray) -> Optional[Tuple[float, float]]:
-    """``(near, far)``: 2nd and 98th percentile of the points' depths in every camera."""
+def bundle_ray_angles(clip, cameras: Dict[int, Camera], scene=None, camera_object=None) -> np.ndarray:
+    """Per bundle (order of :func:`bundle_points`), the widest angle in degrees between the
+    rays from the solved cameras of the frames where its track has an unmuted marker; a
+    bundle seen under a tiny angle is near infinity (its depth is not measured)."""
+    pts = bundle_points(clip, scene=scene, camera_object=camera_object)
+    obj = clip.tracking.objects[0] if len(clip.tracking.objects) else None
+    tracks = [t for t in (obj.tracks if obj is not None else clip.tracking.tracks) if t.has_bundle]
+    out = np.zeros(len(tracks))
+    for k, (tr, X) in enumerate(zip(tracks, pts)):
+        C = [cameras[n].center for n in (source_frame_number(clip, m.frame) for m in tr.markers if not m.mute)
+             if n in cameras]
+        if len(C) < 2:
+            continue
+        d = X - np.array(C)
+        d /= np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+        out[k] = float(np.degrees(np.arccos(np.clip(d @ d.T, -1.0, 1.0).min())))
+    return out
+
+
+def depth_range(cameras: Dict[int, Camera], points: np.ndarray,
+                angles: Optional[np.ndarray] = None) -> Optional[Tuple[float, float]]:
+    """``(near, far)``: 2nd and 98th percentile of the points' depths in every camera.
+    With ``angles`` (:func:`bundle_ray_angles`), points seen under less than
+    ``backend.multiview.sfm.MIN_POINT_ANGLE_DEG`` (near infinity) are left out first."""
+    if angles is not None and len(angles) == len(points):
+        from ..backend.multiview.sfm import MIN_POINT_ANGLE_DEG
+
+        points = points[angles >= MIN_POINT_ANGLE_DEG]
     if len(points) < 8 or not cameras:
         return None
     z = np.concatenate([(points @ c.R.T + c.t)[:, 2] for c in cameras.values()])
@@ -303,7 +368,8 @@ def write_cameras_json(clip, path: os.PathLike, scene=None, camera_object=None) 
     cams = solve_cameras(clip, camera_object=camera_object)
     if not cams:
         raise SolveError(f"clip {clip.name!r}: no solved frame falls inside the footage")
-    rng = depth_range(cams, bundle_points(clip, camera_object=camera_object))
+    rng = depth_range(cams, bundle_points(clip, camera_object=camera_object),
+                      bundle_ray_angles(clip, cams, camera_object=camera_object))
     units = solve_units(camera_object)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -453,11 +519,16 @@ class SolveResult:
     refined_focal: bool
     seconds: float
     steps: List[Tuple[str, float]] = field(default_factory=list)
+    #: one line when the lens could not be determined from the clip (the clip's focal kept)
+    lens_note: str = ""
+    #: the focal-length search's summary (``backend.multiview.sfm.SolveReport.summary``)
+    lens_check: Optional[dict] = None
 
     def message(self) -> str:
-        refined = ", focal refined" if self.refined_focal else ""
+        refined = ", focal solved" if self.refined_focal else ""
+        note = f"; {self.lens_note}" if self.lens_note else ""
         return (f"camera solve: {self.frames}/{self.tracked_frames} frames solved, error {self.error:.2f} px, "
-                f"{self.bundles} points, focal {self.focal_px:.1f} px{refined} ({self.seconds:.1f} s)")
+                f"{self.bundles} points, focal {self.focal_px:.1f} px{refined} ({self.seconds:.1f} s){note}")
 
 
 class TrackSolve:
@@ -467,8 +538,9 @@ class TrackSolve:
         scene: scene whose frame range (mapped through ``clip.frame_start``) bounds the
             tracking; its current frame is restored at the end.
         clip: the Movie Clip. Existing tracks are kept only with ``keep_tracks``.
-        refine_focal: try refining the focal length and keep it when the error drops by
-            10 % or more and the focal stays within 0.3-3x the frame width.
+        refine_focal: search the focal length on Blender's tracks
+            (``backend.multiview.sfm.solve_tracks``) and solve again with it when the clip
+            determines it; else keep the clip's focal and set :data:`LENS_NOTE_KEY`.
         max_error, min_frames: refusal thresholds (:func:`check_solve`).
     """
 
@@ -585,6 +657,16 @@ class TrackSolve:
         rec = tracking.reconstruction
         return rec.is_valid, float(rec.average_error) if rec.is_valid else float("nan"), len(rec.cameras)
 
+    def _lens_search(self):
+        """The focal-length search (``backend.multiview.sfm.solve_tracks``) on the clip's
+        tracks; distortion set on the clip is not undone here (the search assumes none)."""
+        from ..backend.multiview.sfm import solve_tracks, subsample_frames
+
+        t = time.perf_counter()
+        report = solve_tracks(subsample_frames(clip_tracks(self.clip, self.first, self.last), LENS_SEARCH_FRAMES))
+        self.steps.append(("focal search", time.perf_counter() - t))
+        return report
+
     def solve(self) -> None:
         tracking = self.clip.tracking
         cam = tracking.camera
@@ -595,27 +677,44 @@ class TrackSolve:
                 bpy.ops.clip.select_all(action="SELECT")
                 bpy.ops.clip.clean_tracks(frames=0, error=max(1.0, 3.0 * err), action="DELETE_TRACK")
             valid, err, n = self._solve_once(False)
-        refined = False
+        refined, note, check = False, "", None
         if self.refine_focal and valid:
+            # libmv's own refinement keeps whatever lens it starts from on short shots (the
+            # reprojection error is flat in the focal length); the focal comes from our
+            # search on Blender's tracks instead, with its profile deciding whether the clip
+            # determines it at all (backend.multiview.sfm)
             f0 = cam.focal_length_pixels
-            w = clip_size(self.clip)[0]
-            v2, e2, n2 = self._solve_once(True)
-            f1 = cam.focal_length_pixels
-            if v2 and e2 <= 0.9 * err and n2 >= n and 0.3 * w <= f1 <= 3.0 * w:
-                valid, err, n, refined = v2, e2, n2, True
+            report = self._lens_search()
+            check = report.summary()
+            if report.ok:
+                cam.focal_length_pixels = report.focal_px
+                v2, e2, n2 = self._solve_once(False)
+                if v2 and n2 >= n:
+                    valid, err, n, refined = v2, e2, n2, True
+                else:
+                    cam.focal_length_pixels = f0
+                    valid, err, n = self._solve_once(False)
             else:
-                cam.focal_length_pixels = f0
-                valid, err, n = self._solve_once(False)
+                note = (f"{report.reason} (kept {f0:.0f} px)" if sfm_lens_reason(report)
+                        else f"focal length not solved: {report.reason}; kept {f0:.0f} px ({SET_FOCAL_HINT})")
         tracking.settings.refine_intrinsics_focal_length = False
+        self.clip[LENS_NOTE_KEY] = note
         bundles = sum(1 for t in tracking.tracks if t.has_bundle)
         self.result = SolveResult(self.clip.name, err, n, self.tracked_frames, len(tracking.tracks), bundles,
                                   float(cam.focal_length_pixels), refined, time.perf_counter() - self._t0,
-                                  list(self.steps))
+                                  list(self.steps), note, check)
         if not valid:
             raise SolveError(f"camera solve failed: 0 frames solved, error nan px; {_FIX} "
                              f"(clip {self.clip.name!r}: libmv found no reconstruction)")
         check_solve(self.clip, max_error=self.max_error, min_frames=self.min_frames,
                     expected_frames=self.tracked_frames)
+
+
+def sfm_lens_reason(report) -> bool:
+    """True when ``report`` failed on the lens (not on parallax, error or frames)."""
+    from ..backend.multiview.sfm import SET_FOCAL
+
+    return SET_FOCAL in report.reason
 
 
 def track_and_solve(scene, clip, **kw) -> SolveResult:

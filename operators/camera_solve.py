@@ -80,8 +80,9 @@ def track_solve_job(scene, clip, *, cameras_path: Optional[os.PathLike] = None, 
 def decompose_cameras(scene, out_dir: os.PathLike) -> List[str]:
     """``["--cameras", PATH]`` for Decompose when "Use Camera Solve" is on and the
     footage's clip has a valid solve: the solve is written next to the output folder
-    (``decompose_001`` -> ``decompose_001_cameras.json``). ``[]`` when the option is off
-    or there is no solve.
+    (``decompose_001`` -> ``decompose_001_cameras.json``). Without a solve:
+    ``["--camera", "auto"]`` when "Camera: Auto" is on (the backend solves the footage
+    itself and falls back to single-image depth with a one-line note), else ``[]``.
 
     Raises:
         JobFailed: the solve exists but is not usable (error or frames over the
@@ -90,7 +91,7 @@ def decompose_cameras(scene, out_dir: os.PathLike) -> List[str]:
     s = scene.gbuffer_editor
     clip = tracking.footage_clip(scene)
     if not s.use_camera_solve or clip is None or not tracking.solve_status(clip).valid:
-        return []
+        return ["--camera", "auto"] if s.camera_auto else []
     out_dir = Path(out_dir)
     path = out_dir.parent / f"{out_dir.name}{DECOMPOSE_CAMERAS}"
     try:
@@ -125,8 +126,9 @@ class GBUFFER_OT_track_solve(ModalJobMixin, bpy.types.Operator):
     bl_options = {"REGISTER", "UNDO"}
 
     refine_focal: bpy.props.BoolProperty(
-        name="Refine Focal Length", default=True,
-        description="Also solve for the focal length; kept when it lowers the solve error by 10 % or more",
+        name="Solve Focal Length", default=True,
+        description="Search the focal length from the tracks and solve with it when the clip determines it; "
+                    "otherwise keep the clip's focal length and say so (set it and solve again)",
     )
     cameras_path: bpy.props.StringProperty(
         name="Cameras File", subtype="FILE_PATH", default="", options={"SKIP_SAVE"},

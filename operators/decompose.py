@@ -139,7 +139,8 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         )
         cameras = camera_solve.decompose_cameras(scene, out_dir)  # [] without a usable solve
         argv += cameras
-        return decompose_job(scene, argv, out_dir, env=backend_args.worker_environment(prefs), solve=bool(cameras))
+        return decompose_job(scene, argv, out_dir, env=backend_args.worker_environment(prefs),
+                             solve=cameras[:1] == ["--cameras"])
 
 
 class GBUFFER_OT_load_gbuffers(bpy.types.Operator):

@@ -186,12 +186,17 @@ def draw_camera(layout, context) -> None:
     elif st.valid:
         good = st.error <= tracking.MAX_SOLVE_ERROR_PX
         layout.label(text=st.line(), icon="CHECKMARK" if good else "ERROR")
+        layout.label(text=tracking.focal_line(clip), icon="CAMERA_DATA")
+        note = tracking.lens_note(clip)
+        if note:
+            layout.label(text=note, icon="ERROR")
     else:
         layout.label(text=st.line(), icon="INFO")
     row = layout.row()
     row.enabled = not s.is_running
     row.operator("gbuffer.track_solve", icon="TRACKING")
     layout.prop(s, "use_camera_solve")
+    layout.prop(s, "camera_auto")
     layout.operator("gbuffer.import_fused_mesh", icon="MESH_DATA")
 
 

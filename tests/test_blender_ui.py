@@ -98,7 +98,7 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
                    "gbuffer.show_result", "gbuffer.play_preview", "gbuffer.open_path", "gbuffer.look_preset",
                    "gbuffer.import_fused_mesh"}
     assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
-            "stabilize", "use_camera_solve", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume",
+            "stabilize", "use_camera_solve", "camera_auto", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume",
             "show_looks", "look_fog", "look_night", "look_rain", "look_snow", "look_underwater", "look_overcast",
             "look_golden_hour"} <= props
 

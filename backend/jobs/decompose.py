@@ -625,6 +625,7 @@ def decompose(
     overwrite: bool = False,
     albedo_detail: bool = True,
     cameras: Optional[os.PathLike] = None,
+    camera: str = "none",
     multiview: Optional[Dict[str, Any]] = None,
     mesh: Optional[os.PathLike] = None,
     progress: events.Progress = None,
@@ -660,6 +661,11 @@ def decompose(
             ``docs/cameras.md``): depth is then measured from parallax and fused with the
             estimator's (:mod:`backend.multiview.shot`); frames without a camera, or
             without parallax, keep the single-image depth, with a ``warning``.
+        camera: ``"none"`` (default) or ``"auto"``: without ``cameras``, solve the
+            footage's camera first (:mod:`backend.multiview.autosolve`; focal length
+            unknown) and use the solve when it passes its checks (parallax, error, a
+            determined focal length), written as ``OUT_cameras.json`` next to ``out_dir``;
+            otherwise the single-image path with a one-line ``warning``.
         multiview: options of the multi-view path
             (:class:`backend.multiview.shot.MultiViewOptions` fields: ``neighbours``,
             ``window``, ``processing_width``, ``min_parallax_px``, ``confidence_threshold``).
@@ -701,6 +707,8 @@ def decompose(
         processing_resolution = max_size
     with events.reporting(progress if progress is not None else stream):
         first, last = parse_frames(frames)
+        if camera not in ("none", "auto"):
+            raise ValueError(f"--camera {camera!r}: expected 'auto' or 'none'")
         if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
             raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
                              "computed before the chunk)")
@@ -727,6 +735,11 @@ def decompose(
                                      "consistent across frames by construction)")
                 settings["depth_anchors"] = _use_anchors(depth_anchors, dec, info, first, last)
             manifest = _job_manifest(dec, plan, info, processing_resolution, first)
+            if camera == "auto" and cameras is None and not (warmup is not None or manifest_part):
+                from ..multiview.autosolve import auto_cameras
+
+                cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace)
+                manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
             if cameras is not None:
                 shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
                                        lambda: open_footage(input_path, colorspace=colorspace))

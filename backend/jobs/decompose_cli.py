@@ -93,6 +93,12 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                     help="camera file: our JSON (frames by source frame number; Blender's Track & Solve "
                          "writes it) or a COLMAP text model folder (cameras.txt + images.txt; frames by "
                          "image file name)")
+    mv.add_argument("--camera", choices=("auto", "none"), default="none",
+                    help="auto: without --cameras, solve the camera from the footage (focal length unknown) "
+                         "and measure depth with it when the solve passes its checks (parallax, error, a "
+                         "determined focal length; written as OUT_cameras.json next to --out), else the "
+                         "single-image path with a one-line note. none (default): single-image unless "
+                         "--cameras")
     mv.add_argument("--mv-neighbours", type=int, default=MultiViewOptions.neighbours, metavar="K",
                     help="frames each frame is matched against (default: %(default)s)")
     mv.add_argument("--mv-window", type=int, default=MultiViewOptions.window, metavar="N",
@@ -122,6 +128,7 @@ def kwargs(args) -> dict:
         stabilize=args.stabilize, strength=args.stabilize_strength,
         colorspace=args.colorspace, hfov_deg=args.hfov, albedo_detail=args.albedo_detail,
         overwrite=args.overwrite, cameras=args.cameras, mesh=getattr(args, "mesh", None),
+        camera=getattr(args, "camera", "none"),
         multiview={"neighbours": args.mv_neighbours, "window": args.mv_window,
                    "processing_width": args.mv_resolution, "densify": args.mv_densify,
                    "surface": args.mv_surface},
