@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple
-
-import numpy as np
+from typing import Any, Dict, Optional, Tuple
 
 from .. import contract, events, geometry
 from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
@@ -28,11 +25,16 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
 )
 from ..errors import JobError
-from ..footage import Footage, FootageError, open_footage
-from ..imaging import resize
+from ..footage import FootageError, open_footage
+from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
+    _flicker_summary, _job_manifest, _job_settings, _provenance_summary, flicker_summary, provenance_summary,
+)
+from .decompose_shots import (_Shot, _WindowedShot, _camera_settings, _multiview_shot, _multiview_summary,
+                              _windows_summary)
 from .mesh import check_mesh_path, write_mesh
 from .options import key_values
-from .runner import Deferred, JobResult, run_job
+from .runner import JobResult, run_job
+
 
 #: deprecated name of :data:`backend.decomposer.MIN_RESOLUTION`
 MIN_MAX_SIZE = MIN_RESOLUTION
@@ -191,424 +193,6 @@ def _warn_capped_resolution(requested, dec, estimator: str, info) -> None:
                        f"{info.width}x{info.height})")
 
 
-@dataclass
-class _Shot:
-    """The source and what every frame of this job shares."""
-
-    src: Footage
-    decomposer: Decomposer
-    out_dir: Path
-    first: int
-    last: Optional[int]
-    estimator: str
-    input_for: Any = None  # frame number -> input fingerprint (backend.jobs.fingerprint)
-    #: farm chunk (``--warmup K``): the first frame whose temporal state is computed
-    #: (K frames before ``first``, never written); ``None``: today's behaviour (seed from
-    #: the previous frame's file when this run did not compute it)
-    warm_from: Optional[int] = None
-    #: with ``warm_from``: whether frame ``first`` will be computed (else the warmup is skipped)
-    warm_needed: bool = True
-
-    def frame_meta(self, sf, number: int) -> Dict[str, Any]:
-        info = self.src.info
-        return {"source": info.path, "frame_index": sf.index, "timestamp": sf.pts_s,
-                "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
-                "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation}
-
-    def compute(self, sf, number: int) -> contract.GBufferFrame:
-        """One frame, with any failure reported as a :class:`JobError` naming it."""
-        try:
-            return self._compute(sf, number)
-        except (KeyboardInterrupt, JobError):
-            raise
-        except MemoryError as e:
-            raise JobError(f"estimator {self.estimator!r} ran out of memory on {sf.path} (frame {number}); try a "
-                           f"smaller --processing-resolution or close other programs",
-                           frame=number, file=sf.path) from e
-        except Exception as e:
-            raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
-                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                           frame=number, file=sf.path) from e
-
-    def _compute(self, sf, number: int) -> contract.GBufferFrame:
-        """The temporal state continues from the previous frame's file when this run did
-        not compute it (resume). A farm chunk (``warm_from`` set) seeds only from a frame of
-        its own range (its own earlier, identical computation: resume within the chunk);
-        its first frame continues from the warmup frames instead, never from another
-        chunk's file, so the result does not depend on which chunk finished first."""
-        dec = self.decomposer
-        if dec.last_number != number - 1:
-            dec.reset()
-            prev = contract.frame_path(self.out_dir, number - 1)
-            own = self.warm_from is None or number - 1 >= self.first
-            if number > 1 and own and prev.exists():
-                dec.seed(contract.read_frame(prev), number - 1)
-        return dec.frame(sf.rgb, alpha=sf.alpha, number=number, meta=self.frame_meta(sf, number))
-
-    def manifest_fields(self) -> Dict[str, Any]:
-        return self.decomposer.report.manifest_fields()
-
-    def tasks(self) -> Iterator[Tuple[int, Any]]:
-        for sf in self.src:
-            number = sf.number
-            if self.warm_from is not None and self.warm_from <= number < self.first:
-                if self.warm_needed:  # warmup: temporal state only, never written
-                    self.compute(sf, number)
-                continue
-            if number < self.first:
-                continue
-            if self.last is not None and number > self.last:
-                break
-            yield number, self._work(sf, number)
-
-    def _work(self, sf, number: int):
-        def work(tmp_path: Path, shash: str):
-            frame = self.compute(sf, number)
-            frame.meta["settings_hash"] = shash
-            fp = self.input_for(number) if self.input_for is not None else None
-            if fp is not None:
-                frame.meta["input_hash"] = fp
-            entry = {"source_index": sf.index, "pts_s": sf.pts_s,
-                     "depth_near": frame.meta["depth_near"], "depth_far": frame.meta["depth_far"]}
-            entry.update(self.manifest_fields())
-            for k in ("provenance", "pass_models"):
-                if k in frame.meta:
-                    entry[k] = frame.meta[k]
-            # the entry travels in the frame's header too: a frame written just before a hard
-            # kill (not yet in manifest.json) is recorded on resume with all of it
-            frame.meta["manifest_entry"] = entry
-            # validation + EXR encoding run on the runner's writer thread while the next
-            # frame is decoded and estimated (the runner renames tmp_path atomically)
-            return Deferred(lambda: contract.write_frame(tmp_path, frame, atomic=False) and None, entry)
-        return work
-
-
-@dataclass
-class _MultiViewShot(_Shot):
-    """A shot with cameras: frames go through :class:`backend.multiview.shot.MultiViewShot`
-    (frames within its window around the range are decoded as neighbours)."""
-
-    mv: Any = None  # MultiViewShot
-    reopen: Any = None  # () -> a second Footage over the same source
-
-    def _compute(self, sf, number: int) -> contract.GBufferFrame:
-        return self.mv.compute(number, sf, meta=self.frame_meta(sf, number))
-
-    def manifest_fields(self) -> Dict[str, Any]:
-        out = super().manifest_fields()
-        out.update(self.mv.report.manifest_fields())
-        return out
-
-    def tasks(self) -> Iterator[Tuple[int, Any]]:
-        """Two decoders over the footage: the leading one feeds the neighbour window
-        (``window`` frames ahead), the lagging one gives each frame in full when it is
-        computed, so no full frame waits in memory."""
-        w = self.mv.options.window
-
-        def frames(src):
-            for sf in src:
-                number = sf.number
-                if number < self.first - w:
-                    continue
-                if self.last is not None and number > self.last + w:
-                    break
-                yield number, sf
-
-        def wanted(n: int) -> bool:
-            return n >= self.first and (self.last is None or n <= self.last)
-
-        yield from _lagging_tasks(self, self.mv.stream(frames(self.src), wanted), frames)
-
-
-@dataclass
-class _WindowedShot(_Shot):
-    """A shot for an estimator that computes frames in windows (``estimator.windowed``:
-    :class:`backend.estimators.video_depth.VideoDepthAnythingEstimator`). A leading
-    decoder feeds it each frame at the processing size; a lagging decoder gives each
-    frame in full once its window has run, so only the estimator's window (network
-    inputs) waits in memory, never full frames."""
-
-    reopen: Any = None  # () -> a second Footage over the same source
-
-    def _compute(self, sf, number: int) -> contract.GBufferFrame:
-        self.decomposer.estimator.take(number)
-        return super()._compute(sf, number)
-
-    def manifest_fields(self) -> Dict[str, Any]:
-        out = super().manifest_fields()
-        out["depth_window"] = self.decomposer.estimator.current_window
-        return out
-
-    def _frames(self, src):
-        for sf in src:
-            if sf.number < self.first:
-                continue
-            if self.last is not None and sf.number > self.last:
-                break
-            yield sf.number, sf
-
-    def _complete(self) -> Iterator[int]:
-        """Frame numbers in the order their windows complete them."""
-        dec, est = self.decomposer, self.decomposer.estimator
-        est.reset_stream()
-        for number, sf in self._frames(self.src):
-            h, w = sf.rgb.shape[:2]
-            plan = dec.plan(w, h)
-            small = resize(sf.rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else sf.rgb
-            try:
-                done = est.feed(number, small)
-            except (KeyboardInterrupt, JobError):
-                raise
-            except Exception as e:
-                raise JobError(f"estimator {self.estimator!r} failed on the window ending at {sf.path} "
-                               f"(frame {number}): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                               frame=number, file=sf.path) from e
-            yield from done
-        yield from est.finish()
-
-    def tasks(self) -> Iterator[Tuple[int, Any]]:
-        yield from _lagging_tasks(self, self._complete(), self._frames)
-
-
-def _lagging_tasks(shot, numbers: Iterator[int], frames) -> Iterator[Tuple[int, Any]]:
-    """The tasks of a shot whose frames are computed in the order of ``numbers`` (a
-    generator driven by a leading decoder): a second, lagging decoder over the footage
-    (``shot.reopen()``, filtered by ``frames(src) -> (number, frame)``) gives each frame in
-    full when its number comes, so no full frame waits in memory.
-
-    Raises:
-        JobError: the second decoder ended before a number came (the footage changed).
-    """
-    with shot.reopen() as lag_src:
-        lag = frames(lag_src)
-        for number in numbers:
-            for n, sf in lag:
-                if n == number:
-                    break
-            else:  # the second decoder ended early: the footage changed under us
-                raise JobError(f"{shot.src.info.path}: frame {number} could not be decoded a second time",
-                               frame=number, file=shot.src.info.path)
-            yield number, shot._work(sf, number)
-
-
-def _windows_summary(result: JobResult, estimator) -> None:
-    man = result.manifest
-    man["depth_windows"] = estimator.report()
-    contract.write_manifest(result.out_dir, man)
-
-
-def _camera_lookup(camset, info) -> Any:
-    """``(number, source_file) -> Camera or None`` at the footage's size: our JSON is
-    matched by source frame number, a COLMAP model by image file name."""
-    from ..multiview.cameras import fit_to_frame
-    from ..multiview.undistort import check_distortion
-
-    fitted: Dict[Any, Any] = {}
-    by_name = any(isinstance(k, str) for k in camset.cameras)
-
-    def camera_for(number: int, source_file: str):
-        key = os.path.basename(source_file) if by_name else number
-        if key not in fitted:
-            cam = camset.cameras.get(key)
-            if cam is not None:
-                cam = fit_to_frame(cam, info.width, info.height, camset.path, number)
-                check_distortion(cam, camset.path, number)
-            fitted[key] = cam
-        return fitted[key]
-
-    return camera_for
-
-
-def _open_cameras(path, info, first: int, last: Optional[int]):
-    """Read and check a camera file against the footage (see :func:`decompose`)."""
-    from ..multiview.camera_files import read_cameras
-    from ..multiview.cameras import CameraError
-
-    camset = read_cameras(path)
-    if len(camset.cameras) < 2:
-        raise CameraError(f"{camset.path}: a camera solve needs at least 2 cameras, the file has "
-                          f"{len(camset.cameras)}", file=camset.path)
-    if all(isinstance(k, int) for k in camset.cameras):
-        # source frame numbers: a sequence's own (0, 1001, gaps kept), a movie's 1..N
-        numbers = list(info.numbers) or (list(range(1, info.n_frames + 1)) if info.n_frames else [])
-        wanted = [n for n in numbers if n >= first and (last is None or n <= last)]
-        if not numbers:  # frame count unknown: judge by the requested range only
-            wanted = None
-        keys = sorted(camset.cameras)
-        span = f"{keys[0]}-{keys[-1]}"
-        if wanted is not None:
-            have = set(camset.cameras)
-            covered = [n for n in wanted if n in have]
-            shown = f"{wanted[0]}-{wanted[-1]}" if wanted else "none"
-            if not covered:
-                raise CameraError(f"{camset.path}: no camera for the frames decomposed ({shown}); the "
-                                  f"file has frames {span} (cameras are matched by source frame number: "
-                                  "a movie's frames are 1..N, a sequence keeps its file numbers)",
-                                  file=camset.path)
-            foreign = [k for k in keys if k not in set(numbers)]
-            if len(covered) < len(wanted) and foreign:
-                events.warning(f"{camset.path}: cameras for frames {span}, footage frames {numbers[0]}-"
-                               f"{numbers[-1]}: {len(wanted) - len(covered)} frame(s) have no camera and "
-                               f"{len(foreign)} camera(s) match no frame; cameras are matched by source "
-                               "frame number, check that the file is numbered like the footage",
-                               file=camset.path)
-        elif not [k for k in keys if k >= first and (last is None or k <= last)]:
-            raise CameraError(f"{camset.path}: no camera for the frames decomposed ({first}-"
-                              f"{last if last is not None else ''}); the file has frames {span}",
-                              file=camset.path)
-    return camset
-
-
-def _points_file(camset):
-    """The file the camera set's points came from (for messages)."""
-    p = Path(camset.path)
-    return p / "points3D.txt" if p.is_dir() else p
-
-
-def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options, reopen) -> "_MultiViewShot":
-    from ..multiview.shot import MultiViewOptions, MultiViewShot
-
-    from ..multiview.depth_range import RangeFinder, check_file_range, check_points
-
-    camset = _open_cameras(cameras, src.info, first, last)
-    opts = options if isinstance(options, MultiViewOptions) else MultiViewOptions(**(options or {}))
-    cams = list(camset.cameras.values())
-    ranges = RangeFinder(check_points(camset.points, cams, _points_file(camset)),
-                         check_file_range(None if Path(camset.path).is_dir() else camset.depth_range, camset.path),
-                         cams, _points_file(camset))
-    mv = MultiViewShot(dec, _camera_lookup(camset, src.info), units=camset.units,
-                       depth_range=ranges.file_range, options=opts, ranges=ranges)
-    shot = _MultiViewShot(src, dec, out_dir, first, last, estimator, mv=mv, reopen=reopen)
-    shot.camset = camset
-    return shot
-
-
-def _multiview_summary(result: JobResult) -> None:
-    """Shot-level figures of the multi-view path in the manifest: the measured share of
-    the frames and the temporal consistency (median over frames of the median relative
-    depth disagreement after reprojecting frame t into t+1 with the cameras)."""
-    man = result.manifest
-    rows = [f["multiview"] for f in man.get("frames", []) if f.get("multiview")]
-    if not rows:
-        return
-    temporal = [r["temporal_disagreement"] for r in rows if r.get("temporal_disagreement") is not None]
-    man["multiview"] = {
-        "frames_measured": sum(1 for r in rows if not r.get("fallback")),
-        "frames_single_image": sum(1 for r in rows if r.get("fallback")),
-        "measured_fraction": float(np.mean([r.get("measured_fraction", 0.0) for r in rows])),
-    }
-    man["temporal_consistency"] = {
-        "metric": "median relative depth disagreement after reprojecting frame t into t+1 "
-                  "with the cameras, on confident pixels; lower is steadier",
-        "median": float(np.median(temporal)) if temporal else None,
-        "frame_pairs": len(temporal),
-    }
-    contract.write_manifest(result.out_dir, man)
-
-
-def _camera_settings(camset, mv_options) -> Dict[str, Any]:
-    import hashlib
-
-    p = Path(camset.path)
-    files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
-    return {"file": str(p), "sha256": digest, "units": camset.units,
-            "depth_range": camset.depth_range, "options": _option_settings(mv_options)}
-
-
-#: multi-view options added by issue 24, left out of the settings while at their defaults
-#: (so the hash of a run without them is unchanged and earlier outputs still resume)
-_NEW_OPTION_DEFAULTS = {"densify": False, "surface": False, "plane_agreement": 0.02}
-
-
-def _option_settings(mv_options) -> Dict[str, Any]:
-    return {k: v for k, v in mv_options.__dict__.items()
-            if not (k in _NEW_OPTION_DEFAULTS and v == _NEW_OPTION_DEFAULTS[k])}
-
-
-def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str, Any]:
-    """What the resume hash covers (key names kept from earlier versions, so folders
-    written by them resume: ``max_size`` is the processing resolution used)."""
-    return {
-        "contract_version": contract.CONTRACT_VERSION,
-        "estimator": dec.estimator.settings(),
-        "max_size": dec.resolution,
-        "processing_size": [plan.proc_width, plan.proc_height],
-        "stabilize": dec.stabilize,
-        "strength": dec.strength if dec.stabilize else None,
-        "colorspace": info.colorspace,
-        "hfov_deg": dec.hfov_deg,
-        "albedo_detail": bool(albedo_detail) and plan.downscaled,
-        "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
-    }
-
-
-def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: int) -> Dict[str, Any]:
-    """The top-level fields of the folder's ``manifest.json`` (the runner adds the rest)."""
-    return {
-        "source": info.to_dict(),
-        "estimator": {"name": dec.estimator_name, "settings": dec.estimator.settings()},
-        "output": {"width": info.width, "height": info.height,
-                   "processing_size": [plan.proc_width, plan.proc_height],
-                   "processing_resolution_requested": requested,
-                   "max_size_requested": requested,  # the old name
-                   "processing_resolution": dec.resolution,
-                   "intrinsics": list(plan.intrinsics), "intrinsics_assumed": plan.intrinsics_assumed,
-                   "hfov_deg": dec.hfov_deg, "first_frame": first},
-        "passes": list(contract.PASSES),
-        "sky": {"depth": "depth_far", "normal": list(contract.SKY_NORMAL), "confidence": 0.0},
-    }
-
-
-def provenance_summary(frames) -> Dict[str, Any]:
-    """Per pass, over the manifest's frame entries: the provenance kind when every frame
-    agrees (``"default"``), else ``{kind: frame count}``; plus ``pass_models`` with the
-    method of the most frames. ``{}`` when no frame records provenance."""
-    from collections import Counter
-
-    kinds: Dict[str, Counter] = {}
-    methods: Dict[str, Counter] = {}
-    for f in frames:
-        for k, v in (f.get("provenance") or {}).items():
-            kinds.setdefault(k, Counter())[v] += 1
-        for k, v in (f.get("pass_models") or {}).items():
-            methods.setdefault(k, Counter())[v] += 1
-    if not kinds:
-        return {}
-    prov = {k: (next(iter(c)) if len(c) == 1 else dict(c)) for k, c in kinds.items()}
-    return {"provenance": prov, "pass_models": {k: c.most_common(1)[0][0] for k, c in methods.items()}}
-
-
-def _provenance_summary(result: JobResult) -> None:
-    man = result.manifest
-    summary = provenance_summary(man.get("frames", []))
-    if summary:
-        man.update(summary)
-        contract.write_manifest(result.out_dir, man)
-
-
-def flicker_summary(frames) -> Dict[str, Any]:
-    """``{"flicker": {...}}``: the stabilisation's flicker over the manifest entries
-    ``frames`` that carry it (raw and stabilised means), ``{}`` when none does."""
-    rows = [f for f in frames if f.get("flicker")]
-    if not rows:
-        return {}
-    return {"flicker": {
-        "metric": "mean absolute warping error on flow-consistent pixels "
-                  "(depth / (far - near)); lower is steadier",
-        "raw": float(np.mean([r["flicker_raw"]["mean"] for r in rows])),
-        "stabilized": float(np.mean([r["flicker"]["mean"] for r in rows])),
-    }}
-
-
-def _flicker_summary(result: JobResult) -> None:
-    man = result.manifest
-    summary = flicker_summary(man.get("frames", []))
-    if summary:
-        man.update(summary)
-        contract.write_manifest(result.out_dir, man)
-
-
 def decompose(
     input_path: os.PathLike,
     out_dir: os.PathLike,
@@ -707,16 +291,7 @@ def decompose(
         processing_resolution = max_size
     with events.reporting(progress if progress is not None else stream):
         first, last = parse_frames(frames)
-        if camera not in ("none", "auto"):
-            raise ValueError(f"--camera {camera!r}: expected 'auto' or 'none'")
-        if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
-            raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
-                             "computed before the chunk)")
-        if mesh is not None:
-            check_mesh_path(mesh, cameras)
-        if cameras is not None and (warmup is not None or manifest_part):
-            raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
-                             "run camera-tracked shots on one machine")
+        _check_arguments(camera, warmup, mesh, cameras, manifest_part)
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
@@ -740,20 +315,9 @@ def decompose(
 
                 cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace)
                 manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
-            if cameras is not None:
-                shot = _multiview_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
-                                       lambda: open_footage(input_path, colorspace=colorspace))
-                settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
-                if mesh is not None:
-                    shot.mv.enable_fusion()
-                if stabilize:
-                    events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
-                                   "across frames by construction")
-            elif getattr(dec.estimator, "windowed", False):
-                shot = _WindowedShot(src, dec, Path(out_dir), first, last, estimator,
-                                     reopen=lambda: open_footage(input_path, colorspace=colorspace))
-            else:
-                shot = _Shot(src, dec, Path(out_dir), first, last, estimator)
+            shot = _make_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
+                              lambda: open_footage(input_path, colorspace=colorspace), settings, manifest,
+                              mesh=mesh, stabilize=stabilize)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
             chunk, part = None, None
             if warmup is not None or manifest_part:
@@ -771,18 +335,54 @@ def decompose(
                 input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
                 numbers=chunk, part=part if manifest_part else None, read_entry=read_manifest_entry,
             )
-            if manifest_part:  # shot-level summaries are the merge's (backend.farm.merge)
-                return result
-            _provenance_summary(result)
-            if stabilize and cameras is None:
-                _flicker_summary(result)
-            if cameras is not None:
-                _multiview_summary(result)
-                if mesh is not None:
-                    write_mesh(result, shot.mv, mesh)
-            elif isinstance(shot, _WindowedShot):
-                _windows_summary(result, dec.estimator)
+            if not manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
+                _summaries(result, shot, dec, stabilize=stabilize, measured=cameras is not None, mesh=mesh)
             return result
+
+
+def _check_arguments(camera: str, warmup, mesh, cameras, manifest_part: bool) -> None:
+    """:func:`decompose`'s argument checks that need no footage (``ValueError``)."""
+    if camera not in ("none", "auto"):
+        raise ValueError(f"--camera {camera!r}: expected 'auto' or 'none'")
+    if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
+        raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
+                         "computed before the chunk)")
+    if mesh is not None:
+        check_mesh_path(mesh, cameras)
+    if cameras is not None and (warmup is not None or manifest_part):
+        raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
+                         "run camera-tracked shots on one machine")
+
+
+def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int], estimator: str, cameras,
+               multiview, reopen, settings: Dict[str, Any], manifest: Dict[str, Any], *, mesh, stabilize: bool):
+    """The shot kind for this job: measured from cameras, windowed (a video estimator) or
+    frame by frame; records the cameras' settings in ``settings`` and ``manifest``."""
+    if cameras is not None:
+        shot = _multiview_shot(src, dec, out, first, last, estimator, cameras, multiview, reopen)
+        settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
+        if mesh is not None:
+            shot.mv.enable_fusion()
+        if stabilize:
+            events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
+                           "across frames by construction")
+        return shot
+    if getattr(dec.estimator, "windowed", False):
+        return _WindowedShot(src, dec, out, first, last, estimator, reopen=reopen)
+    return _Shot(src, dec, out, first, last, estimator)
+
+
+def _summaries(result, shot, dec: Decomposer, *, stabilize: bool, measured: bool, mesh) -> None:
+    """The shot-level summaries in ``result.manifest`` after the frames (and the mesh)."""
+    _provenance_summary(result)
+    if stabilize and not measured:
+        _flicker_summary(result)
+    if measured:
+        _multiview_summary(result)
+        if mesh is not None:
+            write_mesh(result, shot.mv, mesh)
+    elif isinstance(shot, _WindowedShot):
+        _windows_summary(result, dec.estimator)
 
 
 def _use_anchors(path, dec: Decomposer, info, first: int, last: Optional[int]) -> str:

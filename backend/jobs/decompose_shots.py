@@ -1,0 +1,346 @@
+"""The kinds of shot a decompose runs, each a source of per-frame tasks for the runner:
+frame by frame (:class:`_Shot`), measured from cameras (:class:`_MultiViewShot`, with
+the camera file's opening and the multi-view summary) and windowed video estimators
+(:class:`_WindowedShot`). Part of the decompose job (:mod:`backend.jobs.decompose`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+
+from .. import contract, events
+from ..decomposer import Decomposer
+from ..errors import JobError
+from ..footage import Footage
+from ..imaging import resize
+from .decompose_manifest import _option_settings
+from .runner import Deferred, JobResult
+
+
+@dataclass
+class _Shot:
+    """The source and what every frame of this job shares."""
+
+    src: Footage
+    decomposer: Decomposer
+    out_dir: Path
+    first: int
+    last: Optional[int]
+    estimator: str
+    input_for: Any = None  # frame number -> input fingerprint (backend.jobs.fingerprint)
+    #: farm chunk (``--warmup K``): the first frame whose temporal state is computed
+    #: (K frames before ``first``, never written); ``None``: today's behaviour (seed from
+    #: the previous frame's file when this run did not compute it)
+    warm_from: Optional[int] = None
+    #: with ``warm_from``: whether frame ``first`` will be computed (else the warmup is skipped)
+    warm_needed: bool = True
+
+    def frame_meta(self, sf, number: int) -> Dict[str, Any]:
+        info = self.src.info
+        return {"source": info.path, "frame_index": sf.index, "timestamp": sf.pts_s,
+                "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
+                "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation}
+
+    def compute(self, sf, number: int) -> contract.GBufferFrame:
+        """One frame, with any failure reported as a :class:`JobError` naming it."""
+        try:
+            return self._compute(sf, number)
+        except (KeyboardInterrupt, JobError):
+            raise
+        except MemoryError as e:
+            raise JobError(f"estimator {self.estimator!r} ran out of memory on {sf.path} (frame {number}); try a "
+                           f"smaller --processing-resolution or close other programs",
+                           frame=number, file=sf.path) from e
+        except Exception as e:
+            raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
+                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                           frame=number, file=sf.path) from e
+
+    def _compute(self, sf, number: int) -> contract.GBufferFrame:
+        """The temporal state continues from the previous frame's file when this run did
+        not compute it (resume). A farm chunk (``warm_from`` set) seeds only from a frame of
+        its own range (its own earlier, identical computation: resume within the chunk);
+        its first frame continues from the warmup frames instead, never from another
+        chunk's file, so the result does not depend on which chunk finished first."""
+        dec = self.decomposer
+        if dec.last_number != number - 1:
+            dec.reset()
+            prev = contract.frame_path(self.out_dir, number - 1)
+            own = self.warm_from is None or number - 1 >= self.first
+            if number > 1 and own and prev.exists():
+                dec.seed(contract.read_frame(prev), number - 1)
+        return dec.frame(sf.rgb, alpha=sf.alpha, number=number, meta=self.frame_meta(sf, number))
+
+    def manifest_fields(self) -> Dict[str, Any]:
+        return self.decomposer.report.manifest_fields()
+
+    def tasks(self) -> Iterator[Tuple[int, Any]]:
+        for sf in self.src:
+            number = sf.number
+            if self.warm_from is not None and self.warm_from <= number < self.first:
+                if self.warm_needed:  # warmup: temporal state only, never written
+                    self.compute(sf, number)
+                continue
+            if number < self.first:
+                continue
+            if self.last is not None and number > self.last:
+                break
+            yield number, self._work(sf, number)
+
+    def _work(self, sf, number: int):
+        def work(tmp_path: Path, shash: str):
+            frame = self.compute(sf, number)
+            frame.meta["settings_hash"] = shash
+            fp = self.input_for(number) if self.input_for is not None else None
+            if fp is not None:
+                frame.meta["input_hash"] = fp
+            entry = {"source_index": sf.index, "pts_s": sf.pts_s,
+                     "depth_near": frame.meta["depth_near"], "depth_far": frame.meta["depth_far"]}
+            entry.update(self.manifest_fields())
+            for k in ("provenance", "pass_models"):
+                if k in frame.meta:
+                    entry[k] = frame.meta[k]
+            # the entry travels in the frame's header too: a frame written just before a hard
+            # kill (not yet in manifest.json) is recorded on resume with all of it
+            frame.meta["manifest_entry"] = entry
+            # validation + EXR encoding run on the runner's writer thread while the next
+            # frame is decoded and estimated (the runner renames tmp_path atomically)
+            return Deferred(lambda: contract.write_frame(tmp_path, frame, atomic=False) and None, entry)
+        return work
+
+
+@dataclass
+class _MultiViewShot(_Shot):
+    """A shot with cameras: frames go through :class:`backend.multiview.shot.MultiViewShot`
+    (frames within its window around the range are decoded as neighbours)."""
+
+    mv: Any = None  # MultiViewShot
+    reopen: Any = None  # () -> a second Footage over the same source
+
+    def _compute(self, sf, number: int) -> contract.GBufferFrame:
+        return self.mv.compute(number, sf, meta=self.frame_meta(sf, number))
+
+    def manifest_fields(self) -> Dict[str, Any]:
+        out = super().manifest_fields()
+        out.update(self.mv.report.manifest_fields())
+        return out
+
+    def tasks(self) -> Iterator[Tuple[int, Any]]:
+        """Two decoders over the footage: the leading one feeds the neighbour window
+        (``window`` frames ahead), the lagging one gives each frame in full when it is
+        computed, so no full frame waits in memory."""
+        w = self.mv.options.window
+
+        def frames(src):
+            for sf in src:
+                number = sf.number
+                if number < self.first - w:
+                    continue
+                if self.last is not None and number > self.last + w:
+                    break
+                yield number, sf
+
+        def wanted(n: int) -> bool:
+            return n >= self.first and (self.last is None or n <= self.last)
+
+        yield from _lagging_tasks(self, self.mv.stream(frames(self.src), wanted), frames)
+
+
+@dataclass
+class _WindowedShot(_Shot):
+    """A shot for an estimator that computes frames in windows (``estimator.windowed``:
+    :class:`backend.estimators.video_depth.VideoDepthAnythingEstimator`). A leading
+    decoder feeds it each frame at the processing size; a lagging decoder gives each
+    frame in full once its window has run, so only the estimator's window (network
+    inputs) waits in memory, never full frames."""
+
+    reopen: Any = None  # () -> a second Footage over the same source
+
+    def _compute(self, sf, number: int) -> contract.GBufferFrame:
+        self.decomposer.estimator.take(number)
+        return super()._compute(sf, number)
+
+    def manifest_fields(self) -> Dict[str, Any]:
+        out = super().manifest_fields()
+        out["depth_window"] = self.decomposer.estimator.current_window
+        return out
+
+    def _frames(self, src):
+        for sf in src:
+            if sf.number < self.first:
+                continue
+            if self.last is not None and sf.number > self.last:
+                break
+            yield sf.number, sf
+
+    def _complete(self) -> Iterator[int]:
+        """Frame numbers in the order their windows complete them."""
+        dec, est = self.decomposer, self.decomposer.estimator
+        est.reset_stream()
+        for number, sf in self._frames(self.src):
+            h, w = sf.rgb.shape[:2]
+            plan = dec.plan(w, h)
+            small = resize(sf.rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else sf.rgb
+            try:
+                done = est.feed(number, small)
+            except (KeyboardInterrupt, JobError):
+                raise
+            except Exception as e:
+                raise JobError(f"estimator {self.estimator!r} failed on the window ending at {sf.path} "
+                               f"(frame {number}): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                               frame=number, file=sf.path) from e
+            yield from done
+        yield from est.finish()
+
+    def tasks(self) -> Iterator[Tuple[int, Any]]:
+        yield from _lagging_tasks(self, self._complete(), self._frames)
+
+
+def _lagging_tasks(shot, numbers: Iterator[int], frames) -> Iterator[Tuple[int, Any]]:
+    """The tasks of a shot whose frames are computed in the order of ``numbers`` (a
+    generator driven by a leading decoder): a second, lagging decoder over the footage
+    (``shot.reopen()``, filtered by ``frames(src) -> (number, frame)``) gives each frame in
+    full when its number comes, so no full frame waits in memory.
+
+    Raises:
+        JobError: the second decoder ended before a number came (the footage changed).
+    """
+    with shot.reopen() as lag_src:
+        lag = frames(lag_src)
+        for number in numbers:
+            for n, sf in lag:
+                if n == number:
+                    break
+            else:  # the second decoder ended early: the footage changed under us
+                raise JobError(f"{shot.src.info.path}: frame {number} could not be decoded a second time",
+                               frame=number, file=shot.src.info.path)
+            yield number, shot._work(sf, number)
+
+
+def _windows_summary(result: JobResult, estimator) -> None:
+    man = result.manifest
+    man["depth_windows"] = estimator.report()
+    contract.write_manifest(result.out_dir, man)
+
+
+def _camera_lookup(camset, info) -> Any:
+    """``(number, source_file) -> Camera or None`` at the footage's size: our JSON is
+    matched by source frame number, a COLMAP model by image file name."""
+    from ..multiview.cameras import fit_to_frame
+    from ..multiview.undistort import check_distortion
+
+    fitted: Dict[Any, Any] = {}
+    by_name = any(isinstance(k, str) for k in camset.cameras)
+
+    def camera_for(number: int, source_file: str):
+        key = os.path.basename(source_file) if by_name else number
+        if key not in fitted:
+            cam = camset.cameras.get(key)
+            if cam is not None:
+                cam = fit_to_frame(cam, info.width, info.height, camset.path, number)
+                check_distortion(cam, camset.path, number)
+            fitted[key] = cam
+        return fitted[key]
+
+    return camera_for
+
+
+def _open_cameras(path, info, first: int, last: Optional[int]):
+    """Read and check a camera file against the footage (see :func:`decompose`)."""
+    from ..multiview.camera_files import read_cameras
+    from ..multiview.cameras import CameraError
+
+    camset = read_cameras(path)
+    if len(camset.cameras) < 2:
+        raise CameraError(f"{camset.path}: a camera solve needs at least 2 cameras, the file has "
+                          f"{len(camset.cameras)}", file=camset.path)
+    if all(isinstance(k, int) for k in camset.cameras):
+        # source frame numbers: a sequence's own (0, 1001, gaps kept), a movie's 1..N
+        numbers = list(info.numbers) or (list(range(1, info.n_frames + 1)) if info.n_frames else [])
+        wanted = [n for n in numbers if n >= first and (last is None or n <= last)]
+        if not numbers:  # frame count unknown: judge by the requested range only
+            wanted = None
+        keys = sorted(camset.cameras)
+        span = f"{keys[0]}-{keys[-1]}"
+        if wanted is not None:
+            have = set(camset.cameras)
+            covered = [n for n in wanted if n in have]
+            shown = f"{wanted[0]}-{wanted[-1]}" if wanted else "none"
+            if not covered:
+                raise CameraError(f"{camset.path}: no camera for the frames decomposed ({shown}); the "
+                                  f"file has frames {span} (cameras are matched by source frame number: "
+                                  "a movie's frames are 1..N, a sequence keeps its file numbers)",
+                                  file=camset.path)
+            foreign = [k for k in keys if k not in set(numbers)]
+            if len(covered) < len(wanted) and foreign:
+                events.warning(f"{camset.path}: cameras for frames {span}, footage frames {numbers[0]}-"
+                               f"{numbers[-1]}: {len(wanted) - len(covered)} frame(s) have no camera and "
+                               f"{len(foreign)} camera(s) match no frame; cameras are matched by source "
+                               "frame number, check that the file is numbered like the footage",
+                               file=camset.path)
+        elif not [k for k in keys if k >= first and (last is None or k <= last)]:
+            raise CameraError(f"{camset.path}: no camera for the frames decomposed ({first}-"
+                              f"{last if last is not None else ''}); the file has frames {span}",
+                              file=camset.path)
+    return camset
+
+
+def _points_file(camset):
+    """The file the camera set's points came from (for messages)."""
+    p = Path(camset.path)
+    return p / "points3D.txt" if p.is_dir() else p
+
+
+def _multiview_shot(src, dec, out_dir, first, last, estimator, cameras, options, reopen) -> "_MultiViewShot":
+    from ..multiview.shot import MultiViewOptions, MultiViewShot
+
+    from ..multiview.depth_range import RangeFinder, check_file_range, check_points
+
+    camset = _open_cameras(cameras, src.info, first, last)
+    opts = options if isinstance(options, MultiViewOptions) else MultiViewOptions(**(options or {}))
+    cams = list(camset.cameras.values())
+    ranges = RangeFinder(check_points(camset.points, cams, _points_file(camset)),
+                         check_file_range(None if Path(camset.path).is_dir() else camset.depth_range, camset.path),
+                         cams, _points_file(camset))
+    mv = MultiViewShot(dec, _camera_lookup(camset, src.info), units=camset.units,
+                       depth_range=ranges.file_range, options=opts, ranges=ranges)
+    shot = _MultiViewShot(src, dec, out_dir, first, last, estimator, mv=mv, reopen=reopen)
+    shot.camset = camset
+    return shot
+
+
+def _multiview_summary(result: JobResult) -> None:
+    """Shot-level figures of the multi-view path in the manifest: the measured share of
+    the frames and the temporal consistency (median over frames of the median relative
+    depth disagreement after reprojecting frame t into t+1 with the cameras)."""
+    man = result.manifest
+    rows = [f["multiview"] for f in man.get("frames", []) if f.get("multiview")]
+    if not rows:
+        return
+    temporal = [r["temporal_disagreement"] for r in rows if r.get("temporal_disagreement") is not None]
+    man["multiview"] = {
+        "frames_measured": sum(1 for r in rows if not r.get("fallback")),
+        "frames_single_image": sum(1 for r in rows if r.get("fallback")),
+        "measured_fraction": float(np.mean([r.get("measured_fraction", 0.0) for r in rows])),
+    }
+    man["temporal_consistency"] = {
+        "metric": "median relative depth disagreement after reprojecting frame t into t+1 "
+                  "with the cameras, on confident pixels; lower is steadier",
+        "median": float(np.median(temporal)) if temporal else None,
+        "frame_pairs": len(temporal),
+    }
+    contract.write_manifest(result.out_dir, man)
+
+
+def _camera_settings(camset, mv_options) -> Dict[str, Any]:
+    import hashlib
+
+    p = Path(camset.path)
+    files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+    return {"file": str(p), "sha256": digest, "units": camset.units,
+            "depth_range": camset.depth_range, "options": _option_settings(mv_options)}
