@@ -37,6 +37,8 @@ def check_output_safe(out_dir: os.PathLike, inputs: Sequence[os.PathLike]) -> Pa
     Raises:
         JobError: naming both paths.
     """
+    if isinstance(out_dir, (str, bytes)) and not out_dir.strip():  # Path("") is the current folder
+        raise JobError(f"output folder {out_dir!r}: an empty path (an empty shell variable?); choose an --out")
     out = _real(out_dir)
     for inp in inputs:
         if inp is None:
