@@ -95,3 +95,82 @@ def test_frames_take_ascii_digits_only(tmp_path, frames):
         parse_frames(frames)
     assert parse_frames(" 2 - 3 ") == (2, 3) and parse_frames("1001-") == (1001, None)
     assert parse_frames(None) == (0, None)
+
+
+# ------------------------------------------------------- S2/S3/S4: restyle into the footage
+
+
+def _refused_into_footage(gb: Path, out: Path, cwd: Path) -> None:
+    r = _cli("restyle", gb, "--prompt", "dense fog", "--out", out, cwd=cwd)
+    assert r.returncode == 1 and "refusing to write into the footage" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_restyle_into_the_footage_is_refused_without_the_manifest(tmp_path):
+    """Trial slip S2: with gb/manifest.json deleted, restyle --out FOOTAGE wrote EXRs,
+    previews and a manifest among the source PNGs (the frames' headers still named it)."""
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    gb = tmp_path / "gb"
+    _dec(src, gb)
+    (gb / "manifest.json").unlink()
+    before = _listing(src)
+    for out in (src, src / "sub"):
+        _refused_into_footage(gb, out, tmp_path)
+    assert _listing(src) == before
+
+
+def test_restyle_into_the_footage_is_refused_after_its_symlink_was_repointed(tmp_path):
+    """Trial slip S3: decomposed through a symlink that later points elsewhere: the
+    manifest's source.path (the link) no longer leads to the footage; its real path does."""
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    link = tmp_path / "link"
+    link.symlink_to(src, target_is_directory=True)
+    gb = tmp_path / "gb"
+    _dec(link, gb)
+    assert contract.read_manifest(gb)["source"]["real_path"] == str(src.resolve())
+    link.unlink()
+    (tmp_path / "elsewhere").mkdir()
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    before = _listing(src)
+    _refused_into_footage(gb, src, tmp_path)
+    (gb / "manifest.json").unlink()  # and from the headers alone: gbuffer/source_file names the real frame
+    _refused_into_footage(gb, src, tmp_path)
+    assert _listing(src) == before
+
+
+@pytest.fixture
+def bind_alias(tmp_path):
+    """``tmp_path/alias``: a bind mount of ``tmp_path/seq`` (skipped where mounting is not allowed)."""
+    import shutil
+
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    (tmp_path / "seq").mkdir()
+    mount = shutil.which("mount")
+    if mount is None or subprocess.run([mount, "--bind", str(tmp_path / "seq"), str(alias)],
+                                       capture_output=True).returncode != 0:
+        pytest.skip("bind mounts need root (mount --bind)")
+    yield alias
+    subprocess.run(["umount", str(alias)], capture_output=True)
+
+
+def test_a_bind_mount_alias_of_the_footage_is_the_footage(tmp_path, bind_alias):
+    """Trial slip S4: decompose --out ALIAS/out and restyle --out ALIAS wrote into the footage
+    folder (the realpath check compares path strings; st_dev/st_ino are the same)."""
+    from backend.jobs.output_folder import check_output_safe, overlaps
+    from backend.jobs.runner import JobError
+
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    assert os.path.realpath(bind_alias) != os.path.realpath(src)
+    assert overlaps(bind_alias / "out", src) and overlaps(src / "x", bind_alias)
+    assert not overlaps(tmp_path / "other", src)
+    with pytest.raises(JobError, match="refusing to write into or over the input"):
+        check_output_safe(bind_alias / "out", [src])
+    before = _listing(src)
+    r = _cli("decompose", src, "--estimator", "tiny", "--max-size", "32", "--out", bind_alias / "out", cwd=tmp_path)
+    assert r.returncode == 1 and "refusing to write into or over the input" in r.stderr, r.stderr
+    gb = tmp_path / "gb"
+    _dec(src, gb)
+    _refused_into_footage(gb, bind_alias, tmp_path)
+    _refused_into_footage(gb, bind_alias / "sub", tmp_path)
+    assert _listing(src) == before

@@ -222,7 +222,7 @@ class _Shot:
 
     def frame_meta(self, sf, number: int) -> Dict[str, Any]:
         info = self.src.info
-        return {"source": info.path, "frame_index": sf.index, "timestamp": sf.pts_s,
+        return {"source": info.path, "source_real_path": os.path.realpath(info.path), "frame_index": sf.index, "timestamp": sf.pts_s,
                 "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation}
 
@@ -557,7 +557,7 @@ def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str,
 def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: int) -> Dict[str, Any]:
     """The top-level fields of the folder's ``manifest.json`` (the runner adds the rest)."""
     return {
-        "source": info.to_dict(),
+        "source": {**info.to_dict(), "real_path": os.path.realpath(info.path)},
         "estimator": {"name": dec.estimator_name, "settings": dec.estimator.settings()},
         "output": {"width": info.width, "height": info.height,
                    "processing_size": [plan.proc_width, plan.proc_height],
