@@ -174,3 +174,28 @@ def test_a_bind_mount_alias_of_the_footage_is_the_footage(tmp_path, bind_alias):
     _refused_into_footage(gb, bind_alias, tmp_path)
     _refused_into_footage(gb, bind_alias / "sub", tmp_path)
     assert _listing(src) == before
+
+
+# ------------------------------------------------------- S5: an event stream that cannot be written
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_event_stream_on_a_full_disk_is_dropped_like_a_closed_pipe(tmp_path):
+    """Trial slip S5: ``decompose ... > /dev/full`` gave a traceback, did nothing, and left
+    its lock and a 0-frame manifest. Now as for a closed pipe: one line on stderr, the job
+    finishes (its frames and manifest are its result, not the events)."""
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    gb, rs = tmp_path / "gb", tmp_path / "rs"
+    for argv, out in ((["decompose", src, "--estimator", "tiny", "--max-size", "32", "--out", gb], gb),
+                      (["restyle", gb, "--prompt", "dense fog", "--no-mp4", "--out", rs], rs)):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run(cli_cmd(*argv, tiny=True), env=cli_env(), cwd=tmp_path, stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        assert r.stderr.strip().splitlines() == [
+            "warning: the event stream (stdout) cannot be written (No space left on device): progress events "
+            "are dropped from here on; the job goes on"], r.stderr
+        man = contract.read_manifest(out)
+        assert man["complete"] is True and len(man["frames"]) == 4
+        assert not (out / ".gbuffer_running.lock").exists()
