@@ -133,7 +133,7 @@ def test_restyle_into_the_footage_is_refused_after_its_symlink_was_repointed(tmp
     link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     before = _listing(src)
     _refused_into_footage(gb, src, tmp_path)
-    (gb / "manifest.json").unlink()  # and from the headers alone: gbuffer/source_file names the real frame
+    (gb / "manifest.json").unlink()  # and from the headers alone: gbuffer/source_real_path
     _refused_into_footage(gb, src, tmp_path)
     assert _listing(src) == before
 
@@ -199,3 +199,34 @@ def test_an_event_stream_on_a_full_disk_is_dropped_like_a_closed_pipe(tmp_path):
         man = contract.read_manifest(out)
         assert man["complete"] is True and len(man["frames"]) == 4
         assert not (out / ".gbuffer_running.lock").exists()
+
+
+# ------------------------------------------------------- S6: --stabilize history across a resume
+
+
+def test_a_resume_that_recomputes_frames_before_kept_ones_says_their_history_changed(tmp_path):
+    """Trial slip S6: ``--frames 3-4`` then the whole shot under --stabilize: frames 3-4 are
+    kept with a history that starts at 3, frames 5-6 continue from them; complete: true and no
+    word. Now a warning names them and the manifest records temporal_history_stale."""
+    from backend.jobs.history import stale_history
+
+    src = _sequence(tmp_path / "seq", range(1, 7))
+    gb = tmp_path / "gb"
+    _dec(src, gb, frames="3-4", stabilize=True)
+    log = io.StringIO()
+    res = decompose(src, gb, progress=log, estimator="tiny", max_size=32, stabilize=True)
+    assert sorted(res.written) == [1, 2, 5, 6] and sorted(res.skipped) == [3, 4]
+    warn = [e for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert any("frames 3-4 were kept from an earlier run" in w["message"] and "frames 3-6 are not what one "
+               "uninterrupted run gives" in w["message"] for w in warn), warn
+    assert contract.read_manifest(gb)["temporal_history_stale"] == "3-6"
+    # a plain resume after an interruption (kept frames all before the computed ones) says nothing
+    assert stale_history(written=[4, 5, 6], skipped=[1, 2, 3]) == []
+    assert stale_history(written=[3], skipped=[1, 2, 4, 5]) == [4, 5]
+    assert stale_history(written=[], skipped=[1, 2]) == []
+    # without --stabilize nothing is said (no temporal state is carried)
+    gb2 = tmp_path / "gb2"
+    _dec(src, gb2, frames="3-4")
+    log = io.StringIO()
+    decompose(src, gb2, progress=log, estimator="tiny", max_size=32)
+    assert not [e for e in events(log.getvalue()) if e["event"] == "warning" and "temporal" in e["message"]]

@@ -14,7 +14,7 @@ Before a restyle writes anything (:func:`check_input`):
 * **Nothing is written into the footage**: the output folder may not be, contain or lie
   inside the source footage the folder was decomposed from (its manifest's
   ``source.path`` and ``source.real_path``, and the frames' header ``gbuffer/source`` /
-  ``gbuffer/source_file``: a deleted manifest or a repointed symlink changes nothing),
+  ``gbuffer/source_real_path``: a deleted manifest or a repointed symlink changes nothing),
   compared by path and by folder identity (bind mounts), as for decompose itself
   (:func:`footage_candidates`, :func:`backend.jobs.output_folder.check_output_safe`).
 * **An incomplete input is carried through**: a G-buffer folder whose manifest says
@@ -56,8 +56,7 @@ def footage_candidates(gb_manifest: Mapping[str, Any], files: Mapping[int, Path]
     """Every path that names the footage a G-buffer folder was decomposed from: the
     manifest's ``source.path`` and ``source.real_path`` (symlinks resolved at decompose
     time: the link may point elsewhere now), and, also when ``manifest.json`` is gone, the
-    first frame's header ``gbuffer/source``, ``gbuffer/source_real_path`` and the folder of
-    its ``gbuffer/source_file``.
+    first frame's header ``gbuffer/source`` and ``gbuffer/source_real_path``.
     Each is also taken with symlinks resolved now."""
     found: List[str] = []
     path = footage_of(gb_manifest)
@@ -71,12 +70,9 @@ def footage_candidates(gb_manifest: Mapping[str, Any], files: Mapping[int, Path]
             meta = contract.read_meta(files[n])
         except Exception:  # noqa: BLE001 - unreadable: reading the frame reports it
             continue
-        src, one = meta.get("source"), meta.get("source_file")
-        for v in (src, meta.get("source_real_path")):
+        for v in (meta.get("source"), meta.get("source_real_path")):
             if isinstance(v, str) and v:
                 found.append(v)
-        if isinstance(one, str) and one:
-            found.append(os.path.dirname(one) or one)
     out: List[str] = []
     for p in found + [os.path.realpath(p) for p in found]:
         if p not in out:
