@@ -31,6 +31,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 from ..errors import JobError
 from ..footage import Footage, FootageError, open_footage
 from ..imaging import resize
+from .history import note_stale_history
 from .mesh import check_mesh_path, write_mesh
 from .options import key_values
 from .runner import Deferred, JobResult, run_job
@@ -769,6 +770,7 @@ def decompose(
                 input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
                 numbers=chunk, part=part if manifest_part else None, read_entry=read_manifest_entry,
             )
+            note_stale_history(result, stabilize and cameras is None, write_manifest=not manifest_part)
             if manifest_part:  # shot-level summaries are the merge's (backend.farm.merge)
                 return result
             _provenance_summary(result)
