@@ -230,3 +230,44 @@ def test_a_resume_that_recomputes_frames_before_kept_ones_says_their_history_cha
     log = io.StringIO()
     decompose(src, gb2, progress=log, estimator="tiny", max_size=32)
     assert not [e for e in events(log.getvalue()) if e["event"] == "warning" and "temporal" in e["message"]]
+
+
+# ------------------------------------------------------- decided: GBUFFER_MAX_PIXELS, half range
+
+
+@pytest.mark.parametrize("junk", ["abc", "0", "-5", "1e9", "8K", "１００"])
+def test_junk_in_gbuffer_max_pixels_is_one_line_naming_the_variable(tmp_path, junk):
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    r = _cli("decompose", src, "--estimator", "tiny", "--out", tmp_path / "o", cwd=tmp_path,
+             env=cli_env(GBUFFER_MAX_PIXELS=junk))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: GBUFFER_MAX_PIXELS={junk!r}: expected a positive whole "
+                                             f"number of pixels (e.g. 67108864 for 8192 x 8192); unset it for "
+                                             f"the default"], r.stderr
+    assert not contract.list_frames(tmp_path / "o") if (tmp_path / "o").exists() else True
+    # a small limit is said in pixels, not "0 Mpx is larger than the 0 Mpx limit"
+    r = _cli("decompose", src, "--estimator", "tiny", "--out", tmp_path / "o2", cwd=tmp_path,
+             env=cli_env(GBUFFER_MAX_PIXELS="100"))
+    assert r.returncode == 2 and "32x24 (768 px) is larger than the 100 px limit" in r.stderr, r.stderr
+
+
+def test_exr_values_above_half_range_warn_once_naming_file_and_frame(tmp_path):
+    import numpy as np
+
+    from footage_util import write_exr
+
+    seq = tmp_path / "hdr"
+    seq.mkdir()
+    for n in range(1, 4):
+        rgb = np.full((24, 32, 3), 0.5, np.float32)
+        if n >= 2:
+            rgb[3, 4] = (1e5, 10.0, 70000.0)  # a sun: above the largest half float
+        write_exr(seq / f"shot_{n:04d}.exr", rgb)
+    log = io.StringIO()
+    decompose(seq, tmp_path / "gb", progress=log, estimator="tiny", max_size=32)
+    warn = [e for e in events(log.getvalue()) if e["event"] == "warning" and "65504" in e["message"]]
+    assert len(warn) == 1, warn
+    assert warn[0]["frame"] == 2 and warn[0]["file"].endswith("shot_0002.exr")
+    assert "source values up to 100000 are above 65504" in warn[0]["message"]
+    fr = contract.read_frame(contract.frame_path(tmp_path / "gb", 2))
+    assert float(fr.combined[3, 4, 0]) == 65504.0  # clamped, as the warning says
