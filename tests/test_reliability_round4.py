@@ -271,3 +271,20 @@ def test_exr_values_above_half_range_warn_once_naming_file_and_frame(tmp_path):
     assert "source values up to 100000 are above 65504" in warn[0]["message"]
     fr = contract.read_frame(contract.frame_path(tmp_path / "gb", 2))
     assert float(fr.combined[3, 4, 0]) == 65504.0  # clamped, as the warning says
+
+
+def test_farm_merge_frames_outside_the_shot_are_said_not_clipped_silently(tmp_path):
+    """Trial: ``farm merge --frames 25-40`` on a 30-frame shot exited 0, silently clipped."""
+    from backend.farm.merge import merge
+
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    gb = tmp_path / "gb"
+    _dec(src, gb, frames="1-4", warmup=0, manifest_part=True)
+    log = io.StringIO()
+    from backend import events as ev
+
+    with ev.reporting(log):
+        summary = merge(gb, list(range(3, 9)))
+    assert summary["missing"] == "" and summary["complete"] is True
+    warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert any("frames 5-8 of --frames are not in the shot (frames 1-4)" in w for w in warn), warn
