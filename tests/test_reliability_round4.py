@@ -288,3 +288,18 @@ def test_farm_merge_frames_outside_the_shot_are_said_not_clipped_silently(tmp_pa
     assert summary["missing"] == "" and summary["complete"] is True
     warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
     assert any("frames 5-8 of --frames are not in the shot (frames 1-4)" in w for w in warn), warn
+
+
+def test_restyle_of_a_decompose_folder_without_its_manifest_says_completeness_is_unknown(tmp_path):
+    """Trial: a partial decompose whose manifest.json was deleted restyled as complete, saying nothing."""
+    from backend.jobs.restyle import restyle
+
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    gb = tmp_path / "gb"
+    _dec(src, gb, frames="1-2")
+    (gb / "manifest.json").unlink()
+    log = io.StringIO()
+    restyle(gb, tmp_path / "rs", "fog", progress=log, mp4=False)
+    warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert any("has no manifest.json (deleted?)" in w and "cannot be checked" in w for w in warn), warn
+    assert contract.read_manifest(tmp_path / "rs")["input"]["complete"] is None

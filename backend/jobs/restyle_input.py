@@ -142,6 +142,10 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
     if reference_dir is not None and ref_files:
         check_headers({n: p for n, p in ref_files.items() if n in files}, {}, reference_dir,
                       what="reference frame")
+    if not gb_manifest and _ours(files):
+        events.warning(f"G-buffer folder {gbuffer_dir} has no manifest.json (deleted?): its frames were written by "
+                       f"decompose, but whether they are the whole shot cannot be checked; restyling the "
+                       f"{len(files)} frame(s) on disk (input.complete: null)", file=gbuffer_dir)
     complete = gb_manifest.get("complete")
     state = {"complete": complete if isinstance(complete, bool) else None,
              "frames_missing": str(gb_manifest.get("frames_missing") or "")}
@@ -167,6 +171,16 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
                        f"false (a cancelled, failed or partial decompose, or farm chunks not merged yet); "
                        f"the restyle is marked incomplete too (input_complete: false)", file=gbuffer_dir)
     return state
+
+
+def _ours(files: Mapping[int, Path]) -> bool:
+    """The first frame carries our decompose's stamp (``gbuffer/settings_hash``)."""
+    for n in sorted(files)[:1]:
+        try:
+            return contract.read_meta(files[n]).get("settings_hash") is not None
+        except Exception:  # noqa: BLE001 - unreadable: reading the frame reports it
+            return False
+    return False
 
 
 def _listed(gb_manifest: Mapping[str, Any]) -> list:
