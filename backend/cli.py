@@ -289,6 +289,28 @@ def main(argv: Optional[List[str]] = None, cancel=None) -> int:
         return _run(args)
 
 
+#: parsed arguments that name a file or folder: ``(dest, how the message names it)``
+PATH_ARGS = (("out", "--out"), ("input", "INPUT"), ("gbuffer_dir", "GBUFFER_DIR"), ("reference", "--reference"),
+             ("match_look", "--match-look"), ("cameras", "--cameras"), ("depth_anchors", "--depth-anchors"),
+             ("mesh", "--mesh"))
+
+
+def check_blank_paths(args) -> None:
+    """Refuse an empty or blank path argument (``--out ""``: an empty shell variable in a
+    farm script), which the file system would read as the current folder.
+
+    Raises:
+        ValueError: naming the argument (one line).
+    """
+    for dest, flag in PATH_ARGS:
+        v = getattr(args, dest, None)
+        if isinstance(v, str) and not v.strip():
+            raise ValueError(f"{flag} {v!r}: an empty path (an empty shell variable?); name a file or folder")
+    for v in getattr(args, "temp_dirs", None) or ():
+        if isinstance(v, str) and not v.strip():
+            raise ValueError(f"TEMP_DIR {v!r}: an empty path (an empty shell variable?); name a folder")
+
+
 def _run(args) -> int:
     from .colour import ColourError
     from .contract import ContractError
@@ -296,6 +318,7 @@ def _run(args) -> int:
     from .jobs.runner import JobCancelled, JobError
 
     try:
+        check_blank_paths(args)
         return int(args.func(args) or 0)
     except JobCancelled as e:
         events.emit({"event": "cancelled", "written": e.written, "frame": e.frame})

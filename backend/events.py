@@ -46,7 +46,10 @@ class JsonLines:
     When the reader of ``stream`` goes away (a pipe closed: ``... | head -2``), the events
     are dropped from then on, with one line on stderr, and the job goes on: its frames and
     manifest are its result, not the event stream (hostile trial: the job failed with
-    "frame 2 failed: BrokenPipeError" and a traceback)."""
+    "frame 2 failed: BrokenPipeError" and a traceback). Any other error writing it (``ENOSPC``
+    of ``> /dev/full`` or a full disk, ``EIO``, ``EFBIG``) is handled the same way, with the
+    reason in the one line (fourth hostile trial: a traceback, the job did nothing and left
+    its lock and a 0-frame manifest)."""
 
     def __init__(self, stream: IO[str]):
         self.stream = stream
@@ -55,13 +58,18 @@ class JsonLines:
     def __call__(self, obj: Dict[str, Any]) -> None:
         if self.closed:
             return
+        line = json.dumps(obj) + "\n"
         try:
-            self.stream.write(json.dumps(obj) + "\n")
+            self.stream.write(line)
             self.stream.flush()
         except (BrokenPipeError, ConnectionResetError):
             self._reader_gone()
+        except OSError as e:  # ENOSPC (> /dev/full, a full disk), EIO, EFBIG ...: the same as a closed pipe
+            self._reader_gone(f"cannot be written ({e.strerror or e})")
+        except ValueError:  # the stream was closed under us
+            self._reader_gone("was closed")
 
-    def _reader_gone(self) -> None:
+    def _reader_gone(self, why: str = "was closed by its reader") -> None:
         self.closed = True
         try:  # later flushes (at exit too) go nowhere instead of raising again
             fd = os.open(os.devnull, os.O_WRONLY)
@@ -70,7 +78,7 @@ class JsonLines:
         except (OSError, ValueError, AttributeError):
             pass
         try:
-            sys.stderr.write("warning: the event stream (stdout) was closed by its reader: progress events "
+            sys.stderr.write(f"warning: the event stream (stdout) {why}: progress events "
                              "are dropped from here on; the job goes on\n")
             sys.stderr.flush()
         except (OSError, ValueError):

@@ -90,7 +90,7 @@ def run_merge(args) -> int:
     from .merge import merge
 
     wanted = None
-    if args.frames:
+    if args.frames is not None:  # '' is refused, not the whole shot
         first, last = parse_frames(args.frames)
         if last is None:
             raise ValueError("farm merge --frames: expected A-B")

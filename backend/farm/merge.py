@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .. import contract
+from .. import contract, events
 from ..errors import JobError
 from ..jobs.outputs import read_own_manifest
 from ..jobs.parts import PARTS_DIR, parse_ranges, ranges
@@ -78,6 +78,10 @@ def _merge(out: Path, wanted: Optional[List[int]]) -> Dict[str, Any]:
     shot = parse_ranges(parts[-1][1].get("shot_frames")) or sorted(present)
     missing_shot = [n for n in shot if n not in present]
     want = sorted(n for n in wanted if n in set(shot)) if wanted is not None else shot
+    outside = sorted(set(wanted) - set(shot)) if wanted is not None else []
+    if outside:  # said, not clipped silently (fourth hostile trial)
+        events.warning(f"farm merge {out}: frames {ranges(outside)} of --frames are not in the shot (frames "
+                       f"{ranges(shot)}); merged the frames in it", frame=outside[0], file=out)
     missing = [n for n in want if n not in present]
     for key in ("shot_frames", "part"):
         man.pop(key, None)
@@ -90,8 +94,6 @@ def _merge(out: Path, wanted: Optional[List[int]]) -> Dict[str, Any]:
     incomplete = _incomplete_entries(frames)
     if incomplete:
         man["frames_incomplete_entries"] = ranges(incomplete)
-        from .. import events
-
         events.warning(f"{out}: the manifest entries of frames {ranges(incomplete)} lack fields the other frames "
                        f"have (frames written just before a chunk was killed, resumed by a plain re-run); "
                        f"delete those frame files and re-run their chunks, then merge again", file=str(out))

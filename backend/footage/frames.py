@@ -37,12 +37,26 @@ BYTES_PER_PIXEL_PEAK = 120
 
 
 def max_pixels() -> int:
-    """:data:`MAX_PIXELS`, or ``GBUFFER_MAX_PIXELS`` when set to a positive integer."""
-    try:
-        v = int(os.environ.get("GBUFFER_MAX_PIXELS", ""))
-        return v if v > 0 else MAX_PIXELS
-    except ValueError:
+    """:data:`MAX_PIXELS`, or ``GBUFFER_MAX_PIXELS`` when set (unset or empty: the default).
+
+    Raises:
+        FootageError: ``GBUFFER_MAX_PIXELS`` is set to anything but a positive whole number
+            in ASCII digits (``abc``, ``0``, ``-5``, ``1e9``, ``8K``), naming the variable
+            (junk was ignored silently before: docs/reliability.md, "Decisions").
+    """
+    raw = os.environ.get("GBUFFER_MAX_PIXELS", "")
+    text = raw.strip()
+    if not text:
         return MAX_PIXELS
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise FootageError(f"GBUFFER_MAX_PIXELS={raw!r}: expected a positive whole number of pixels (e.g. "
+                           f"{MAX_PIXELS} for 8192 x 8192); unset it for the default")
+    return int(text)
+
+
+def _pixels(n: float) -> str:
+    """``12.3 Mpx`` (or ``4096 px`` below a megapixel: "0 Mpx is larger than 0 Mpx" said nothing)."""
+    return f"{n / 1e6:.0f} Mpx" if n >= 1e6 else f"{int(n)} px"
 
 
 def check_frame_size(width: int, height: int, path, frame: Optional[int] = None) -> None:
@@ -56,7 +70,7 @@ def check_frame_size(width: int, height: int, path, frame: Optional[int] = None)
     if px > limit:
         gb = px * BYTES_PER_PIXEL_PEAK / 1e9
         raise FootageError(
-            f"{path}: {width}x{height} ({px / 1e6:.0f} Mpx) is larger than the {limit / 1e6:.0f} Mpx limit; "
+            f"{path}: {width}x{height} ({_pixels(px)}) is larger than the {_pixels(limit)} limit; "
             f"decomposing it at full size would need about {gb:.0f} GB of memory. Downscale the footage "
             f"first (e.g. to 8K or 4K), or raise GBUFFER_MAX_PIXELS if this machine has the memory",
             frame=frame, file=path)

@@ -15,6 +15,7 @@ The command line for it is :mod:`backend.jobs.decompose_cli`.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -31,6 +32,7 @@ from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_su
 )
 from .decompose_shots import (_Shot, _WindowedShot, _camera_settings, _multiview_shot, _multiview_summary,
                               _windows_summary)
+from .history import note_stale_history
 from .mesh import check_mesh_path, write_mesh
 from .options import key_values
 from .runner import JobResult, run_job
@@ -46,29 +48,39 @@ def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
     file names, e.g. 1001-1100; output ``gbuffer_NNNN.exr`` carries the same number).
     ``None`` -> ``(0, None)``: every frame.
 
+    Only ASCII digits ``0-9`` are numbers here (docs/reliability.md, "Decisions"): full-width
+    or Arabic-Indic digits, ``1_002`` and ``+1002`` (which Python's ``int`` accepts) are
+    refused, and so is an empty or blank ``spec`` (``--frames ""`` from an empty shell
+    variable in a farm script means a mistake, not "the whole shot").
+
     Raises:
-        ValueError: malformed or empty range (``"-5"``, ``"5-3"``, ``"x"``), negative numbers.
+        ValueError: empty, malformed or reversed range (``""``, ``"-5"``, ``"5-3"``, ``"x"``,
+            ``"+1"``, ``"1_0"``), negative numbers.
     """
-    if not spec:
+    if spec is None:
         return 0, None
-    s = spec.strip()
-    try:
-        if "-" in s:
-            a, b = s.split("-", 1)
-            if not a.strip():
-                raise ValueError
-            first = int(a)
-            last = int(b) if b.strip() else None
-        else:
-            first = last = int(s)
-    except ValueError:
-        raise ValueError(f"--frames {spec!r}: expected A-B, A- or A with source frame numbers >= 0 "
-                         "(e.g. 1-24, or 1001-1100 for a sequence numbered from 1001)") from None
-    if first < 0:
-        raise ValueError(f"--frames {spec!r}: frame numbers are >= 0")
+    s = str(spec).strip()
+    if not s:
+        raise ValueError(f"--frames {spec!r}: empty (an empty shell variable?); give A-B, A- or A, "
+                         "or leave --frames out for the whole shot")
+    m = _FRAMES_RE.fullmatch(s)
+    if m is None:
+        if s.startswith("-") and _FRAMES_RE.fullmatch(s[1:]):
+            raise ValueError(f"--frames {spec!r}: frame numbers are >= 0")
+        raise ValueError(f"--frames {spec!r}: expected A-B, A- or A with source frame numbers >= 0 in "
+                         "ASCII digits 0-9 (e.g. 1-24, or 1001-1100 for a sequence numbered from 1001)")
+    first = int(m.group(1))
+    if m.group(2) is None:
+        last = first
+    else:
+        last = int(m.group(3)) if m.group(3) else None
     if last is not None and last < first:
         raise ValueError(f"--frames {spec!r}: expected A <= B")
     return first, last
+
+
+#: ``A``, ``A-`` or ``A-B`` in ASCII digits, blanks allowed around the numbers
+_FRAMES_RE = re.compile(r"([0-9]+)\s*(-\s*([0-9]*))?", re.ASCII)
 
 
 def read_settings_hash(path: Path) -> Optional[str]:
@@ -335,6 +347,7 @@ def decompose(
                 input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
                 numbers=chunk, part=part if manifest_part else None, read_entry=read_manifest_entry,
             )
+            note_stale_history(result, stabilize and cameras is None, write_manifest=not manifest_part)
             if not manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
                 _summaries(result, shot, dec, stabilize=stabilize, measured=cameras is not None, mesh=mesh)
             return result

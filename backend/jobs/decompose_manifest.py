@@ -4,6 +4,7 @@ the decompose job (:mod:`backend.jobs.decompose`).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -43,7 +44,7 @@ def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str,
 def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: int) -> Dict[str, Any]:
     """The top-level fields of the folder's ``manifest.json`` (the runner adds the rest)."""
     return {
-        "source": info.to_dict(),
+        "source": {**info.to_dict(), "real_path": os.path.realpath(info.path)},
         "estimator": {"name": dec.estimator_name, "settings": dec.estimator.settings()},
         "output": {"width": info.width, "height": info.height,
                    "processing_size": [plan.proc_width, plan.proc_height],

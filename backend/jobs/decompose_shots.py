@@ -39,14 +39,31 @@ class _Shot:
     #: with ``warm_from``: whether frame ``first`` will be computed (else the warmup is skipped)
     warm_needed: bool = True
 
+    #: whether the shot's first source value above half's range was reported (once per shot)
+    over_half: bool = False
+
+    def _check_half_range(self, sf, number: int) -> None:
+        """Warn once per shot when a source frame holds values above 65504, the largest finite
+        half float: the Combined pass (half) stores them clamped to 65504 (HDR EXR input)."""
+        if self.over_half or sf.rgb is None or np.asarray(sf.rgb).dtype.kind != "f":
+            return
+        peak = float(np.nanmax(sf.rgb)) if np.asarray(sf.rgb).size else 0.0
+        if peak > contract_half_max():
+            self.over_half = True
+            events.warning(f"{sf.path} (frame {number}): source values up to {peak:g} are above 65504, the largest "
+                           f"half float: the Combined pass stores them clamped to 65504 (warned once per shot; "
+                           f"the other passes are computed from the unclamped values)", frame=number, file=sf.path)
+
     def frame_meta(self, sf, number: int) -> Dict[str, Any]:
         info = self.src.info
-        return {"source": info.path, "frame_index": sf.index, "timestamp": sf.pts_s,
+        return {"source": info.path, "source_real_path": os.path.realpath(info.path), "frame_index": sf.index,
+                "timestamp": sf.pts_s,
                 "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
         """One frame, with any failure reported as a :class:`JobError` naming it."""
+        self._check_half_range(sf, number)
         try:
             return self._compute(sf, number)
         except (KeyboardInterrupt, JobError):
@@ -344,3 +361,8 @@ def _camera_settings(camset, mv_options) -> Dict[str, Any]:
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
     return {"file": str(p), "sha256": digest, "units": camset.units,
             "depth_range": camset.depth_range, "options": _option_settings(mv_options)}
+
+
+def contract_half_max() -> float:
+    """The largest finite half float (65504): what the Combined pass can hold."""
+    return float(np.finfo(np.float16).max)

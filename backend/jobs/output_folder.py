@@ -24,12 +24,46 @@ def _is_within(child: Path, parent: Path) -> bool:
         return False
 
 
+def _stat(p: Path):
+    try:
+        return os.stat(p)
+    except (OSError, ValueError):
+        return None
+
+
+def _within_by_identity(child: Path, parent: Path) -> bool:
+    """``child`` is ``parent`` or lies inside it, by folder identity (``st_dev``/``st_ino``,
+    :func:`os.path.samestat`): ``child`` or one of its existing parents *is* ``parent``.
+    Catches what path strings miss: a bind mount or other alias of the same folder."""
+    pst = _stat(parent)
+    if pst is None:
+        return False
+    for q in (child, *child.parents):
+        st = _stat(q)
+        if st is not None and os.path.samestat(st, pst):
+            return True
+    return False
+
+
+def overlaps(out: os.PathLike, src: os.PathLike) -> bool:
+    """Whether folder ``out`` is, contains or lies inside ``src`` (file or folder): by path
+    after resolving symlinks, and by identity (:func:`_within_by_identity`: bind mounts,
+    aliases). ``out`` need not exist yet (its existing parents are compared)."""
+    out, src = _real(out), _real(src)
+    if out == src or _is_within(src, out) or _is_within(out, src):
+        return True
+    return _within_by_identity(out, src) or _within_by_identity(src, out)
+
+
 def check_output_safe(out_dir: os.PathLike, inputs: Sequence[os.PathLike]) -> Path:
     """Refuse an output folder that would write into or over an input.
 
     Refused: ``out_dir`` equal to an input, an input (file or folder) inside
-    ``out_dir``, or ``out_dir`` inside an input folder (e.g. an image-sequence folder).
-    Symlinks are resolved first.
+    ``out_dir``, or ``out_dir`` inside an input folder (e.g. an image-sequence folder);
+    an empty or blank ``out_dir`` (the current folder, by accident). Symlinks are resolved
+    first, and folders are also compared by identity (``os.path.samestat`` of the output
+    folder and each of its parents against the input): a bind-mount alias of the footage
+    folder is the footage folder.
 
     Returns:
         The resolved output folder.
@@ -37,6 +71,8 @@ def check_output_safe(out_dir: os.PathLike, inputs: Sequence[os.PathLike]) -> Pa
     Raises:
         JobError: naming both paths.
     """
+    if isinstance(out_dir, (str, bytes)) and not out_dir.strip():  # Path("") is the current folder
+        raise JobError(f"output folder {out_dir!r}: an empty path (an empty shell variable?); choose an --out")
     out = _real(out_dir)
     for inp in inputs:
         if inp is None:
@@ -44,11 +80,10 @@ def check_output_safe(out_dir: os.PathLike, inputs: Sequence[os.PathLike]) -> Pa
         src = Path(os.fspath(inp))
         if not src.exists() and ("%" in src.name or "#" in src.name):  # a sequence pattern: guard its folder
             src = src.parent
-        src = _real(src)
-        if out == src or _is_within(src, out) or _is_within(out, src):
+        if overlaps(out, src):
             raise JobError(
                 f"refusing to write into or over the input: output folder {out} "
-                f"overlaps input {src}; choose another --out", file=out)
+                f"overlaps input {_real(src)}; choose another --out", file=out)
     return out
 
 

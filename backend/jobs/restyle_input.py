@@ -13,7 +13,10 @@ Before a restyle writes anything (:func:`check_input`):
   the file. Frames without these attributes (other exporters, older versions) pass.
 * **Nothing is written into the footage**: the output folder may not be, contain or lie
   inside the source footage the folder was decomposed from (its manifest's
-  ``source.path``), as for decompose itself.
+  ``source.path`` and ``source.real_path``, and the frames' header ``gbuffer/source`` /
+  ``gbuffer/source_real_path``: a deleted manifest or a repointed symlink changes nothing),
+  compared by path and by folder identity (bind mounts), as for decompose itself
+  (:func:`footage_candidates`, :func:`backend.jobs.output_folder.check_output_safe`).
 * **An incomplete input is carried through**: a G-buffer folder whose manifest says
   ``complete: false`` gives a ``warning`` naming it and its missing frames, and the
   restyle's manifest says ``input_complete: false`` and ``complete: false``
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from .. import contract, events
 from ..errors import JobError
@@ -47,6 +50,34 @@ def footage_of(gb_manifest: Mapping[str, Any]) -> Optional[str]:
         return None
     path = src.get("path")
     return path if isinstance(path, str) and path else None
+
+
+def footage_candidates(gb_manifest: Mapping[str, Any], files: Mapping[int, Path]) -> List[str]:
+    """Every path that names the footage a G-buffer folder was decomposed from: the
+    manifest's ``source.path`` and ``source.real_path`` (symlinks resolved at decompose
+    time: the link may point elsewhere now), and, also when ``manifest.json`` is gone, the
+    first frame's header ``gbuffer/source`` and ``gbuffer/source_real_path``.
+    Each is also taken with symlinks resolved now."""
+    found: List[str] = []
+    path = footage_of(gb_manifest)
+    if path is not None:
+        found.append(path)
+        real = gb_manifest["source"].get("real_path")
+        if isinstance(real, str) and real:
+            found.append(real)
+    for n in sorted(files)[:1]:
+        try:
+            meta = contract.read_meta(files[n])
+        except Exception:  # noqa: BLE001 - unreadable: reading the frame reports it
+            continue
+        for v in (meta.get("source"), meta.get("source_real_path")):
+            if isinstance(v, str) and v:
+                found.append(v)
+    out: List[str] = []
+    for p in found + [os.path.realpath(p) for p in found]:
+        if p not in out:
+            out.append(p)
+    return out
 
 
 def check_headers(files: Mapping[int, Path], gb_manifest: Mapping[str, Any], folder: Path,
@@ -99,18 +130,22 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
             raise JobError(f"G-buffer folder {folder} is being written by another job right now (it holds "
                            f"{RUN_LOCK}): restyling it now would render part of the shot; wait for that job "
                            f"to finish, then run restyle again", file=folder)
-    footage = footage_of(gb_manifest)
-    if footage is not None:
+    for footage in footage_candidates(gb_manifest, files):
         try:
             check_output_safe(out_dir, [footage])
         except JobError:
             raise JobError(f"refusing to write into the footage: output folder {os.path.realpath(out_dir)} "
                            f"overlaps {footage}, the source {gbuffer_dir} was decomposed from "
-                           f"({gbuffer_dir / 'manifest.json'}); choose another --out", file=out_dir) from None
+                           f"({gbuffer_dir / 'manifest.json'} or its frames' gbuffer/source); choose another "
+                           f"--out", file=out_dir) from None
     check_headers(files, gb_manifest, gbuffer_dir)
     if reference_dir is not None and ref_files:
         check_headers({n: p for n, p in ref_files.items() if n in files}, {}, reference_dir,
                       what="reference frame")
+    if not gb_manifest and _ours(files):
+        events.warning(f"G-buffer folder {gbuffer_dir} has no manifest.json (deleted?): its frames were written by "
+                       f"decompose, but whether they are the whole shot cannot be checked; restyling the "
+                       f"{len(files)} frame(s) on disk (input.complete: null)", file=gbuffer_dir)
     complete = gb_manifest.get("complete")
     state = {"complete": complete if isinstance(complete, bool) else None,
              "frames_missing": str(gb_manifest.get("frames_missing") or "")}
@@ -136,6 +171,16 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
                        f"false (a cancelled, failed or partial decompose, or farm chunks not merged yet); "
                        f"the restyle is marked incomplete too (input_complete: false)", file=gbuffer_dir)
     return state
+
+
+def _ours(files: Mapping[int, Path]) -> bool:
+    """The first frame carries our decompose's stamp (``gbuffer/settings_hash``)."""
+    for n in sorted(files)[:1]:
+        try:
+            return contract.read_meta(files[n]).get("settings_hash") is not None
+        except Exception:  # noqa: BLE001 - unreadable: reading the frame reports it
+            return False
+    return False
 
 
 def _listed(gb_manifest: Mapping[str, Any]) -> list:
