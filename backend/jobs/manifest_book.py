@@ -13,20 +13,8 @@ from .. import contract
 from ..errors import JobError
 from .job_types import MANIFEST_INTERVAL_S
 from .output_folder import _oserror_text
-from .outputs import PRODUCER, STATS, _entries
+from .outputs import PRODUCER, STATS, _entries, _ranges
 from .run_lock import run_lock, _manifest_lock
-
-
-def _ranges(numbers: List[int]) -> str:
-    """``[2, 3, 4, 7]`` -> ``"2-4, 7"`` (``""`` for none)."""
-    out, start = [], None
-    for i, n in enumerate(numbers):
-        if start is None:
-            start = n
-        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
-            out.append(str(start) if start == n else f"{start}-{n}")
-            start = None
-    return ", ".join(out)
 
 
 def _write_manifest(out: Path, manifest: Dict[str, Any], frame: Optional[int]) -> None:

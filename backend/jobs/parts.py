@@ -31,7 +31,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import contract
 from ..errors import JobError
-from .outputs import read_own_manifest
+from .outputs import _ranges, read_own_manifest
 
 PARTS_DIR = contract.PARTS_DIR
 
@@ -157,16 +157,8 @@ def check_no_foreign_parts(out: os.PathLike, shash: str, job: str) -> None:
 
 
 def ranges(numbers) -> str:
-    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
-    nums = sorted(set(int(n) for n in numbers))
-    out, start = [], None
-    for i, n in enumerate(nums):
-        if start is None:
-            start = n
-        if i + 1 == len(nums) or nums[i + 1] != n + 1:
-            out.append(str(start) if start == n else f"{start}-{n}")
-            start = None
-    return ", ".join(out)
+    """``[2, 3, 4, 7]`` -> ``"2-4, 7"`` (any order, duplicates dropped)."""
+    return _ranges(sorted(set(int(n) for n in numbers)))
 
 
 def parse_ranges(text: Optional[str]) -> list:

@@ -17,6 +17,7 @@ from . import flicker as flick
 from .. import contract, events
 from .flicker import PairError
 from .writers import DEFAULT_FPS, read_rgba_exr
+from .outputs import _ranges  # noqa: F401  (restyle's modules take it from here)
 
 
 OUT_PREFIX = "restyle_"
@@ -98,18 +99,6 @@ def flicker_metric(out_dir: Path, numbers: List[int], gbuffer_files: Mapping[int
     known = {n: v if isinstance(v, PairError) else PairError(*v) for n, v in (known or {}).items()}
     return flick.sequence_flicker(numbers, gbuffer_files,
                                   lambda n: read_rgba_exr(output_path(out_dir, n)), known=known)
-
-
-def _ranges(numbers: List[int]) -> str:
-    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
-    out, start = [], None
-    for i, n in enumerate(numbers):
-        if start is None:
-            start = n
-        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
-            out.append(str(start) if start == n else f"{start}-{n}")
-            start = None
-    return ", ".join(out)
 
 
 def _mean_rgb(rgb: np.ndarray) -> List[float]:
