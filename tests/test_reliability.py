@@ -7,7 +7,6 @@ product does with it. See docs/reliability.md for the guarantees they pin down.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -30,24 +29,9 @@ from decompose_util import register_tiny
 from footage_util import gradient_rgb, write_image
 from gbuffer_util import make_gbuffers
 
+from reliability_util import sha256_of as _sha, tiny_decompose as _dec, write_sequence as _sequence
+
 register_tiny()
-
-
-def _sha(p: Path) -> str:
-    return hashlib.sha256(Path(p).read_bytes()).hexdigest()
-
-
-def _dec(src, out, **kw):
-    kw.setdefault("estimator", "tiny")
-    kw.setdefault("max_size", 32)
-    return decompose(src, out, progress=io.StringIO(), **kw)
-
-
-def _sequence(folder: Path, numbers, h=24, w=32, name="shot_{:04d}.png") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i, n in enumerate(numbers):
-        write_image(folder / name.format(n), gradient_rgb(h, w, 3 * i))
-    return folder
 
 
 # --------------------------------------------------------------- (5) the user's own files

@@ -19,22 +19,10 @@ from backend import contract
 from backend.jobs.decompose import decompose
 from cli_util import cli_cmd, cli_env, events
 from decompose_util import register_tiny
-from footage_util import gradient_rgb, write_image
+
+from reliability_util import tiny_decompose as _dec, write_sequence as _sequence
 
 register_tiny()
-
-
-def _dec(src, out, **kw):
-    kw.setdefault("estimator", "tiny")
-    kw.setdefault("max_size", 32)
-    return decompose(src, out, progress=io.StringIO(), **kw)
-
-
-def _sequence(folder: Path, numbers, h=24, w=32, name="shot_{:04d}.png") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for i, n in enumerate(numbers):
-        write_image(folder / name.format(n), gradient_rgb(h, w, 3 * i))
-    return folder
 
 
 def _cli(*args, cwd, timeout=300, env=None, **kw):
