@@ -77,14 +77,6 @@ def provenance_summary(frames) -> Dict[str, Any]:
     return {"provenance": prov, "pass_models": {k: c.most_common(1)[0][0] for k, c in methods.items()}}
 
 
-def _provenance_summary(result: JobResult) -> None:
-    man = result.manifest
-    summary = provenance_summary(man.get("frames", []))
-    if summary:
-        man.update(summary)
-        contract.write_manifest(result.out_dir, man)
-
-
 def flicker_summary(frames) -> Dict[str, Any]:
     """``{"flicker": {...}}``: the stabilisation's flicker over the manifest entries
     ``frames`` that carry it (raw and stabilised means), ``{}`` when none does."""
@@ -99,9 +91,11 @@ def flicker_summary(frames) -> Dict[str, Any]:
     }}
 
 
-def _flicker_summary(result: JobResult) -> None:
+def record_summary(result: JobResult, summarise) -> None:
+    """Add ``summarise(manifest frames)`` (:func:`provenance_summary`, :func:`flicker_summary`)
+    to the job's ``manifest.json`` when it says anything."""
     man = result.manifest
-    summary = flicker_summary(man.get("frames", []))
+    summary = summarise(man.get("frames", []))
     if summary:
         man.update(summary)
         contract.write_manifest(result.out_dir, man)
