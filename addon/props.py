@@ -244,6 +244,7 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
                                        "The embedded renderer understands a list of words: see Looks below")
     renderer: EnumProperty(name="Renderer", items=_renderer_items, description="Restyle renderer")
     result_dir: StringProperty(name="Result", subtype="DIR_PATH", description="Folder of the last Restyle result")
+    look_relight: _look_slider("relight")
     look_golden_hour: _look_slider("golden_hour")
     look_overcast: _look_slider("overcast")
     look_rain: _look_slider("rain")

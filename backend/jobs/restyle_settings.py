@@ -178,7 +178,7 @@ class RestyleLook:
 
             shown = prompt if len(prompt) <= 60 else prompt[:57] + "..."
             events.warning(f"prompt {shown!r} names no look ({', '.join(LOOK_WORDS)}): the frames are "
-                           "relit as they are, with no look applied")
+                           "the footage with the material edits and lights only, no look applied")
         return cls(prompt, renderer, rend, looks, info)
 
     def render(self, frame: contract.GBufferFrame, n: int, path: Path, time_s: float,

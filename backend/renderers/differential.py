@@ -47,8 +47,8 @@ ALBEDO_FLOOR = 0.02
 FIT_SAMPLES = 20000
 #: frames of a shot the lighting is estimated from (evenly spaced)
 FIT_FRAMES = 5
-#: ridge weight (relative to the mean diagonal of the normal equations)
-FIT_RIDGE = 1e-3
+#: weight of the smoothness prior per sample (the basis functions are O(0.3-1))
+FIT_RIDGE = 0.01
 #: cosine-lobe convolution per SH band (Ramamoorthi & Hanrahan 2001): E_lm = A_l L_lm
 SH_BAND_A = (math.pi, 2.0 * math.pi / 3.0, math.pi / 4.0)
 #: smoothing of band 2 when the radiance is recovered from irradiance (Sloan's Hanning
@@ -202,8 +202,12 @@ def estimate_plate_lighting(frames: Sequence[GBufferFrame], numbers: Sequence[in
     for _ in range(2):
         aw = a * wgt[:, None]
         ata = aw.T @ a
-        lam = FIT_RIDGE * float(np.trace(ata)) / 9.0
-        c = np.linalg.solve(ata + lam * np.eye(9), aw.T @ b)
+        # smoothness prior (Tikhonov, l^2 (l + 1)^2 per band, the DC term free): the
+        # footage sees only normals facing the camera, so the back hemisphere and the
+        # higher bands are otherwise free to ring (a fit without it swung from -9 to +9)
+        lam = FIT_RIDGE * float(wgt.sum())
+        pen = np.diag([0.0] + [4.0] * 3 + [36.0] * 5)
+        c = np.linalg.solve(ata + lam * pen, aw.T @ b)
         res = np.abs(a @ c - b).mean(1)
         wgt = (res <= np.quantile(res, 0.9)).astype(np.float64)
     rms = float(np.sqrt(np.mean((a @ c - b)[wgt > 0] ** 2)))
