@@ -220,12 +220,13 @@ class EmbeddedRenderer(Renderer):
     def _add_lights(self, plate: np.ndarray, frame: GBufferFrame, frame_index: int, intr) -> np.ndarray:
         """Lights placed by the artist (``self.light_rig``), added to the plate: the one
         place the renderer calls :func:`.lights.light_contribution` (H x W x 3 radiance,
-        may be negative). No rig: the plate as it is."""
+        may be negative; ``frame_number`` = the G-buffer frame number, ``frame_index + 1``
+        as the restyle job passes ``n - 1``). No rig: the plate as it is."""
         if self.light_rig is None:
             return plate
         from .lights import light_contribution  # the lights branch's module
 
-        add = light_contribution(frame, self.light_rig, frame_number=frame_index,
+        add = light_contribution(frame, self.light_rig, frame_number=frame_index + 1,
                                  intrinsics=sh.intrinsics_for(*frame.shape, intr, self.fov_y_deg))
         return np.maximum(plate + sh.chw(add), F32(0.0))
 
