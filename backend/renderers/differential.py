@@ -48,7 +48,7 @@ FIT_SAMPLES = 20000
 #: frames of a shot the lighting is estimated from (evenly spaced)
 FIT_FRAMES = 5
 #: weight of the smoothness prior per sample (the basis functions are O(0.3-1))
-FIT_RIDGE = 0.01
+FIT_RIDGE = 0.003
 #: cosine-lobe convolution per SH band (Ramamoorthi & Hanrahan 2001): E_lm = A_l L_lm
 SH_BAND_A = (math.pi, 2.0 * math.pi / 3.0, math.pi / 4.0)
 #: smoothing of band 2 when the radiance is recovered from irradiance (Sloan's Hanning
