@@ -10,7 +10,7 @@ Per edited pixel (``d = albedo (1 - metallic)``, the diffuse colour; ``S(n)`` th
 shading, :class:`PlateLighting`; ``Spec`` the environment specular under the same
 lighting plus screen-space reflections of the frame itself)::
 
-    plate_diffuse = max(plate - Spec(original), 0)
+    plate_diffuse = plate - min(Spec(original), SPEC_SHARE_MAX plate)
     out = plate
         + plate_diffuse (d_edit / d_orig - 1)          albedo / metallic: a ratio
         + d_edit (S(n_edit) - S(n_orig))                normal: the irradiance difference
@@ -45,6 +45,12 @@ F32 = np.float32
 ALBEDO_FLOOR = 0.02
 #: the plate's shading is fitted on at most about this many pixels per frame
 FIT_SAMPLES = 20000
+#: the plate's specular part estimated from the original passes is taken as at most this
+#: share of the plate: estimated passes come from an intrinsic model (``I = A S``) that
+#: puts nearly all of the plate in the diffuse, and a specular term from an estimated
+#: roughness under a 9-coefficient environment is not trusted further (dolphins.mp4: up to
+#: a third of a dark body, so an albedo x0.5 left 0.66 of the footage)
+SPEC_SHARE_MAX = 0.25
 #: frames of a shot the lighting is estimated from (evenly spaced)
 FIT_FRAMES = 5
 #: weight of the smoothness prior per sample (the basis functions are O(0.3-1))
@@ -227,20 +233,6 @@ def edited_mask(frame: GBufferFrame, reference: GBufferFrame) -> np.ndarray:
     return m
 
 
-def _specular(lighting: PlateLighting, albedo, metal, rough, normal, view, ssr) -> np.ndarray:
-    """Environment specular under the plate's lighting (3 x H x W): GGX split-sum
-    (:func:`.shading.env_specular`) of the SH radiance in the mirror direction, widened
-    toward the cosine-convolved shading with roughness; ``ssr(env, n_dot_v, rough)``
-    replaces it by the frame's own reflection where one is found."""
-    n_dot_v = np.maximum((normal * view).sum(0), F32(1e-4))
-    refl = F32(2.0) * n_dot_v * normal - view
-    env = lighting.radiance(refl)
-    env = env + (lighting.shading(refl) - env) * rough
-    env, n_dot_v = ssr(env, n_dot_v, rough)
-    f0 = F32(0.04) + (albedo - F32(0.04)) * metal
-    return sh.env_specular(f0, n_dot_v, rough, env, metallic=metal)
-
-
 def differential_plate(frame: GBufferFrame, reference: Optional[GBufferFrame], lighting,
                        view: np.ndarray, ssr) -> Tuple[np.ndarray, np.ndarray]:
     """The edited plate (module docstring), 3 x H x W float32 >= 0, and the edited mask.
@@ -252,8 +244,8 @@ def differential_plate(frame: GBufferFrame, reference: Optional[GBufferFrame], l
         lighting: the shot's :class:`PlateLighting`, or a function returning it (called
             only when something was edited).
         view: 3 x H x W unit vectors surface -> camera (:func:`.shading.camera_rays`).
-        ssr: ``(env, n_dot_v, roughness) -> (env, n_dot_v)``, the screen-space reflection
-            of the plate (``EmbeddedRenderer``'s), or an identity.
+        ssr: ``roughness H x W -> (colour 3 x H x W, weight H x W, n.v H x W) or None``,
+            the screen-space reflection of the plate (``EmbeddedRenderer``'s), or ``None``.
     """
     plate = straight(frame.combined)
     if reference is None:
@@ -272,7 +264,7 @@ def differential_plate(frame: GBufferFrame, reference: Optional[GBufferFrame], l
         specs.append(_specular_at(lighting, f, view, ssr, mask))
         shades.append((a * (F32(1.0) - m), lighting.shading(np.asarray(f.normal, dtype=F32)[mask].T)))
     (d_o, s_o), (d_e, s_e) = shades
-    p_diff = np.maximum(p - specs[0], F32(0.0))
+    p_diff = p - np.minimum(specs[0], F32(SPEC_SHARE_MAX) * p)
     ok = d_o >= F32(ALBEDO_FLOOR)
     ratio = np.where(ok, p_diff * (d_e / np.maximum(d_o, F32(ALBEDO_FLOOR)) - F32(1.0)), (d_e - d_o) * s_o)
     delta = ratio + d_e * (s_e - s_o) + (specs[1] - specs[0])
@@ -282,11 +274,25 @@ def differential_plate(frame: GBufferFrame, reference: Optional[GBufferFrame], l
 
 
 def _specular_at(lighting: PlateLighting, f: GBufferFrame, view: np.ndarray, ssr, mask) -> np.ndarray:
-    """:func:`_specular` of frame ``f``'s passes at the ``mask`` pixels (3 x N). The
-    reflections are traced over the whole frame (rays land anywhere), the rest per pixel."""
-    alb = np.clip(sh.chw(f.albedo), 0.0, 1.0)
-    nrm = sh.chw(f.normal)
-    rough = np.clip(np.asarray(f.roughness, dtype=F32), 0.0, 1.0)
-    metal = np.clip(np.asarray(f.metallic, dtype=F32), 0.0, 1.0)
-    spec = _specular(lighting, alb, metal, rough, nrm, view, ssr)
-    return spec[:, mask]
+    """Environment specular of frame ``f``'s passes at the ``mask`` pixels (3 x N) under
+    the plate's lighting: GGX split-sum (:func:`.shading.env_specular`) of the SH radiance
+    in the mirror direction, widened toward the cosine-convolved shading with roughness;
+    where ``ssr(roughness H x W)`` finds the frame itself in the mirror direction (traced
+    over the whole frame: rays land anywhere), that reflection replaces it."""
+    a = np.clip(np.asarray(f.albedo, dtype=F32)[mask].T, 0.0, 1.0)
+    n = np.asarray(f.normal, dtype=F32)[mask].T
+    r = np.clip(np.asarray(f.roughness, dtype=F32)[mask], 0.0, 1.0)
+    m = np.clip(np.asarray(f.metallic, dtype=F32)[mask], 0.0, 1.0)
+    v = view[:, mask]
+    n_dot_v = np.maximum((n * v).sum(0), F32(1e-4))
+    refl = F32(2.0) * n_dot_v * n - v
+    env = lighting.radiance(refl)
+    env = env + (lighting.shading(refl) - env) * r
+    hit = ssr(np.clip(np.asarray(f.roughness, dtype=F32), 0.0, 1.0)) if ssr is not None else None
+    if hit is not None:
+        col, wgt, nv_depth = hit
+        w = wgt[mask]
+        env = env + (col[:, mask] - env) * w
+        n_dot_v = n_dot_v + (nv_depth[mask] - n_dot_v) * w
+    f0 = F32(0.04) + (a - F32(0.04)) * m
+    return sh.env_specular(f0, n_dot_v, r, env, metallic=m)

@@ -210,9 +210,9 @@ class EmbeddedRenderer(Renderer):
         sky = _distances(frame, DAYLIGHT, np.ones((h, w), F32)).sky
         k = sh.intrinsics_for(h, w, intr, self.fov_y_deg)
 
-        def ssr(env, n_dot_v, rough):  # the frame itself, for glossy edits
+        def ssr(rough):  # the frame itself, for glossy edits (None: nothing glossy)
             plate = _straight_colour(frame.combined)
-            return _reflect_frame(env, n_dot_v, view, DAYLIGHT, depth, rough, sky, (plate, plate), k)
+            return _reflect_frame(None, None, view, DAYLIGHT, depth, rough, sky, (plate, plate), k, parts=True)
 
         plate, _mask = differential_plate(frame, reference, lighting, view, ssr)
         return plate
@@ -582,7 +582,7 @@ SSR_NORMAL_SMOOTH = 1.0 / 160
 
 def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: LookParams,
                    depth: np.ndarray, rough: np.ndarray, sky: np.ndarray, radiance: tuple,
-                   intr: tuple):
+                   intr: tuple, parts: bool = False):
     """What glossy pixels reflect, and at which angle.
 
     ``radiance`` is ``(sky colour, diffuse)`` (3 x H x W each): the relit frame without
@@ -596,14 +596,16 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     pixels (long side), upsampled bilinearly.
 
     Returns:
-        ``(env 3 x H x W, n_dot_v H x W)`` for :func:`~.shading.env_specular`.
+        ``(env 3 x H x W, n_dot_v H x W)`` for :func:`~.shading.env_specular`; with
+        ``parts`` (``env``, ``n_dot_v`` unused) the pieces ``(reflected colour 3 x H x W,
+        weight H x W, n.v of the depth normals H x W)``, or ``None`` when nothing is glossy.
     """
     if float(rough.min()) >= SSR_MAX_ROUGHNESS:  # nothing glossy (the usual estimate)
-        return env, n_dot_v
+        return None if parts else (env, n_dot_v)
     gloss = F32(1.0) - sh.smoothstep(0.1, SSR_MAX_ROUGHNESS, rough)
     gloss[sky] = 0.0
     if not (gloss > 0).any():
-        return env, n_dot_v
+        return None if parts else (env, n_dot_v)
     radiance = np.where(sky, radiance[0], radiance[1])
     h, w = depth.shape
     k = max(1, int(round(max(h, w) / SSR_GRID)))
@@ -660,6 +662,8 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     wgt = sh.upsample(wgt, h, w)
     n_full = sh.upsample(n_l, h, w)
     nv_depth = np.maximum(n_full[0] * view[0] + n_full[1] * view[1] + n_full[2] * view[2], F32(1e-4))
+    if parts:
+        return col, wgt, nv_depth
     nv = n_dot_v + (nv_depth - n_dot_v) * wgt  # where a reflection was found
     return env + (col - env) * wgt, nv
 
