@@ -39,13 +39,15 @@ F32 = np.float32
 SHADOW_STEPS = 48
 #: an occluder is assumed this thick, as a fraction of its depth (the depth buffer only
 #: knows front faces)
-SHADOW_THICKNESS = 0.15
+SHADOW_THICKNESS = 0.08
 #: a sample must be behind the depth buffer by more than this fraction of its depth
 SHADOW_BIAS = 0.01
 #: area lights: emitter grid per side (n x n point emitters over the shape)
 AREA_GRID = 3
 #: roughness is clamped to at least this (a perfect mirror has no finite highlight)
 MIN_ROUGHNESS = 0.03
+#: the glossy bounce fades out from roughness 0 to this
+GLOSSY_MAX_ROUGHNESS = 1.0
 #: a light's effect is dropped below this irradiance (W/m^2) everywhere
 EPS = 1e-12
 
@@ -127,8 +129,8 @@ def _bsdf(n, v, nv, l, albedo, f0, alpha, rough, metal) -> np.ndarray:
 
 def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tuple[np.ndarray, np.ndarray],
                       k: Tuple[float, float, float, float], target: Optional[np.ndarray],
-                      direction: np.ndarray, *, steps: int = SHADOW_STEPS,
-                      thickness: float = SHADOW_THICKNESS, bias: float = SHADOW_BIAS) -> np.ndarray:
+                      direction: np.ndarray, *, steps: Optional[int] = None,
+                      thickness: Optional[float] = None, bias: Optional[float] = None) -> np.ndarray:
     """Hard shadows traced in the depth buffer (a screen-space ray march toward the light).
 
     From each point ``p`` toward the light (to ``target``, or along ``direction`` for a
@@ -153,6 +155,9 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     Returns:
         N float32 in {0, 1}: 1 lit, 0 in shadow.
     """
+    steps = SHADOW_STEPS if steps is None else steps
+    thickness = SHADOW_THICKNESS if thickness is None else thickness
+    bias = SHADOW_BIAS if bias is None else bias
     h, w = depth.shape
     fx, fy, cx, cy = (float(x) for x in k)
     buf = np.where(sky, np.inf, depth).astype(F32)
@@ -190,7 +195,8 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
 
 def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_number: int,
                        intrinsics: Optional[Sequence[float]] = None, shadows: bool = True,
-                       area_grid: int = AREA_GRID, steps: int = SHADOW_STEPS) -> np.ndarray:
+                       area_grid: Optional[int] = None, steps: Optional[int] = None,
+                       bounce: bool = True) -> np.ndarray:
     """Direct light of the rig's lights at ``frame_number`` on ``frame``'s passes.
 
     Args:
@@ -203,6 +209,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
             vertical field of view (:func:`backend.renderers.shading.intrinsics_for`).
         shadows: trace shadows in the depth buffer (:func:`shadow_visibility`).
         area_grid: point emitters per side of an area light.
+        bounce: add one glossy bounce of the added light (:func:`glossy_bounce`).
 
     Returns:
         ``H x W x 3`` float32 scene-linear Rec.709 radiance to ADD to the plate (negative
@@ -235,7 +242,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     f0 = F32(0.04) * (F32(1.0) - metal) + albedo * metal
     acc = np.zeros((3, rows.size), F32)
     for st in live:
-        for l, e, target in _emitters(st, p, max(1, int(area_grid))):
+        for l, e, target in _emitters(st, p, max(1, int(AREA_GRID if area_grid is None else area_grid))):
             lit = np.abs(e) > F32(EPS)  # negative power: negative irradiance
             if not lit.any():
                 continue
@@ -249,4 +256,58 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
                 rad = rad * vis
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
+    if bounce:
+        out += glossy_bounce(frame, out, k, surf)
     return sh.hwc(out)
+
+
+def _up(frame: contract.GBufferFrame) -> np.ndarray:
+    """World up (Blender +Z) in camera space when the header carries a camera, else +Y."""
+    c2w = frame_camera(frame.meta)
+    if c2w is None:
+        return np.array([0.0, 1.0, 0.0], F32)
+    rot = c2w[:3, :3] / np.maximum(np.linalg.norm(c2w[:3, :3], axis=0, keepdims=True), 1e-12)
+    return (rot.T @ np.array([0.0, 0.0, 1.0])).astype(F32)
+
+
+def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[float, float, float, float],
+                  surf: np.ndarray, max_roughness: Optional[float] = None) -> np.ndarray:
+    """One bounce of the added light: what surfaces reflect of the light the lights add
+    elsewhere in the frame (a metal sphere mirroring the newly lit floor, the side of a
+    box lit by the floor).
+
+    * Glossy: screen-space reflections (:func:`backend.renderers.shading.screen_space_reflection`)
+      of ``direct`` along the mirror direction; where the ray finds nothing on screen,
+      the ground's mean added radiance ``L_g`` (up-facing surface pixels) for directions
+      below the horizon. Times the split-sum environment BRDF (``F0 A + B``), faded out
+      from roughness 0 to ``max_roughness``.
+    * Diffuse: the lower hemisphere as a uniform emitter of ``L_g``:
+      ``albedo (1 - metallic) L_g (1 - n.up) / 2``.
+
+    Limits: only what is on screen is reflected; the ground is taken as uniform; one
+    bounce. Returns 3 x H x W float32 radiance to add.
+    """
+    max_roughness = GLOSSY_MAX_ROUGHNESS if max_roughness is None else max_roughness
+    h, w = frame.shape
+    normal = sh.chw(frame.normal)
+    normal = normal / np.maximum(np.sqrt((normal * normal).sum(0)), F32(1e-6))
+    up = _up(frame)
+    ny = sh.dot3(normal, up)
+    floor = surf & (ny > F32(0.7))
+    l_ground = direct[:, floor].mean(1) if floor.sum() > 16 else np.zeros(3, F32)
+    rough = np.clip(np.asarray(frame.roughness, F32), 0.0, 1.0)
+    metal = np.clip(np.asarray(frame.metallic, F32), 0.0, 1.0)
+    albedo = sh.chw(np.clip(np.asarray(frame.albedo, F32), 0.0, 1.0))
+    out = albedo * ((F32(1.0) - metal) * (F32(0.5) - F32(0.5) * ny) * surf) * l_ground.astype(F32)[:, None, None]
+    mask = surf & (rough < F32(max_roughness))
+    if not mask.any():
+        return out
+    colour, weight = sh.screen_space_reflection(np.asarray(frame.depth, F32), normal, direct, k, mask)
+    _planar, _length, view = sh.camera_rays(h, w, k)
+    nv = np.maximum((normal * view).sum(0), F32(1e-4))
+    r_up = F32(2.0) * nv * ny - sh.dot3(view, up)   # reflected direction . up
+    below = sh.smoothstep(0.0, 0.3, -r_up)
+    env = colour * weight + (F32(1.0) - weight) * below * l_ground.astype(F32)[:, None, None]
+    f0 = F32(0.04) * (F32(1.0) - metal) + albedo * metal
+    fade = (F32(1.0) - sh.smoothstep(0.0, max_roughness, rough)) * mask
+    return out + sh.env_brdf_karis(f0, nv, np.maximum(rough, F32(MIN_ROUGHNESS))) * env * fade
