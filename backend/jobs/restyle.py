@@ -140,6 +140,9 @@ class RestyleJob:
             # only itself and a merely touched one nothing
             "reference": inp.reference_dir is not None,
         }
+        rig = getattr(look.renderer, "lights", None)
+        if rig is not None:  # issue 39: the lights file's content re-renders when it changes
+            settings["lights"] = rig.digest
         if self._ref_stats is not None:  # another reference (or its content) re-renders
             settings["match_look"] = self._ref_stats.to_dict()
             lm = self.out_dir / LOOK_MATCH_NAME
@@ -191,6 +194,7 @@ class RestyleJob:
                        "fps": str(self.fps)},
             "inputs": self.fingerprints.cache,  # input file identity -> SHA-256 (resume checks)
             "outputs": {},  # folder-level files written (preview.mp4) -> SHA-256
+            "lights": _lights_manifest(getattr(look.renderer, "lights", None)),
             "match_look": ({"reference": str(self.match_look.resolve()), "transform": LOOK_MATCH_NAME,
                             "method": "Monge-Kantorovich linear colour transfer in log2 space"}
                            if self.match_look is not None else None),
@@ -431,6 +435,14 @@ class RestyleJob:
         return result
 
 
+def _lights_manifest(rig) -> Optional[Dict[str, Any]]:
+    """The manifest's ``lights`` entry: file, sha256 of its content, space, names."""
+    if rig is None:
+        return None
+    return {"file": str(Path(rig.source).resolve()), "sha256": rig.digest, "space": rig.space,
+            "lights": [{"name": lt.name, "type": lt.type} for lt in rig.lights]}
+
+
 def restyle(
     gbuffer_dir: os.PathLike,
     out_dir: os.PathLike,
@@ -451,6 +463,7 @@ def restyle(
     progress_bar: Optional[bool] = None,
     warmup: Optional[int] = None,
     manifest_part: bool = False,
+    lights: Optional[os.PathLike] = None,
 ) -> JobResult:
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
 
@@ -486,6 +499,11 @@ def restyle(
             ``OUT/.gbuffer_parts/A-B.json`` instead of manifest.json, PNG previews but no
             ``preview.mp4`` nor flicker metric (``python -m backend farm merge OUT`` makes
             them); not with ``overwrite``.
+        lights: a lights file (``docs/lights.md``): the direct light of its point, spot,
+            area and sun lights is added to every frame before the looks (embedded
+            renderer); its content enters the settings hash. A bad file raises
+            :class:`backend.renderers.light_rig.LightsError` (one line naming the file and
+            the light) before anything is written.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -507,7 +525,29 @@ def restyle(
         if match_look is not None and (warmup is not None or manifest_part):
             raise ValueError("--match-look is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "each chunk would estimate its own transform")
-        look = RestyleLook.create(prompt, renderer, renderer_options)
+        rig = _load_lights(lights, inputs) if lights is not None else None
+        look = RestyleLook.create(prompt, renderer, renderer_options, lights=rig)
         job = RestyleJob(inputs, look, out_dir, previews=previews, mp4=mp4, flicker=flicker,
                          match_look=match_look, warmup=warmup, manifest_part=manifest_part)
         return job.run(overwrite=overwrite, cancel=cancel)
+
+
+def _load_lights(path: os.PathLike, inputs: RestyleInputs):
+    """Parse ``--lights`` and, for a ``world`` rig, check that the first frame to render
+    carries a camera (:class:`backend.renderers.light_rig.LightsError` otherwise)."""
+    from ..renderers.light_rig import LightsError, frame_camera, load_lights
+
+    if not str(path).strip():
+        raise LightsError("--lights: empty path")
+    rig = load_lights(path)
+    if rig.space == "world":
+        first = inputs.files[inputs.first]
+        try:
+            meta = contract.read_meta(first)
+        except Exception:  # an unreadable frame is reported when it is read
+            return rig
+        if frame_camera(meta) is None:
+            raise LightsError(f"lights file {rig.source}: space 'world' needs G-buffer frames that carry a camera "
+                              f"(scene export, or a decompose with --cameras / --camera auto); {first} has none: "
+                              f"write the lights with space 'camera'", file=rig.source, frame=inputs.first)
+    return rig

@@ -135,6 +135,9 @@ class EmbeddedRenderer(Renderer):
             raise TypeError(f"EmbeddedRenderer: unknown option(s) {bad}; "
                             f"known: fov_y_deg, {', '.join(sorted(fields))}")
         self.fov_y_deg = float(fov_y_deg)
+        #: issue 39 item 4: a parsed lights file (backend.renderers.light_rig) whose direct
+        #: light is added to the surface before the looks; set by the restyle job (--lights)
+        self.lights = None
         sh.tune_allocator()
         self.overrides = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
                           for k, v in overrides.items()}
@@ -284,6 +287,13 @@ class EmbeddedRenderer(Renderer):
                                               sh.intrinsics_for(h, w, intr, self.fov_y_deg))
         specular = spec_k * key_rgb + sh.env_specular(f0, n_dot_v_env, rough, env, metallic=metal)
         surface = np.where(sky, sky_rgb, diffuse + specular)
+        # --- issue 39 item 4 (lights branch): Blender's lights added to the plate, before the
+        # looks (backend/renderers/lights.py; the differential core calls it here too)
+        if self.lights is not None:
+            from .lights import light_contribution
+
+            surface = surface + sh.chw(light_contribution(frame, self.lights, frame_number=frame_index + 1,
+                                                          intrinsics=sh.intrinsics_for(h, w, intr, self.fov_y_deg)))
         if sky.any():
             diffuse[:, sky] = 0.0
             specular[:, sky] = 0.0

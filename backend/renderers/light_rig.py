@@ -175,7 +175,7 @@ def _unit(v) -> np.ndarray:
 
 
 def _state(source: str, lt: Light, v: Dict[str, Any], rot: np.ndarray, loc: np.ndarray,
-           frame: int) -> LightState:
+           frame: Optional[int]) -> LightState:
     """World (or camera) values -> camera space (``rot``/``loc``: camera-to-world)."""
     pos = rot.T @ (np.asarray(v["position"], np.float64) - loc)
     d = _unit(rot.T @ _unit(v["direction"]))
@@ -192,7 +192,7 @@ def _state(source: str, lt: Light, v: Dict[str, Any], rot: np.ndarray, loc: np.n
     return st
 
 
-def _check_in_front(source: str, st: LightState, frame: int) -> None:
+def _check_in_front(source: str, st: LightState, frame: Optional[int]) -> None:
     """Refuse a light placed behind the camera (camera-space z > 0) whose emission
     cannot reach anything in front of it (z < 0): a spot whose whole cone points back,
     an area light facing straight back. A point light behind the camera still lights
@@ -203,7 +203,7 @@ def _check_in_front(source: str, st: LightState, frame: int) -> None:
     reach = math.degrees(st.spot_size) / 2.0 if st.type == "spot" else 90.0 - 1e-3
     if back + reach <= 90.0:
         raise LightsError(f"lights file {source}: light {st.name!r} is behind the camera (camera-space z = "
-                          f"{st.position[2]:.3g}) and points away from it at frame {frame}: it lights nothing "
+                          f"{st.position[2]:.3g}) and points away from it{'' if frame is None else f' at frame {frame}'}: it lights nothing "
                           f"the camera sees", file=source, frame=frame)
 
 
@@ -325,8 +325,8 @@ def parse_lights(data: Any, source: str = "<lights>") -> LightRig:
     rig = LightRig(source, space, lights, digest)
     if space == "camera":  # positions are known now: check every keyframe once
         for lt in lights:
-            for fr in sorted({f for f, _k in lt.keys} or {0}):
-                _state(source, lt, lt.values(fr), np.eye(3), np.zeros(3), fr)
+            for fr in sorted({f for f, _k in lt.keys}) or [None]:
+                _state(source, lt, lt.values(0 if fr is None else fr), np.eye(3), np.zeros(3), fr)
     return rig
 
 
