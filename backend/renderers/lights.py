@@ -177,15 +177,18 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     iz0, iz1 = F32(1.0) / z0, F32(1.0) / z1
     occluded = np.zeros(p.shape[1], bool)
     r0, c0 = pix
+    flat = buf.ravel()
+    du, dv, diz = u1 - u0, v1 - v0, iz1 - iz0
     prev_z = z0
     for i in range(1, steps + 1):
         s = F32(i / steps)
-        u = u0 + (u1 - u0) * s
-        v = v0 + (v1 - v0) * s
-        z = F32(1.0) / (iz0 + (iz1 - iz0) * s)
-        ui, vi = np.floor(u).astype(np.int64), np.floor(v).astype(np.int64)
-        inside = (ui >= 0) & (ui < w) & (vi >= 0) & (vi < h) & ((np.abs(ui - c0) + np.abs(vi - r0)) >= 2)
-        d = buf[np.clip(vi, 0, h - 1), np.clip(ui, 0, w - 1)]
+        u = u0 + du * s
+        v = v0 + dv * s
+        z = F32(1.0) / (iz0 + diz * s)
+        ui = u.astype(np.int32)  # u, v >= 0 inside the frame: truncation is floor there
+        vi = v.astype(np.int32)
+        inside = (u >= 0) & (ui < w) & (v >= 0) & (vi < h) & ((np.abs(ui - c0) + np.abs(vi - r0)) >= 2)
+        d = flat[np.where(inside, vi * w + ui, 0)]
         behind = z - d
         thick = np.maximum(F32(thickness) * d, np.abs(z - prev_z))
         occluded |= inside & (behind > F32(bias) * z) & (behind < thick)
@@ -242,18 +245,23 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     f0 = F32(0.04) * (F32(1.0) - metal) + albedo * metal
     acc = np.zeros((3, rows.size), F32)
     for st in live:
+        shared = None  # an area light's emitters share one shadow, traced to its centre
         for l, e, target in _emitters(st, p, max(1, int(AREA_GRID if area_grid is None else area_grid))):
             lit = np.abs(e) > F32(EPS)  # negative power: negative irradiance
             if not lit.any():
                 continue
             rad = _bsdf(n, v, nv, l, albedo, f0, alpha, rough, metal) * e
-            if shadows:
-                front = lit & ((n * l).sum(0) > 0)
+            if shadows and shared is None:
+                front = lit & ((n * l).sum(0) > 0) if st.type != "area" else np.ones(rows.size, bool)
                 vis = np.zeros(rows.size, F32)
                 if front.any():
                     vis[front] = shadow_visibility(depth, ~surf, p[:, front], (rows[front], cols[front]), k,
-                                                   target, -st.direction, steps=steps)
-                rad = rad * vis
+                                                   st.position if st.type == "area" else target, -st.direction,
+                                                   steps=steps)
+                if st.type == "area":
+                    shared = vis
+            if shadows:
+                rad = rad * (shared if shared is not None else vis)
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
     if bounce:
