@@ -48,6 +48,8 @@ AREA_GRID = 3
 MIN_ROUGHNESS = 0.03
 #: the glossy bounce fades out from roughness 0 to this
 GLOSSY_MAX_ROUGHNESS = 1.0
+#: the bounce is computed on a grid whose long side is at most this (see _bounce_at_scale)
+BOUNCE_MAX_SIDE = 320
 #: a light's effect is dropped below this irradiance (W/m^2) everywhere
 EPS = 1e-12
 
@@ -265,7 +267,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
     if bounce:
-        out += glossy_bounce(frame, out, k, surf)
+        out += _bounce_at_scale(frame, out, k, surf)
     return sh.hwc(out)
 
 
@@ -276,6 +278,34 @@ def _up(frame: contract.GBufferFrame) -> np.ndarray:
         return np.array([0.0, 1.0, 0.0], F32)
     rot = c2w[:3, :3] / np.maximum(np.linalg.norm(c2w[:3, :3], axis=0, keepdims=True), 1e-12)
     return (rot.T @ np.array([0.0, 0.0, 1.0])).astype(F32)
+
+
+def _bounce_at_scale(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[float, float, float, float],
+                     surf: np.ndarray) -> np.ndarray:
+    """:func:`glossy_bounce` on every ``s``-th pixel (``s`` = the smallest integer that
+    brings the long side to :data:`BOUNCE_MAX_SIDE` or less), upsampled bilinearly: the
+    screen-space reflections cost most of the light's time at full HD, and the bounce is
+    a small, mostly smooth part of the added light. Below that size: full resolution."""
+    h, w = frame.shape
+    step = int(math.ceil(max(h, w) / float(BOUNCE_MAX_SIDE)))
+    if step <= 1:
+        return glossy_bounce(frame, direct, k, surf)
+    sl = (slice(None, None, step), slice(None, None, step))
+    small = contract.GBufferFrame(
+        combined=frame.combined[sl], depth=np.ascontiguousarray(frame.depth[sl]),
+        normal=np.ascontiguousarray(frame.normal[sl]), albedo=np.ascontiguousarray(frame.albedo[sl]),
+        metallic=np.ascontiguousarray(frame.metallic[sl]), roughness=np.ascontiguousarray(frame.roughness[sl]),
+        confidence=None, meta=frame.meta)
+    fx, fy, cx, cy = k
+    ks = (fx / step, fy / step, (cx - 0.5) / step + 0.5, (cy - 0.5) / step + 0.5)
+    hs, ws = small.shape
+    # the direct light averaged over each step x step block (edges cropped to whole blocks)
+    d = direct[:, : (h // step) * step, : (w // step) * step]
+    d = d.reshape(3, h // step, step, w // step, step).mean(axis=(2, 4), dtype=F32)
+    dsmall = np.zeros((3, hs, ws), F32)
+    dsmall[:, : d.shape[1], : d.shape[2]] = d
+    b = glossy_bounce(small, dsmall, ks, np.ascontiguousarray(surf[sl]))
+    return sh.upsample(b, h, w) * surf
 
 
 def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[float, float, float, float],
