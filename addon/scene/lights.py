@@ -17,7 +17,7 @@ shaders, ``spread`` below 180 degrees and a light's ray-visibility settings.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import bpy
 
@@ -72,7 +72,7 @@ def _warnings(ob) -> List[str]:
 
 
 def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = "world",
-                 camera=None) -> Dict[str, Any]:
+                 camera=None, numbers: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """The scene's rendering lights as a ``gbuffer-lights`` document (a dict for ``json.dump``).
 
     Args:
@@ -81,6 +81,8 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
             frame the values are written without keyframes.
         space: ``world`` (Blender world coordinates) or ``camera`` (relative to
             ``camera``, default ``scene.camera``, at each frame).
+        numbers: the G-buffer frame number of each of ``frames`` (what the keyframes
+            are written with; default the scene frames themselves).
 
     Returns:
         ``{"format", "version", "space", "lights": [...], "warnings": [...]}``; the
@@ -99,14 +101,17 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
     if not obs:
         raise ValueError(f"scene {scene.name!r} has no point, spot, area or sun light that renders")
     frames = list(frames) if frames is not None else list(range(scene.frame_start, scene.frame_end + 1))
+    numbers = list(numbers) if numbers is not None else frames
+    if len(numbers) != len(frames):
+        raise ValueError(f"{len(numbers)} frame numbers for {len(frames)} frames")
     old = (scene.frame_current, scene.frame_subframe)
     per: Dict[str, List[Dict[str, Any]]] = {ob.name: [] for ob in obs}
     try:
-        for f in frames:
+        for f, num in zip(frames, numbers):
             scene.frame_set(int(f))
             cam_inv = cam.matrix_world.inverted() if space == "camera" else None
             for ob in obs:
-                per[ob.name].append(dict(_light_values(ob, cam_inv), frame=int(f)))
+                per[ob.name].append(dict(_light_values(ob, cam_inv), frame=int(num)))
     finally:
         scene.frame_set(old[0], subframe=old[1])
     lights, warnings = [], []
