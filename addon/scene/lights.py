@@ -6,7 +6,9 @@
 colour, power (``energy * 2^exposure``, Blender's units), position, direction
 (the object's -Z), ``axis_u`` (its +X), sizes times the object's scale, spot cone and
 blend, sun angle, each evaluated at every frame asked for (so keyframed, driven or
-parented lights animate: one keyframe per frame). ``space="world"`` writes Blender world
+parented lights animate: one keyframe per frame). Every light that renders is
+*added* to the footage: lights that already lit the plate (a scene export's own lights)
+must be disabled in renders first, or they count twice. ``space="world"`` writes Blender world
 coordinates (use with G-buffers that carry the scene or solved camera); ``"camera"``
 writes them relative to ``camera`` (default the scene camera) at each frame.
 
@@ -96,8 +98,9 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
     cam = camera or scene.camera
     if space == "camera" and cam is None:
         raise ValueError(f"scene {scene.name!r} has no camera: lights cannot be made camera-relative")
+    layer = bpy.context.view_layer if bpy.context.scene == scene else scene.view_layers[0]
     obs = [ob for ob in scene.objects if ob.type == "LIGHT" and ob.data.type in KINDS and not ob.hide_render
-           and ob.visible_get(view_layer=bpy.context.view_layer)]
+           and ob.visible_get(view_layer=layer)]
     if not obs:
         raise ValueError(f"scene {scene.name!r} has no point, spot, area or sun light that renders")
     frames = list(frames) if frames is not None else list(range(scene.frame_start, scene.frame_end + 1))
