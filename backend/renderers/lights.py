@@ -112,21 +112,29 @@ def _area_points(st: LightState, grid: int) -> List[np.ndarray]:
     return pts
 
 
-def _bsdf(n, v, nv, l, albedo, f0, alpha, rough, metal) -> np.ndarray:
-    """Radiance per unit irradiance at normal incidence (3 x N): ``f(l, v) * max(n.l, 0)``."""
+def _bsdf_terms(nv, albedo, f0, rough, metal) -> Tuple[np.ndarray, np.ndarray]:
+    """The light-independent parts of :func:`_bsdf`, once per frame (3 x N each):
+    ``kd`` = Lambert ``albedo (1 - metallic) (1 - E_spec) / pi`` (the Principled BSDF's
+    diffuse under its dielectric coat, ``E_spec`` = the coat's directional albedo) and
+    ``ms`` = the multiple-scattering compensation ``1 + F0 (1 / E_ss - 1)``
+    (Fdez-Aguera 2019; ``E_ss = A + B`` of the split-sum fit)."""
+    e_ss = sh.env_brdf_karis(np.ones((1, 1), F32), nv, rough)
+    ms = F32(1.0) + f0 * (F32(1.0) / np.maximum(e_ss, F32(0.05)) - F32(1.0))
+    e_spec = sh.env_brdf_karis(np.full((1, 1), 0.04, F32), nv, rough)
+    kd = albedo * ((F32(1.0) - metal) * (F32(1.0) - e_spec) * F32(1.0 / math.pi))
+    return kd, ms
+
+
+def _bsdf(n, v, nv, l, f0, alpha, kd, ms) -> np.ndarray:
+    """Radiance per unit irradiance at normal incidence (3 x N): ``f(l, v) * max(n.l, 0)``
+    (``kd``, ``ms`` from :func:`_bsdf_terms`)."""
     nl = np.maximum((n * l).sum(0), F32(0.0))
     h = l + v
     h = h / np.maximum(np.sqrt((h * h).sum(0)), F32(1e-6))
     nh = np.clip((n * h).sum(0), 0.0, 1.0)
     vh = np.clip((v * h).sum(0), 0.0, 1.0)
     spec = sh.schlick_fresnel(f0, vh) * (sh.ggx_d(nh, alpha) * sh.smith_vis(nl, nv, alpha) * nl)
-    # multiple scattering (Fdez-Aguera 2019): E_ss = A + B of the split-sum fit
-    e_ss = sh.env_brdf_karis(np.ones((1, 1), F32), nv, rough)
-    spec = spec * (F32(1.0) + f0 * (F32(1.0) / np.maximum(e_ss, F32(0.05)) - F32(1.0)))
-    # Principled BSDF layering: the diffuse under the dielectric specular keeps 1 - E_spec
-    e_spec = sh.env_brdf_karis(np.full((1, 1), 0.04, F32), nv, rough)
-    diffuse = albedo * ((F32(1.0) - metal) * (F32(1.0) - e_spec) * nl * F32(1.0 / math.pi))
-    return diffuse + spec
+    return kd * nl + spec * ms
 
 
 def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tuple[np.ndarray, np.ndarray],
@@ -245,6 +253,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     alpha = rough * rough
     nv = np.maximum((n * v).sum(0), F32(1e-4))
     f0 = F32(0.04) * (F32(1.0) - metal) + albedo * metal
+    kd, ms = _bsdf_terms(nv, albedo, f0, rough, metal)
     acc = np.zeros((3, rows.size), F32)
     for st in live:
         shared = None  # an area light's emitters share one shadow, traced to its centre
@@ -252,7 +261,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
             lit = np.abs(e) > F32(EPS)  # negative power: negative irradiance
             if not lit.any():
                 continue
-            rad = _bsdf(n, v, nv, l, albedo, f0, alpha, rough, metal) * e
+            rad = _bsdf(n, v, nv, l, f0, alpha, kd, ms) * e
             if shadows and shared is None:
                 front = lit & ((n * l).sum(0) > 0) if st.type != "area" else np.ones(rows.size, bool)
                 vis = np.zeros(rows.size, F32)
