@@ -180,3 +180,36 @@ def test_restyle_lights_cli_adds_light_and_refuses_a_bad_file(tmp_path):
     p = _cli("restyle", str(gb), "--out", str(tmp_path / "bad"), "--no-mp4", "--lights", str(rig))
     assert p.returncode == 2 and "'Key'" in p.stderr and str(rig) in p.stderr
     assert len([ln for ln in p.stderr.splitlines() if ln.startswith("error")]) == 1
+
+
+def test_world_lights_are_checked_against_every_frames_camera_before_writing(tmp_path):
+    """A world-space file on frames without a camera, and a spot that frame 2's camera has
+    behind it pointing away: exit 2, one line naming file, light and frame; nothing written."""
+    gb = tmp_path / "gb"
+    gb.mkdir()
+    for n, z in ((1, -10.0), (2, 10.0)):  # frame 2's camera moved past the light
+        f = _plane()
+        f.combined[..., 3] = 1.0
+        f.meta = contract.make_meta(estimator="test", depth_kind="metric", depth_near=4.0, depth_far=4.0,
+                                    intrinsics=K, extra={"camera_matrix_world": [[1, 0, 0, 0], [0, 1, 0, 0],
+                                                                                  [0, 0, 1, z], [0, 0, 0, 1]]})
+        contract.write_frame(contract.frame_path(gb, n), f)
+    rig = tmp_path / "rig.json"
+    # the cameras look down world -Z; the spot at z = 0 points up +Z: behind frame 1's camera
+    # (z = -10) pointing away from what it sees, in front of frame 2's (z = 10), toward it
+    rig.write_text(json.dumps({"space": "world", "lights": [
+        {"name": "Spot", "type": "spot", "power": 100.0, "position": [0, 0, 0], "direction": [0, 0, 1],
+         "spot_size_deg": 30}]}))
+    p = _cli("restyle", str(gb), "--out", str(tmp_path / "out"), "--no-mp4", "--lights", str(rig))
+    assert p.returncode == 2, p.stderr
+    assert "'Spot'" in p.stderr and "behind the camera" in p.stderr and "frame 1" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+    ok = _cli("restyle", str(gb), "--out", str(tmp_path / "out2"), "--no-mp4", "--frames", "2", "--lights", str(rig))
+    assert ok.returncode == 0, ok.stderr
+    nocam = tmp_path / "nocam"
+    nocam.mkdir()
+    f = _plane()
+    f.meta = contract.make_meta(estimator="test", depth_kind="metric", depth_near=4.0, depth_far=4.0, intrinsics=K)
+    contract.write_frame(contract.frame_path(nocam, 1), f)
+    p = _cli("restyle", str(nocam), "--out", str(tmp_path / "out3"), "--no-mp4", "--lights", str(rig))
+    assert p.returncode == 2 and "carry a camera" in p.stderr and str(rig) in p.stderr, p.stderr

@@ -533,21 +533,29 @@ def restyle(
 
 
 def _load_lights(path: os.PathLike, inputs: RestyleInputs):
-    """Parse ``--lights`` and, for a ``world`` rig, check that the first frame to render
-    carries a camera (:class:`backend.renderers.light_rig.LightsError` otherwise)."""
+    """Parse ``--lights`` and, for a ``world`` rig, check it against the camera in the
+    header of every frame to render (a frame without a camera, a light behind the camera
+    pointing away from it), before anything is written.
+
+    Raises:
+        LightsError: one line naming the lights file, the light and the frame.
+    """
     from ..renderers.light_rig import LightsError, frame_camera, load_lights
 
     if not str(path).strip():
         raise LightsError("--lights: empty path")
     rig = load_lights(path)
-    if rig.space == "world":
-        first = inputs.files[inputs.first]
+    if rig.space != "world":
+        return rig
+    for n, frame_file in sorted(inputs.files.items()):
         try:
-            meta = contract.read_meta(first)
+            meta = contract.read_meta(frame_file)
         except Exception:  # an unreadable frame is reported when it is read
-            return rig
-        if frame_camera(meta) is None:
+            continue
+        c2w = frame_camera(meta)
+        if c2w is None:
             raise LightsError(f"lights file {rig.source}: space 'world' needs G-buffer frames that carry a camera "
-                              f"(scene export, or a decompose with --cameras / --camera auto); {first} has none: "
-                              f"write the lights with space 'camera'", file=rig.source, frame=inputs.first)
+                              f"(scene export, or a decompose with --cameras / --camera auto); {frame_file} has none: "
+                              f"write the lights with space 'camera'", file=rig.source, frame=n)
+        rig.at(n, c2w)
     return rig
