@@ -250,6 +250,7 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
                     "watts, transforms and keyframes, evaluated per frame) to the footage, with shadows from "
                     "the depth; placed in the solved camera's world when the G-buffers carry a camera, else "
                     "relative to the scene camera (docs/lights.md)")
+    look_relight: _look_slider("relight")
     look_golden_hour: _look_slider("golden_hour")
     look_overcast: _look_slider("overcast")
     look_rain: _look_slider("rain")

@@ -346,9 +346,9 @@ def _take_renderer(args: Optional[List[str]]) -> Optional[str]:
 
 
 class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
-    """Apply the compositor's material edits to the G-buffers and re-render every frame
-    from them with the prompt (worker process; Esc cancels). Each run writes a new
-    restyle_NNN folder"""
+    """Apply the compositor's material edits to the footage and re-render every frame with
+    the prompt's look (empty prompt: the edits only; worker process; Esc cancels). Each run
+    writes a new restyle_NNN folder"""
 
     bl_idname = "gbuffer.restyle"
     bl_label = "Restyle"
@@ -363,9 +363,8 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
         if tree is None or compositor.find_node(tree, compositor.ROLE_GBUFFER) is None:
             cls.poll_message_set("Decompose footage first (no G-buffers in the compositor)")
             return False
-        if not s.prompt.strip() and not s.use_scene_lights:
-            cls.poll_message_set("Type a prompt (or turn on Scene Lights) first")
-            return False
+        # an empty prompt is allowed (issue 39): the footage with the material edits and
+        # lights only, no look
         return True
 
     def build_job(self, context) -> JobController:

@@ -284,6 +284,8 @@ def draw_result(layout, context) -> None:
     row.operator("gbuffer.show_result", text="Show", icon="HIDE_OFF").directory = s.result_dir
     row.operator("gbuffer.play_preview", text="Play", icon="PLAY").directory = s.result_dir
     row.operator("gbuffer.open_path", text="Folder", icon="FILE_FOLDER").path = run_dir
+    if os.path.isfile(os.path.join(bpy.path.abspath(s.result_dir), "plate_lighting.exr")):
+        box.operator("gbuffer.world_from_plate", icon="WORLD").directory = s.result_dir
     runs = results.run_history(results.history_root(context))
     if len(runs) > 1:
         col = box.column(align=True)

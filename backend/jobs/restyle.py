@@ -56,6 +56,7 @@ from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVI
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
     _source_fps)
 from .restyle_frames import _Measured, _Previews, _Reader, _Rendered
+from .restyle_plate import recorded_reference, shot_lighting, write_lighting
 from .restyle_settings import RestyleInputs, RestyleLook
 from .runner import Deferred, JobError, JobResult, run_job
 from .windows import WindowBlender
@@ -140,7 +141,7 @@ class RestyleJob:
             # only itself and a merely touched one nothing
             "reference": inp.reference_dir is not None,
         }
-        rig = getattr(look.renderer, "lights", None)
+        rig = getattr(look.renderer, "light_rig", None)
         if rig is not None:  # issue 39: the lights file's content re-renders when it changes
             settings["lights"] = rig.digest
         if self._ref_stats is not None:  # another reference (or its content) re-renders
@@ -194,7 +195,7 @@ class RestyleJob:
                        "fps": str(self.fps)},
             "inputs": self.fingerprints.cache,  # input file identity -> SHA-256 (resume checks)
             "outputs": {},  # folder-level files written (preview.mp4) -> SHA-256
-            "lights": _lights_manifest(getattr(look.renderer, "lights", None)),
+            "lights": _lights_manifest(getattr(look.renderer, "light_rig", None)),
             "match_look": ({"reference": str(self.match_look.resolve()), "transform": LOOK_MATCH_NAME,
                             "method": "Monge-Kantorovich linear colour transfer in log2 space"}
                            if self.match_look is not None else None),
@@ -220,6 +221,9 @@ class RestyleJob:
             what = f"a link to {os.path.realpath(pdir)}" if pdir.is_symlink() else "not a folder"
             raise JobError(f"{pdir} is {what}: restyle writes its PNG previews only into a real "
                            "folder of its own; remove it or choose another --out")
+        # the plate's lighting, once per shot (issue 39), before the first frame
+        self._lighting = shot_lighting(self.look.renderer, inp.all_files,
+                                       inp.ref_files if self.use_reference else {})
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="restyle-io")
         self._reader = _Reader(self.inputs, self.use_reference, pool)
         self._previews = _Previews(self.out_dir, self.fps, pool, self.previews, self.mp4)
@@ -390,6 +394,8 @@ class RestyleJob:
 
     def _finish(self, result: JobResult) -> JobResult:
         man = result.manifest
+        if getattr(self, "_lighting", None) is not None:  # for the add-on's World from Plate
+            man["plate_lighting"] = write_lighting(self.out_dir, self._lighting)
         from .restyle_input import input_changed
 
         why = input_changed(self.inputs.gbuffer_dir, self.inputs.all_files)
@@ -476,8 +482,10 @@ def restyle(
         frames: ``"A-B"`` input frame numbers (inclusive), default all.
         previews, mp4, flicker: write PNG previews / the MP4 / the flicker metric.
         reference_dir: the *unedited* G-buffer folder ``gbuffer_dir`` was edited from
-            (same frame numbers). Renderers that accept it (embedded) recover the
-            source shading against the original albedo, so albedo edits act fully.
+            (same frame numbers); ``None``: the folder's manifest ``edited_from`` when
+            recorded (:mod:`.restyle_plate`). Renderers that accept it (embedded) make
+            the edits act through their difference on the footage (issue 39); without
+            it an edited folder gets a warning that its edits cannot act locally.
         overwrite: replace the output of an earlier run with other settings in
             ``out_dir`` (refused otherwise).
         match_look: a reference clip, image folder or image: the output's colour
@@ -520,13 +528,18 @@ def restyle(
     with events.reporting(progress if progress is not None else stream):
         out_dir = Path(out_dir)
         inputs = RestyleInputs.scan(gbuffer_dir, out_dir, frames, reference_dir)
+        rig = _load_lights(lights, inputs) if lights is not None else None
+        look = RestyleLook.create(prompt, renderer, renderer_options, lights=rig)
+        if reference_dir is None:  # the folder it was edited from, when recorded (issue 39)
+            reference_dir = recorded_reference(inputs.gbuffer_dir, contract.read_manifest(inputs.gbuffer_dir),
+                                               None, look.renderer)
+            if reference_dir is not None:
+                inputs = RestyleInputs.scan(gbuffer_dir, out_dir, frames, reference_dir)
         if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
             raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0")
         if match_look is not None and (warmup is not None or manifest_part):
             raise ValueError("--match-look is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "each chunk would estimate its own transform")
-        rig = _load_lights(lights, inputs) if lights is not None else None
-        look = RestyleLook.create(prompt, renderer, renderer_options, lights=rig)
         job = RestyleJob(inputs, look, out_dir, previews=previews, mp4=mp4, flicker=flicker,
                          match_look=match_look, warmup=warmup, manifest_part=manifest_part)
         return job.run(overwrite=overwrite, cancel=cancel)

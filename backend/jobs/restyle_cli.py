@@ -32,7 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "--renderer controlnet (per frame) or wan-vace (video windows) for "
                     "free-form prompts.")
     p.add_argument("gbuffer_dir", help="folder of gbuffer_NNNN.exr (possibly edited)")
-    p.add_argument("--prompt", default="", help="look to render (default: neutral relight)")
+    p.add_argument("--prompt", default="", help="look to render (default: none: the footage with the material edits only; "
+                   "'relight': the daylight relight that was the default before)")
     p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
     p.add_argument("--renderer", default=DEFAULT_RENDERER, help="renderer name (default: %(default)s)")
     p.add_argument("--frames", help="inclusive frame numbers A-B (also A- or A), as in the G-buffer file names "

@@ -183,12 +183,12 @@ class RestyleLook:
 
             shown = prompt if len(prompt) <= 60 else prompt[:57] + "..."
             events.warning(f"prompt {shown!r} names no look ({', '.join(LOOK_WORDS)}): the frames are "
-                           "relit as they are, with no look applied")
+                           "the footage with the material edits and lights only, no look applied")
         if lights is not None:
-            if not hasattr(rend, "lights"):
+            if not hasattr(rend, "light_rig"):
                 raise InputError(f"--lights {lights.source}: the {renderer!r} renderer cannot add lights; "
                                  f"use the embedded renderer", file=lights.source)
-            rend.lights = lights
+            rend.light_rig = lights
         return cls(prompt, renderer, rend, looks, info)
 
     def render(self, frame: contract.GBufferFrame, n: int, path: Path, time_s: float,

@@ -31,13 +31,17 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import InputError
 
-#: order in which looks are applied (light rig, then surfaces, then media; night last:
+#: order in which looks are applied (relight first: the renderer's own daylight rig,
+#: which an empty prompt no longer applies (issue 39: no look = the footage); then the
+#: light rig, then surfaces, then media; night last:
 #: it scales the light level of whatever the other looks built, so the darker light
 #: wins -- "heavy rain at night" is darker than both "heavy rain" and the source)
-LOOK_ORDER = ("golden_hour", "overcast", "rain", "snow", "underwater", "fog", "night")
+LOOK_ORDER = ("relight", "golden_hour", "overcast", "rain", "snow", "underwater", "fog", "night")
 
 #: surface forms -> canonical look name (multi-word forms are matched first)
 SYNONYMS: Dict[str, str] = {
+    "relight": "relight", "relit": "relight", "neutral": "relight", "daylight": "relight",
+    "reshade": "relight",
     "fog": "fog", "foggy": "fog", "mist": "fog", "misty": "fog", "haze": "fog",
     "hazy": "fog", "smog": "fog", "mistiness": "fog",
     "underwater": "underwater", "under water": "underwater", "ocean": "underwater",
@@ -152,7 +156,8 @@ def parse_prompt(prompt: str) -> Tuple[Look, ...]:
 
     Args:
         prompt: free text, e.g. ``"murky underwater at night"``. An empty prompt gives
-            ``()`` (plain daylight relight).
+            ``()`` (no look: the renderer returns the edited plate, issue 39;
+            ``"relight"`` is the daylight relight an empty prompt gave before).
 
     Returns:
         Tuple of :class:`Look` sorted by :data:`LOOK_ORDER`, one per look name.
@@ -220,7 +225,7 @@ PRESETS = ("light fog", "dense fog", "heavy rain", "heavy rain at night", "light
            "dense fog at night", "light fog at golden hour")
 
 #: the word that makes each look stronger (the sliders' phrases; see :func:`look_phrase`)
-STRONG_WORD = {"fog": "dense", "rain": "heavy", "snow": "heavy", "overcast": "heavy",
+STRONG_WORD = {"relight": "strong", "fog": "dense", "rain": "heavy", "snow": "heavy", "overcast": "heavy",
                "golden_hour": "strong", "night": "dark", "underwater": "murky"}
 
 
