@@ -251,6 +251,7 @@ def draw_restyle(layout, context) -> None:
     col.use_property_split = True
     col.use_property_decorate = False
     col.prop(s, "renderer")
+    col.prop(s, "use_scene_lights", icon="LIGHT")
     if not free_text_renderer(s.renderer):
         box = layout.box()
         row = box.row()

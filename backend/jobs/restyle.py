@@ -141,6 +141,9 @@ class RestyleJob:
             # only itself and a merely touched one nothing
             "reference": inp.reference_dir is not None,
         }
+        rig = getattr(look.renderer, "light_rig", None)
+        if rig is not None:  # issue 39: the lights file's content re-renders when it changes
+            settings["lights"] = rig.digest
         if self._ref_stats is not None:  # another reference (or its content) re-renders
             settings["match_look"] = self._ref_stats.to_dict()
             lm = self.out_dir / LOOK_MATCH_NAME
@@ -192,6 +195,7 @@ class RestyleJob:
                        "fps": str(self.fps)},
             "inputs": self.fingerprints.cache,  # input file identity -> SHA-256 (resume checks)
             "outputs": {},  # folder-level files written (preview.mp4) -> SHA-256
+            "lights": _lights_manifest(getattr(look.renderer, "light_rig", None)),
             "match_look": ({"reference": str(self.match_look.resolve()), "transform": LOOK_MATCH_NAME,
                             "method": "Monge-Kantorovich linear colour transfer in log2 space"}
                            if self.match_look is not None else None),
@@ -437,6 +441,14 @@ class RestyleJob:
         return result
 
 
+def _lights_manifest(rig) -> Optional[Dict[str, Any]]:
+    """The manifest's ``lights`` entry: file, sha256 of its content, space, names."""
+    if rig is None:
+        return None
+    return {"file": str(Path(rig.source).resolve()), "sha256": rig.digest, "space": rig.space,
+            "lights": [{"name": lt.name, "type": lt.type} for lt in rig.lights]}
+
+
 def restyle(
     gbuffer_dir: os.PathLike,
     out_dir: os.PathLike,
@@ -457,6 +469,7 @@ def restyle(
     progress_bar: Optional[bool] = None,
     warmup: Optional[int] = None,
     manifest_part: bool = False,
+    lights: Optional[os.PathLike] = None,
 ) -> JobResult:
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
 
@@ -494,6 +507,11 @@ def restyle(
             ``OUT/.gbuffer_parts/A-B.json`` instead of manifest.json, PNG previews but no
             ``preview.mp4`` nor flicker metric (``python -m backend farm merge OUT`` makes
             them); not with ``overwrite``.
+        lights: a lights file (``docs/lights.md``): the direct light of its point, spot,
+            area and sun lights is added to every frame before the looks (embedded
+            renderer); its content enters the settings hash. A bad file raises
+            :class:`backend.renderers.light_rig.LightsError` (one line naming the file and
+            the light) before anything is written.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -510,7 +528,8 @@ def restyle(
     with events.reporting(progress if progress is not None else stream):
         out_dir = Path(out_dir)
         inputs = RestyleInputs.scan(gbuffer_dir, out_dir, frames, reference_dir)
-        look = RestyleLook.create(prompt, renderer, renderer_options)
+        rig = _load_lights(lights, inputs) if lights is not None else None
+        look = RestyleLook.create(prompt, renderer, renderer_options, lights=rig)
         if reference_dir is None:  # the folder it was edited from, when recorded (issue 39)
             reference_dir = recorded_reference(inputs.gbuffer_dir, contract.read_manifest(inputs.gbuffer_dir),
                                                None, look.renderer)
@@ -524,3 +543,32 @@ def restyle(
         job = RestyleJob(inputs, look, out_dir, previews=previews, mp4=mp4, flicker=flicker,
                          match_look=match_look, warmup=warmup, manifest_part=manifest_part)
         return job.run(overwrite=overwrite, cancel=cancel)
+
+
+def _load_lights(path: os.PathLike, inputs: RestyleInputs):
+    """Parse ``--lights`` and, for a ``world`` rig, check it against the camera in the
+    header of every frame to render (a frame without a camera, a light behind the camera
+    pointing away from it), before anything is written.
+
+    Raises:
+        LightsError: one line naming the lights file, the light and the frame.
+    """
+    from ..renderers.light_rig import LightsError, frame_camera, load_lights
+
+    if not str(path).strip():
+        raise LightsError("--lights: empty path")
+    rig = load_lights(path)
+    if rig.space != "world":
+        return rig
+    for n, frame_file in sorted(inputs.files.items()):
+        try:
+            meta = contract.read_meta(frame_file)
+        except Exception:  # an unreadable frame is reported when it is read
+            continue
+        c2w = frame_camera(meta)
+        if c2w is None:
+            raise LightsError(f"lights file {rig.source}: space 'world' needs G-buffer frames that carry a camera "
+                              f"(scene export, or a decompose with --cameras / --camera auto); {frame_file} has none: "
+                              f"write the lights with space 'camera'", file=rig.source, frame=n)
+        rig.at(n, c2w)
+    return rig
