@@ -396,10 +396,9 @@ def _check_shapes(frame: GBufferFrame, reference: Optional[GBufferFrame]) -> Non
 
 def _straight_colour(comb: np.ndarray) -> np.ndarray:
     """Combined (premultiplied, EXR convention) -> straight RGB, 3 x H x W."""
-    if comb.shape[2] == 4 and float(comb[..., 3].min()) < 1.0:
-        a = comb[..., 3:4]
-        return sh.chw(np.where(a > 1e-4, comb[..., :3] / np.maximum(a, F32(1e-4)), F32(0.0)))
-    return sh.chw(comb[..., :3])
+    from .differential import straight
+
+    return straight(comb)
 
 
 @dataclass
