@@ -526,26 +526,33 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     s.use_estimator_resolution = False
     s.frame_start, s.frame_end = 3, 5
     ctl = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
-    argv = ctl.steps[0].argv
+    step = ctl.steps[0]
     out = tmp_path / "decompose_001"
-    assert argv[1:4] == ["-m", "backend", "decompose"]
-    assert argv[4:] == [str(footage("boat")), "--out", str(out), "--estimator", "embedded",
-                        "--processing-resolution", "256", "--frames", "3-5", "--stabilize"]
-    assert ctl.steps[0].log_path == out / "decompose.log"
+    # the worker runs the request file written next to the log, which carries every setting
+    assert step.argv[1:] == ["-m", "backend", "run", str(out / "decompose.request.json")]
+    req = step.request
+    assert (req.input, req.out, req.estimator, req.processing_resolution, req.frames, req.stabilize) == \
+        (str(footage("boat")), str(out), "embedded", 256, "3-5", True)
+    assert req.precision in ("fp16", "fp32") and not req.overwrite
+    assert step.log_path == out / "decompose.log"
     assert s.last_decompose_dir == str(out)
     ctl2 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
-    assert ctl2.steps[0].argv[6] == str(tmp_path / "decompose_002")  # never reuses a folder
+    assert ctl2.steps[0].request.out == str(tmp_path / "decompose_002")  # never reuses a folder
     s.last_decompose_dir = str(out)
     ctl3 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=True), bpy.context)
-    assert ctl3.steps[0].argv[6] == str(out)
+    assert ctl3.steps[0].request.out == str(out)
     # Resume continues in that folder even after a settings change: frames written there
     # with other settings are replaced (a fresh run gets a new, empty folder)
-    assert "--overwrite" in ctl3.steps[0].argv and "--overwrite" not in argv
-    # Estimator's Default (on in a new scene): no --processing-resolution, so the button
+    assert ctl3.steps[0].request.overwrite
+    # Estimator's Default (on in a new scene): no processing resolution, so the button
     # computes at the same size as the command line and the Python API
     s.use_estimator_resolution = True
-    argv4 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context).steps[0].argv
-    assert "--processing-resolution" not in argv4 and argv4[7:9] == ["--estimator", "embedded"]
+    req4 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context).steps[0].request
+    assert req4.processing_resolution is None and req4.estimator == "embedded"
+    # the file the worker reads is the same request (written when the step starts)
+    from gbuffer_editor.backend.jobs.request import read_request
+
+    assert read_request(req.write(tmp_path / "r.json")) == req
     env = ctl.steps[0].env
     assert env["PYTHONPATH"].split(":")[0] == str(util.REPO_ROOT)
     assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off
