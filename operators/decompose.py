@@ -6,7 +6,7 @@ from pathlib import Path
 
 import bpy
 
-from ..addon import compositor
+from ..addon import compositor, props
 from ..backend import contract
 from . import backend_args, camera_solve, footage
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep, idle_settings
@@ -131,7 +131,7 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         try:
             request = backend_args.decompose_request(
                 footage.backend_input(source), out_dir, estimator=estimator,
-                processing_resolution=None if s.use_estimator_resolution else s.max_size,
+                processing_resolution=props.processing_resolution(s),
                 frames=frames, stabilize=s.stabilize,
                 overwrite=self.resume,  # Resume continues in that folder even after a settings change
                 cameras={("cameras" if k == "--cameras" else "camera"): v for k, v in zip(cameras[::2], cameras[1::2])},

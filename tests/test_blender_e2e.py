@@ -63,7 +63,7 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     s = scene.gbuffer_editor
     scene.frame_end = 3
     s.output_dir = str(tmp_path) + os.sep
-    s.max_size, s.use_scene_range, s.stabilize = 64, True, False
+    s.processing_resolution, s.use_scene_range, s.stabilize = 64, True, False
     s.use_estimator_resolution = False
 
     # -- decompose -------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
                    "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve",
                    "gbuffer.show_result", "gbuffer.play_preview", "gbuffer.open_path", "gbuffer.look_preset",
                    "gbuffer.import_fused_mesh"}
-    assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
+    assert {"output_dir", "estimator", "processing_resolution", "use_scene_range", "frame_start", "frame_end",
             "stabilize", "use_camera_solve", "camera_auto", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume",
             "show_looks", "look_fog", "look_night", "look_rain", "look_snow", "look_underwater", "look_overcast",
             "look_golden_hour"} <= props
@@ -522,7 +522,7 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     assert bpy.ops.gbuffer.import_footage(filepath=str(footage("boat"))) == {"FINISHED"}
     s = sc.gbuffer_editor
     s.output_dir = str(tmp_path) + "/"
-    s.max_size, s.stabilize, s.use_scene_range = 256, True, False
+    s.processing_resolution, s.stabilize, s.use_scene_range = 256, True, False
     s.use_estimator_resolution = False
     s.frame_start, s.frame_end = 3, 5
     ctl = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
@@ -673,6 +673,25 @@ def test_sidebar_says_what_resolution_the_estimator_really_uses(addon):
     assert resolution_note("marigold", None) == "Computes at 768 px; G-buffers at full size"
     assert bpy.types.Scene.bl_rna.properties["gbuffer_editor"].fixed_type.properties[
         "use_estimator_resolution"].default is True
+
+
+def test_scene_saved_with_the_old_resolution_name_loads_into_the_new_one(addon, tmp_path):
+    """A scene saved when Processing Resolution was stored as ``max_size`` (an ID property of
+    that name in the .blend) opens with the value in ``processing_resolution``."""
+    from gbuffer_editor.addon import props
+
+    sc = bpy.context.scene
+    sc.gbuffer_editor.processing_resolution = 768
+    sc.gbuffer_editor.use_estimator_resolution = False
+    props.stored_settings(sc)["max_size"] = 320  # what the older add-on wrote
+    path = tmp_path / "old.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(path), copy=True)
+    bpy.ops.wm.open_mainfile(filepath=str(path))
+    s = bpy.context.scene.gbuffer_editor
+    assert s.processing_resolution == 320 and "max_size" not in props.stored_settings(bpy.context.scene).keys()
+    assert props.processing_resolution(s) == 320
+    s.use_estimator_resolution = True
+    assert props.processing_resolution(s) is None
 
 
 def test_sidebar_shows_which_passes_are_defaults(addon, scene, footage, tmp_path):

@@ -22,10 +22,6 @@ def resolution_arg(text: str) -> int:
     return v
 
 
-#: deprecated name of :func:`resolution_arg`
-max_size_arg = resolution_arg
-
-
 def add_farm_chunk_args(p: argparse.ArgumentParser) -> None:
     """``--warmup K`` and ``--manifest-part`` (farm chunks; decompose and restyle)."""
     g = p.add_argument_group("farm chunk", "How a farm runs one chunk of a shot (see docs/farm_ray.md)")

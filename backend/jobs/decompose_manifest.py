@@ -32,7 +32,6 @@ def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: 
         "output": {"width": info.width, "height": info.height,
                    "processing_size": [plan.proc_width, plan.proc_height],
                    "processing_resolution_requested": requested,
-                   "max_size_requested": requested,  # the old name
                    "processing_resolution": dec.resolution,
                    "intrinsics": list(plan.intrinsics), "intrinsics_assumed": plan.intrinsics_assumed,
                    "hfov_deg": dec.hfov_deg, "first_frame": first},
