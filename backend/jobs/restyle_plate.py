@@ -2,10 +2,10 @@
 
 * :func:`recorded_reference`: an edited G-buffer folder written by the add-on records the
   folder it was edited from (``manifest.json`` ``edited_from``); restyle uses it as the
-  reference when ``--reference`` is not given. When that folder is gone, edits cannot be
-  told from the estimate: a ``warning`` says so (also when the frames say they were edited,
-  header ``gbuffer/edited``, and nothing records their source) (the output is then the footage, plus lights and
-  looks: nothing can act locally).
+  reference when ``--reference`` is not given. When that folder is gone, or the frames
+  say they were edited (header ``gbuffer/edited``) and nothing records their source,
+  edits cannot be told from the estimate: a ``warning`` says so (the output is then the
+  footage plus lights and looks: nothing can act locally).
 * :func:`shot_lighting`: the plate's lighting (:class:`backend.renderers.differential.
   PlateLighting`), fitted once per shot on up to ``FIT_FRAMES`` frames spread over the
   whole folder (the unedited ones when there is a reference), so every frame and every
