@@ -12,6 +12,9 @@ Output folder layout (``--out DIR``; it may not be, contain or lie inside the in
                               :func:`backend.renderers.shading.preview_8bit`).
     DIR/preview.mp4           H.264 yuv420p preview of all frames in the folder (odd
                               sizes padded by edge replication to even).
+    DIR/plate_lighting.json   the shot's plate lighting (embedded renderer, issue 39): SH
+    DIR/plate_lighting.exr    coefficients, and an equirect radiance map for a Blender
+                              World (:mod:`backend.jobs.restyle_plate`).
     DIR/manifest.json         job, settings (+ hash), prompt, looks, renderer parameters,
                               per-frame entries, the preview paths and a flicker metric.
 
