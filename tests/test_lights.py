@@ -100,6 +100,8 @@ def test_a_block_casts_a_shadow_in_the_depth_buffer():
     free = light_contribution(f, rig, frame_number=1, shadows=False, bounce=False)[..., 0]
     shadow = (lit < 0.5 * free) & (f.depth == 4.0)
     assert shadow.sum() > 40
+    off = _rig({"name": "k", "type": "point", "power": 2000.0, "position": [-2.0, 2.0, -1.0], "shadow": False})
+    np.testing.assert_array_equal(light_contribution(f, off, frame_number=1, bounce=False)[..., 0], free)
     rows, cols = np.nonzero(shadow)
     assert rows.mean() > 24 and cols.mean() > 32  # down-right of the block's centre (24, 32)
     assert not shadow[:16].any() and not shadow[:, :24].any()  # nothing toward the light

@@ -262,7 +262,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
             if not lit.any():
                 continue
             rad = _bsdf(n, v, nv, l, f0, alpha, kd, ms) * e
-            if shadows and shared is None:
+            if shadows and st.shadow and shared is None:
                 front = lit & ((n * l).sum(0) > 0) if st.type != "area" else np.ones(rows.size, bool)
                 vis = np.zeros(rows.size, F32)
                 if front.any():
@@ -271,7 +271,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
                                                    steps=steps)
                 if st.type == "area":
                     shared = vis
-            if shadows:
+            if shadows and st.shadow:
                 rad = rad * (shared if shared is not None else vis)
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
