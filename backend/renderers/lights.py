@@ -46,6 +46,9 @@ SHADOW_BIAS = 0.01
 AREA_GRID = 3
 #: roughness is clamped to at least this (a perfect mirror has no finite highlight)
 MIN_ROUGHNESS = 0.03
+#: the mirror ray's ground fallback ramps in as the reflected direction goes below the
+#: horizon (-r.up from BELOW_LO to BELOW_HI)
+BELOW_LO, BELOW_HI = -0.1, 0.2
 #: the glossy bounce fades out from roughness 0 to this
 GLOSSY_MAX_ROUGHNESS = 1.0
 #: the bounce is computed on a grid whose long side is at most this (see _bounce_at_scale)
@@ -353,8 +356,13 @@ def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[flo
     _planar, _length, view = sh.camera_rays(h, w, k)
     nv = np.maximum((normal * view).sum(0), F32(1e-4))
     r_up = F32(2.0) * nv * ny - sh.dot3(view, up)   # reflected direction . up
-    below = sh.smoothstep(0.0, 0.3, -r_up)
-    env = colour * weight + (F32(1.0) - weight) * below * l_ground.astype(F32)[:, None, None]
+    lg = l_ground.astype(F32)[:, None, None]
+    # sharp lobes: the mirror ray (screen space), else the ground when it points below the
+    # horizon; wide lobes: the share of a wide lobe below the horizon sees the ground
+    sharp = F32(1.0) - sh.smoothstep(0.0, max_roughness, rough)
+    mirror = colour * weight + (F32(1.0) - weight) * sh.smoothstep(BELOW_LO, BELOW_HI, -r_up) * lg
+    wide = (F32(0.5) - F32(0.5) * np.clip(r_up, -1.0, 1.0)) * lg
+    env = mirror * sharp + wide * (F32(1.0) - sharp)
     f0 = F32(0.04) * (F32(1.0) - metal) + albedo * metal
-    fade = (F32(1.0) - sh.smoothstep(0.0, max_roughness, rough)) * mask
+    fade = mask.astype(F32)
     return out + sh.env_brdf_karis(f0, nv, np.maximum(rough, F32(MIN_ROUGHNESS))) * env * fade
