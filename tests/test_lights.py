@@ -130,6 +130,15 @@ def test_bad_lights_files_are_refused_with_one_line(tmp_path, doc, words):
     assert "\n" not in msg and str(path) in msg and all(w in msg for w in words), msg
 
 
+def test_pixels_without_depth_or_surface_get_nothing_and_the_result_stays_finite():
+    f = _plane()
+    f.depth[:4] = 0.0  # an edit gone wrong
+    f.confidence[-4:] = 0.0  # sky
+    rig = _rig({"name": "k", "type": "point", "power": 100.0, "position": [0.0, 0.0, -2.0]})
+    out = light_contribution(f, rig, frame_number=1)
+    assert np.isfinite(out).all() and not out[:4].any() and not out[-4:].any() and out[H // 2].min() > 0
+
+
 def test_a_point_light_behind_the_camera_is_kept_and_lights_the_plane():
     rig = _rig({"name": "k", "type": "point", "power": 500.0, "position": [0.0, 0.0, 1.0]})
     assert light_contribution(_plane(), rig, frame_number=1, shadows=False).mean() > 0

@@ -240,7 +240,8 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     states = rig.at(frame_number, frame_camera(frame.meta) if rig.space == "world" else None)
     out = np.zeros((3, h, w), F32)
     live = [st for st in states if st.power != 0 and float(st.color.max()) > 0]
-    surf = contract.surface_mask(frame)
+    # surface pixels with a usable depth (an edit gone wrong can leave depth <= 0)
+    surf = contract.surface_mask(frame) & (np.asarray(frame.depth) > 0) & np.isfinite(frame.depth)
     if not live or not surf.any():
         return sh.hwc(out)
     planar, _length, view = sh.camera_rays(h, w, k)
