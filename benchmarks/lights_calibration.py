@@ -8,6 +8,8 @@ Two sets of tiny Cycles renders (bpy, 16-32 px, no world, direct light only:
   area (100 W, 0.1 m square) and sun (3 W/m^2) light: Cycles against
   ``albedo / pi * E`` with ``E = P / (4 pi d^2)`` (point, spot), ``P / (pi d^2)`` (area
   on its axis), ``S`` (sun);
+* **coat albedo**: the Principled BSDF's dielectric layer's directional albedo (base
+  colour black, uniform white world), the table the diffuse layering uses;
 * **BSDF**: a 0.5 grey Principled BSDF plane (roughness 0.04, 0.3, 0.8) under a 3 W/m^2
   sun at 20 and 60 degrees elevation, seen from 10-85 degrees: Cycles against
   ``lights._bsdf`` (coat-layered Lambert + GGX).
@@ -150,8 +152,46 @@ def bsdf():
     return rows
 
 
+def coat_albedo():
+    """The dielectric layer's directional albedo E(mu, roughness) in Cycles: a Principled
+    plane with a black base colour under a uniform white world reflects exactly E
+    (``lights.COAT_E`` holds these values)."""
+    import bpy
+
+    mus = [0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0]
+    rough = [0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0]
+    table = []
+    for r in rough:
+        row = []
+        for mu in mus:
+            sc = _scene(8, 256)
+            sc.cycles.max_bounces = 1
+            bg = sc.world.node_tree.nodes["Background"]
+            bg.inputs["Strength"].default_value = 1.0
+            bg.inputs["Color"].default_value = (1, 1, 1, 1)
+            bpy.ops.mesh.primitive_plane_add(size=4000.0)
+            m = bpy.data.materials.new("m")
+            if bpy.app.version < (5, 0, 0):
+                m.use_nodes = True
+            p = m.node_tree.nodes["Principled BSDF"]
+            p.inputs["Base Color"].default_value = (0, 0, 0, 1)
+            p.inputs["Roughness"].default_value = r
+            bpy.context.active_object.data.materials.append(m)
+            cam = bpy.data.objects.new("c", bpy.data.cameras.new("c"))
+            cam.data.lens = 1000
+            a = math.asin(min(mu, 0.9999))
+            cam.location = (0, -10 * math.cos(a), 10 * math.sin(a))
+            cam.rotation_euler = (math.pi / 2 - a, 0, 0)
+            sc.collection.objects.link(cam)
+            sc.camera = cam
+            row.append(round(_render(sc, 8), 4))
+        table.append(row)
+        print(r, row, flush=True)
+    return {"mu": mus, "roughness": rough, "E": table}
+
+
 def main() -> int:
-    res = {"units": units(), "bsdf": bsdf()}
+    res = {"units": units(), "bsdf": bsdf(), "coat_albedo": coat_albedo()}
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "lights_calibration.json").write_text(json.dumps(res, indent=1))
@@ -163,6 +203,12 @@ def main() -> int:
               "|---|---|---|---|---|---|"]
     lines += [f"| {r['roughness']} | {r['view_elevation_deg']} | {r['sun_elevation_deg']} | {r['cycles']} | "
               f"{r['ours']} | {r['ratio']} |" for r in res["bsdf"]]
+    ca = res["coat_albedo"]
+    lines += ["", "Coat albedo E (Principled, black base colour, white world; rows roughness, columns view "
+              "cosine), the table `lights.COAT_E` ships:", "",
+              "| roughness \\ mu | " + " | ".join(str(m) for m in ca["mu"]) + " |",
+              "|---|" + "---|" * len(ca["mu"])]
+    lines += [f"| {r} | " + " | ".join(str(x) for x in row) + " |" for r, row in zip(ca["roughness"], ca["E"])]
     (out / "lights_calibration.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

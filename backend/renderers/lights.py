@@ -115,15 +115,45 @@ def _area_points(st: LightState, grid: int) -> List[np.ndarray]:
     return pts
 
 
+#: directional albedo of the Principled BSDF's dielectric specular layer (IOR 1.5), the
+#: share of light it reflects at a view cosine MU and ROUGHNESS; the diffuse underneath
+#: keeps 1 - E. Measured in Cycles (bpy 5.0.1: a Principled plane, base colour black,
+#: under a uniform white world; benchmarks/lights_calibration.py, "coat albedo").
+COAT_MU = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0)
+COAT_ROUGHNESS = (0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0)
+COAT_E = (
+    (0.7525, 0.5719, 0.339, 0.165, 0.0892, 0.0509, 0.042, 0.04),
+    (0.7131, 0.5619, 0.3376, 0.1652, 0.0894, 0.051, 0.042, 0.04),
+    (0.4454, 0.3947, 0.2842, 0.156, 0.0886, 0.0515, 0.0422, 0.0399),
+    (0.2685, 0.2369, 0.1834, 0.1206, 0.0785, 0.0501, 0.0415, 0.0389),
+    (0.1486, 0.1301, 0.1025, 0.0742, 0.056, 0.0418, 0.0364, 0.0341),
+    (0.0958, 0.0828, 0.0642, 0.0478, 0.0375, 0.0294, 0.026, 0.024),
+    (0.0705, 0.0592, 0.0444, 0.0318, 0.0244, 0.0184, 0.0157, 0.0138),
+)
+
+
+def coat_albedo(mu: np.ndarray, rough: np.ndarray) -> np.ndarray:
+    """:data:`COAT_E` interpolated bilinearly at view cosines ``mu`` and ``rough``
+    (same shape, float32; clamped to the table's range)."""
+    rows = np.stack([np.interp(mu, COAT_MU, r) for r in COAT_E]).astype(F32)  # R x N
+    grid = np.asarray(COAT_ROUGHNESS, F32)
+    r = np.clip(rough, 0.0, 1.0)
+    i = np.clip(np.searchsorted(grid, r, side="right") - 1, 0, len(grid) - 2)
+    t = ((r - grid[i]) / (grid[i + 1] - grid[i])).astype(F32)
+    cols = np.arange(r.size)
+    return rows[i, cols] * (F32(1.0) - t) + rows[i + 1, cols] * t
+
+
 def _bsdf_terms(nv, albedo, f0, rough, metal) -> Tuple[np.ndarray, np.ndarray]:
     """The light-independent parts of :func:`_bsdf`, once per frame (3 x N each):
     ``kd`` = Lambert ``albedo (1 - metallic) (1 - E_spec) / pi`` (the Principled BSDF's
-    diffuse under its dielectric coat, ``E_spec`` = the coat's directional albedo) and
+    diffuse under its dielectric coat, ``E_spec`` = the coat's directional albedo
+    measured in Cycles, :func:`coat_albedo`) and
     ``ms`` = the multiple-scattering compensation ``1 + F0 (1 / E_ss - 1)``
     (Fdez-Aguera 2019; ``E_ss = A + B`` of the split-sum fit)."""
     e_ss = sh.env_brdf_karis(np.ones((1, 1), F32), nv, rough)
     ms = F32(1.0) + f0 * (F32(1.0) / np.maximum(e_ss, F32(0.05)) - F32(1.0))
-    e_spec = sh.env_brdf_karis(np.full((1, 1), 0.04, F32), nv, rough)
+    e_spec = coat_albedo(nv, rough)
     kd = albedo * ((F32(1.0) - metal) * (F32(1.0) - e_spec) * F32(1.0 / math.pi))
     return kd, ms
 
