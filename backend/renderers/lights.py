@@ -19,9 +19,10 @@ mix(0.04, albedo, metallic)``, ``alpha = roughness^2``) with a multiple-scatteri
 energy compensation (Fdez-Aguera 2019), as Cycles' multiscatter GGX.
 
 Approximations (stated in ``docs/lights.md``): an area light is a grid of point
-emitters over its shape; point radius and sun angle do not soften shadows; shadows
-come from the depth buffer only (what the camera does not see casts no shadow, see
-:func:`shadow_visibility`); no indirect light from the added light.
+emitters over its shape sharing one soft shadow (2 x 2 shadow rays); point radius and
+sun angle do not soften shadows; shadows come from the depth buffer only (what the
+camera does not see casts no shadow, see :func:`shadow_visibility`); the added light's
+indirect light is one screen-space bounce (:func:`glossy_bounce`).
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ SHADOW_THICKNESS = 0.08
 SHADOW_BIAS = 0.01
 #: area lights: emitter grid per side (n x n point emitters over the shape)
 AREA_GRID = 3
+#: area lights: shadow rays per side (n x n points over the shape, averaged: soft shadows)
+AREA_SHADOW_GRID = 2
 #: roughness is clamped to at least this (a perfect mirror has no finite highlight)
 MIN_ROUGHNESS = 0.03
 #: the mirror ray's ground fallback ramps in as the reflected direction goes below the
@@ -290,28 +293,43 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     kd, ms = _bsdf_terms(nv, albedo, f0, rough, metal)
     acc = np.zeros((3, rows.size), F32)
     for st in live:
-        shared = None  # an area light's emitters share one shadow, traced to its centre
+        shared = None  # an area light's emitters share one soft shadow (AREA_SHADOW_GRID^2 rays)
         for l, e, target in _emitters(st, p, max(1, int(AREA_GRID if area_grid is None else area_grid))):
             lit = np.abs(e) > F32(EPS)  # negative power: negative irradiance
             if not lit.any():
                 continue
             rad = _bsdf(n, v, nv, l, f0, alpha, kd, ms) * e
-            if shadows and st.shadow and shared is None:
-                front = lit & ((n * l).sum(0) > 0) if st.type != "area" else np.ones(rows.size, bool)
-                vis = np.zeros(rows.size, F32)
-                if front.any():
-                    vis[front] = shadow_visibility(depth, ~surf, p[:, front], (rows[front], cols[front]), k,
-                                                   st.position if st.type == "area" else target, -st.direction,
-                                                   steps=steps)
-                if st.type == "area":
-                    shared = vis
             if shadows and st.shadow:
-                rad = rad * (shared if shared is not None else vis)
+                if st.type == "area":
+                    if shared is None:
+                        shared = _area_shadow(st, depth, surf, p, (rows, cols), k, steps)
+                    vis = shared
+                else:
+                    front = lit & ((n * l).sum(0) > 0)
+                    vis = np.zeros(rows.size, F32)
+                    if front.any():
+                        vis[front] = shadow_visibility(depth, ~surf, p[:, front], (rows[front], cols[front]), k,
+                                                       target, -st.direction, steps=steps)
+                rad = rad * vis
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
     if bounce:
         out += _bounce_at_scale(frame, out, k, surf)
     return sh.hwc(out)
+
+
+def _area_shadow(st: LightState, depth: np.ndarray, surf: np.ndarray, p: np.ndarray,
+                 pix: Tuple[np.ndarray, np.ndarray], k, steps: Optional[int]) -> np.ndarray:
+    """An area light's visibility (N, in [0, 1]): the mean of hard shadows traced to
+    ``AREA_SHADOW_GRID^2`` points spread over its shape, a penumbra of that many steps."""
+    pts = _area_points(st, AREA_SHADOW_GRID)
+    vis = np.zeros(p.shape[1], F32)
+    for q in pts:
+        front = ((q.astype(F32)[:, None] - p) * -st.direction.astype(F32)[:, None]).sum(0) > 0  # lit side
+        if front.any():
+            vis[front] += shadow_visibility(depth, ~surf, p[:, front], (pix[0][front], pix[1][front]), k, q,
+                                            -st.direction, steps=steps)
+    return vis * F32(1.0 / len(pts))
 
 
 def _up(frame: contract.GBufferFrame) -> np.ndarray:
