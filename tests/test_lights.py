@@ -187,6 +187,11 @@ def test_restyle_lights_cli_adds_light_and_refuses_a_bad_file(tmp_path):
     assert 0.8 * expect < gain < 1.05 * expect, (gain, expect)
     man = json.loads((tmp_path / "lit" / "manifest.json").read_text())
     assert man["lights"]["lights"] == [{"name": "Key", "type": "point"}]
+    again = _cli("restyle", str(gb), "--out", str(tmp_path / "lit"), "--no-mp4", "--lights", str(rig))
+    assert again.returncode == 0 and '"skipped": 1' in again.stdout  # same lights: resumes
+    rig.write_text(rig.read_text().replace("400.0", "800.0"))  # the file's content is in the settings hash
+    other = _cli("restyle", str(gb), "--out", str(tmp_path / "lit"), "--no-mp4", "--lights", str(rig))
+    assert other.returncode != 0 and "other settings" in other.stderr, other.stderr
     rig.write_text(json.dumps({"lights": [{"name": "Key", "type": "point", "power": 1, "radius": -0.1}]}))
     p = _cli("restyle", str(gb), "--out", str(tmp_path / "bad"), "--no-mp4", "--lights", str(rig))
     assert p.returncode == 2 and "'Key'" in p.stderr and str(rig) in p.stderr
