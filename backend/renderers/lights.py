@@ -47,6 +47,10 @@ SHADOW_BIAS = 0.01
 AREA_GRID = 3
 #: area lights: shadow rays per side (n x n points over the shape, averaged: soft shadows)
 AREA_SHADOW_GRID = 2
+#: the shadow filter's window, as a fraction of the frame's short side (3 px at least)
+SHADOW_FILTER_FRACTION = 0.015
+#: ... and at least this many pixels (odd)
+SHADOW_FILTER_MIN = 3
 #: roughness is clamped to at least this (a perfect mirror has no finite highlight)
 MIN_ROUGHNESS = 0.03
 #: the mirror ray's ground fallback ramps in as the reflected direction goes below the
@@ -226,8 +230,13 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     flat = buf.ravel()
     du, dv, diz = u1 - u0, v1 - v0, iz1 - iz0
     prev_z = z0
+    # per-pixel jitter of the sample positions (interleaved gradient noise, Jimenez 2014):
+    # fixed steps alias into bands where a ray grazes an occluder's assumed thickness;
+    # jittered, the bands become fine noise that shadow_filter() averages out
+    jit = (F32(52.9829189) * np.modf(F32(0.06711056) * c0.astype(F32) + F32(0.00583715) * r0.astype(F32))[0])
+    jit = np.modf(jit)[0].astype(F32)
     for i in range(1, steps + 1):
-        s = F32(i / steps)
+        s = (F32(i - 1) + jit) * F32(1.0 / steps)
         u = u0 + du * s
         v = v0 + dv * s
         z = F32(1.0) / (iz0 + diz * s)
@@ -240,6 +249,27 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
         occluded |= inside & (behind > F32(bias) * z) & (behind < thick)
         prev_z = z
     return (~occluded).astype(F32)
+
+
+def shadow_filter(vis: np.ndarray, valid: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                  shape: Tuple[int, int]) -> np.ndarray:
+    """Average the jittered shadow samples of :func:`shadow_visibility` over a small
+    window (normalised box filter over the ``valid`` pixels; ``SHADOW_FILTER_FRACTION`` of
+    the frame's short side, at least 3 px, odd). Returns ``vis`` filtered (N, float32),
+    ``valid`` pixels only (the others keep their value)."""
+    import cv2
+
+    h, w = shape
+    ksz = max(SHADOW_FILTER_MIN, int(round(min(h, w) * SHADOW_FILTER_FRACTION)) | 1)
+    num = np.zeros((h, w), F32)
+    den = np.zeros((h, w), F32)
+    num[rows[valid], cols[valid]] = vis[valid]
+    den[rows[valid], cols[valid]] = 1.0
+    num = cv2.blur(num, (ksz, ksz), borderType=cv2.BORDER_CONSTANT)
+    den = cv2.blur(den, (ksz, ksz), borderType=cv2.BORDER_CONSTANT)
+    out = vis.copy()
+    out[valid] = num[rows[valid], cols[valid]] / np.maximum(den[rows[valid], cols[valid]], F32(1e-6))
+    return out
 
 
 def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_number: int,
@@ -310,6 +340,7 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
                     if front.any():
                         vis[front] = shadow_visibility(depth, ~surf, p[:, front], (rows[front], cols[front]), k,
                                                        target, -st.direction, steps=steps)
+                        vis = shadow_filter(vis, front, rows, cols, depth.shape)
                 rad = rad * vis
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
@@ -329,7 +360,7 @@ def _area_shadow(st: LightState, depth: np.ndarray, surf: np.ndarray, p: np.ndar
         if front.any():
             vis[front] += shadow_visibility(depth, ~surf, p[:, front], (pix[0][front], pix[1][front]), k, q,
                                             -st.direction, steps=steps)
-    return vis * F32(1.0 / len(pts))
+    return shadow_filter(vis * F32(1.0 / len(pts)), np.ones(p.shape[1], bool), pix[0], pix[1], depth.shape)
 
 
 def _up(frame: contract.GBufferFrame) -> np.ndarray:
