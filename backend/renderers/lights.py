@@ -47,6 +47,8 @@ SHADOW_BIAS = 0.01
 AREA_GRID = 3
 #: area lights: shadow rays per side (n x n points over the shape, averaged: soft shadows)
 AREA_SHADOW_GRID = 2
+#: ... each with this many march steps (four rays: half the steps of a single one each)
+AREA_SHADOW_STEPS = 24
 #: the shadow filter's window, as a fraction of the frame's short side (3 px at least)
 SHADOW_FILTER_FRACTION = 0.015
 #: ... and at least this many pixels (odd)
@@ -332,7 +334,8 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
             if shadows and st.shadow:
                 if st.type == "area":
                     if shared is None:
-                        shared = _area_shadow(st, depth, surf, p, (rows, cols), k, steps)
+                        shared = _area_shadow(st, depth, surf, p, (rows, cols), k,
+                                              AREA_SHADOW_STEPS if steps is None else steps)
                     vis = shared
                 else:
                     front = lit & ((n * l).sum(0) > 0)
