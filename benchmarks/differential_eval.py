@@ -120,6 +120,16 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1) + "\n")
+        lines = ["# Differential re-rendering: issue 39's bars", "",
+                 f"`python benchmarks/differential_eval.py {' '.join(str(f) for f in a.folders)}`"
+                 f"{' --prompt ' + repr(a.prompt) if a.prompt else ''}; every {a.every} frame(s).", "",
+                 "| folder | frames | no edit: min dB (bar 45) | box edit outside +16 px: min dB (bar 40) "
+                 "| albedo x0.5 box / footage (bar 0.4-0.65) |", "|---|---:|---:|---:|---|"]
+        for r in rows:
+            lines.append(f"| {Path(r['folder']).name} | {r['frames']} | {r['identity_db_min']:.1f} | "
+                         f"{r['outside_db_min']:.1f} | {r['albedo_box_ratio_min']:.3f}-{r['albedo_box_ratio_max']:.3f} |")
+        lines += ["", "inf: bit-exact (the no-edit output is the footage; pixels outside an edit are untouched)."]
+        a.json.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return 0
 
 

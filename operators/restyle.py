@@ -262,8 +262,10 @@ def restyle_job(
                                                      result_dir.parent / "lights.json"))]
     if renderer:
         extra = ["--renderer", renderer] + extra
-    argv = backend_args.restyle_argv(source, result_dir, prompt=prompt, extra=extra, prefs=prefs)
-    steps.append(WorkerStep("Restyling", argv, log, env=backend_args.worker_environment(prefs)))
+    request = backend_args.request_from_cli("restyle", [source, "--prompt", prompt, "--out", result_dir, *extra],
+                                            prefs)
+    python, _ = backend_args.worker_python(prefs)
+    steps.append(WorkerStep("Restyling", [python], log, env=backend_args.worker_environment(prefs), request=request))
 
     def _load(ctl):
         s = ctl.scene.gbuffer_editor

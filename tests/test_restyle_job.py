@@ -299,6 +299,15 @@ def test_reference_folder(gb, tmp_path):
     warned = [e["message"] for e in events(s) if e["event"] == "warning"]
     assert any("cannot act locally" in w and "--reference" in w for w in warned), warned
     (edited / "manifest.json").unlink()
+    # no manifest, but the frames say they were edited (the add-on's bake stamps gbuffer/edited)
+    for n, p in contract.list_frames(edited).items():
+        f = contract.read_frame(p)
+        f.meta = dict(f.meta, edited=True)
+        contract.write_frame(p, f)
+    s = io.StringIO()
+    restyle(edited, tmp_path / "stamped_out", "", stream=s, mp4=False)
+    warned = [e["message"] for e in events(s) if e["event"] == "warning"]
+    assert any("gbuffer/edited" in w and "cannot act locally" in w for w in warned), warned
     assert contract.read_manifest(tmp_path / "ref")["input"]["reference_dir"] == str(gb.resolve())
     with pytest.raises(JobError, match="refusing"):
         restyle(edited, gb / "out", "", stream=io.StringIO(), reference_dir=gb)

@@ -2,9 +2,10 @@
 
 * :func:`recorded_reference`: an edited G-buffer folder written by the add-on records the
   folder it was edited from (``manifest.json`` ``edited_from``); restyle uses it as the
-  reference when ``--reference`` is not given. When that folder is gone, edits cannot be
-  told from the estimate: a ``warning`` says so (the output is then the footage, plus lights and
-  looks: nothing can act locally).
+  reference when ``--reference`` is not given. When that folder is gone, or the frames
+  say they were edited (header ``gbuffer/edited``) and nothing records their source,
+  edits cannot be told from the estimate: a ``warning`` says so (the output is then the
+  footage plus lights and looks: nothing can act locally).
 * :func:`shot_lighting`: the plate's lighting (:class:`backend.renderers.differential.
   PlateLighting`), fitted once per shot on up to ``FIT_FRAMES`` frames spread over the
   whole folder (the unedited ones when there is a reference), so every frame and every
@@ -30,7 +31,7 @@ EXR_NAME = "plate_lighting.exr"
 
 
 def recorded_reference(gbuffer_dir: Path, gb_manifest: Mapping[str, Any], reference_dir: Optional[os.PathLike],
-                       renderer) -> Optional[Path]:
+                       renderer, first_frame: Optional[Path] = None) -> Optional[Path]:
     """The reference folder to use: ``reference_dir`` when given, else the manifest's
     ``edited_from`` when that folder exists (the restyle manifest's ``input.reference_dir`` says so); ``None`` with a
     ``warning`` when the folder is not a plain decompose output and nothing says where its
@@ -41,10 +42,13 @@ def recorded_reference(gbuffer_dir: Path, gb_manifest: Mapping[str, Any], refere
     if isinstance(src, str) and src and Path(src).is_dir() and Path(src).resolve() != gbuffer_dir.resolve():
         return Path(src)
     if not src:
-        # a decompose / export-scene folder as written, or one with no manifest: nothing
-        # says it was edited (other tools' edits cannot be detected; docs/restyle.md)
-        return None
-    why = f"its recorded source {src} (manifest edited_from) is not a folder any more"
+        if not _frames_say_edited(first_frame):
+            # a decompose / export-scene folder as written, or one with no manifest: nothing
+            # says it was edited (other tools' edits cannot be detected; docs/restyle.md)
+            return None
+        why = "its frames say they were edited (gbuffer/edited) but it records no source (manifest edited_from)"
+    else:
+        why = f"its recorded source {src} (manifest edited_from) is not a folder any more"
     events.warning(f"G-buffer folder {gbuffer_dir} has no --reference and {why}: material edits in it cannot "
                    "be told from the estimated passes, so they cannot act locally and are not applied (the output "
                    "is the footage plus lights and looks); pass --reference the unedited G-buffer folder",
@@ -90,4 +94,14 @@ def _ours(path: Path) -> bool:
     try:
         return json.loads(path.read_text()).get("format") == "gbuffer-plate-lighting-1"
     except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _frames_say_edited(path: Optional[Path]) -> bool:
+    """The frame's header says the add-on's edit bake wrote it (``gbuffer/edited``)."""
+    if path is None:
+        return False
+    try:
+        return contract.read_meta(path).get("edited") is True
+    except Exception:  # noqa: BLE001 - unreadable: reading the frame reports it
         return False

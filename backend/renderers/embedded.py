@@ -59,7 +59,9 @@ from .prompt import Look
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 6
+RENDER_VERSION = 5
+#: version of the differential plate (issue 39; in the resume hash of runs with no look or a reference)
+PLATE_VERSION = 1
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
@@ -162,11 +164,13 @@ class EmbeddedRenderer(Renderer):
 
     def describe(self, prompt: str, looks: Optional[Sequence[Look]] = None) -> Dict[str, object]:
         """The parsed looks and the full parameter set (for metadata); see
-        :meth:`.base.Renderer.describe`."""
+        :meth:`.base.Renderer.describe`. No look and no overrides: ``params`` is
+        ``{"plate": PLATE_VERSION}`` (the edited plate only, issue 39: no shader number
+        is used, and the restyle job's resume hash tells it from the old relight)."""
         looks = read_prompt(prompt, self) if looks is None else tuple(looks)
-        return {"prompt": prompt,
-                "looks": [lk.to_json() for lk in looks],
-                "params": self.params(prompt, looks).to_json()}
+        params = ({"plate": PLATE_VERSION} if not looks and not self.overrides
+                  else self.params(prompt, looks).to_json())
+        return {"prompt": prompt, "looks": [lk.to_json() for lk in looks], "params": params}
 
     def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
                time_s: float = 0.0, prev: Optional[np.ndarray] = None,
@@ -396,10 +400,9 @@ def _check_shapes(frame: GBufferFrame, reference: Optional[GBufferFrame]) -> Non
 
 def _straight_colour(comb: np.ndarray) -> np.ndarray:
     """Combined (premultiplied, EXR convention) -> straight RGB, 3 x H x W."""
-    if comb.shape[2] == 4 and float(comb[..., 3].min()) < 1.0:
-        a = comb[..., 3:4]
-        return sh.chw(np.where(a > 1e-4, comb[..., :3] / np.maximum(a, F32(1e-4)), F32(0.0)))
-    return sh.chw(comb[..., :3])
+    from .differential import straight
+
+    return straight(comb)
 
 
 @dataclass

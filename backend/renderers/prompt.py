@@ -114,11 +114,12 @@ class PromptError(InputError):
 
     @property
     def short(self) -> str:
-        """One line: the unknown words, the nearest known word for each, the looks."""
+        """One line: the unknown words, the nearest known word for each, the looks (not
+        ``relight``, to keep the line short: the full list names it)."""
         hints = [f"{s!r} for {w!r}" for w, s in self.suggestions.items() if s]
         hint = f" Did you mean {', '.join(hints)}?" if hints else ""
         return (f"the embedded renderer does not understand {', '.join(map(repr, self.unknown))} "
-                f"in prompt {self.prompt!r}.{hint} Looks: {', '.join(LOOK_WORDS)}; free text: "
+                f"in prompt {self.prompt!r}.{hint} Looks: {', '.join(w for w in LOOK_WORDS if w != 'relight')}; free text: "
                 f"--renderer controlnet.")
 
 
