@@ -229,8 +229,13 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     iz0, iz1 = F32(1.0) / z0, F32(1.0) / z1
     occluded = np.zeros(p.shape[1], bool)
     r0, c0 = pix
-    flat = buf.ravel()
+    # the buffer padded with one ring of "no surface": samples outside the frame read it
+    padded = np.full((h + 2, w + 2), np.inf, F32)
+    padded[1:-1, 1:-1] = buf
+    flat = padded.ravel()
     du, dv, diz = u1 - u0, v1 - v0, iz1 - iz0
+    # samples closer than 2 px to the start pixel are its own surface: skipped
+    s_min = F32(2.0) / np.maximum(np.sqrt(du * du + dv * dv), F32(1e-6))
     prev_z = z0
     # per-pixel jitter of the sample positions (interleaved gradient noise, Jimenez 2014):
     # fixed steps alias into bands where a ray grazes an occluder's assumed thickness;
@@ -239,16 +244,16 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     jit = np.modf(jit)[0].astype(F32)
     for i in range(1, steps + 1):
         s = (F32(i - 1) + jit) * F32(1.0 / steps)
-        u = u0 + du * s
-        v = v0 + dv * s
+        # pixel indices + 1 in the padded buffer, clipped onto its "no surface" ring
+        ui = np.clip(u0 + du * s + F32(1.0), 0.0, w + 1).astype(np.int32)
+        vi = np.clip(v0 + dv * s + F32(1.0), 0.0, h + 1).astype(np.int32)
         z = F32(1.0) / (iz0 + diz * s)
-        ui = u.astype(np.int32)  # u, v >= 0 inside the frame: truncation is floor there
-        vi = v.astype(np.int32)
-        inside = (u >= 0) & (ui < w) & (v >= 0) & (vi < h) & ((np.abs(ui - c0) + np.abs(vi - r0)) >= 2)
-        d = flat[np.where(inside, vi * w + ui, 0)]
+        vi *= w + 2
+        vi += ui
+        d = flat[vi]
         behind = z - d
         thick = np.maximum(F32(thickness) * d, np.abs(z - prev_z))
-        occluded |= inside & (behind > F32(bias) * z) & (behind < thick)
+        occluded |= (behind > F32(bias) * z) & (behind < thick) & (s >= s_min)
         prev_z = z
     return (~occluded).astype(F32)
 
