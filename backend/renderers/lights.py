@@ -41,6 +41,13 @@ SHADOW_STEPS = 48
 #: an occluder is assumed this thick, as a fraction of its depth (the depth buffer only
 #: knows front faces)
 SHADOW_THICKNESS = 0.08
+#: ... or, when larger, this many times the occluder's width at that pixel: twice the
+#: distance to the nearest depth edge, in metres (a sphere or a box seen face on is about
+#: as deep as it is wide; see occluder_thickness)
+SHADOW_WIDTH_FACTOR = 2.0
+#: a depth edge: the second difference of inverse depth above this fraction of it (zero
+#: on any plane, large across a silhouette)
+EDGE_CURVATURE = 0.02
 #: a sample must be behind the depth buffer by more than this fraction of its depth
 SHADOW_BIAS = 0.01
 #: area lights: emitter grid per side (n x n point emitters over the shape)
@@ -179,10 +186,40 @@ def _bsdf(n, v, nv, l, f0, alpha, kd, ms) -> np.ndarray:
     return kd * nl + spec * ms
 
 
+def occluder_thickness(depth: np.ndarray, sky: np.ndarray, fx: float,
+                       factor: Optional[float] = None) -> np.ndarray:
+    """How deep the surface at each pixel is assumed to be behind its front face (H x W
+    float32, the depth's units): ``factor`` x the distance to the nearest depth edge (a
+    silhouette or the sky), in pixels converted to metres at that depth (``depth / fx``).
+
+    The depth buffer only holds front faces; an object seen face on is taken to be about
+    as deep as it is wide, so a sun behind a box casts the box's shadow toward the camera
+    (a fixed thickness lets such rays pass behind the box). Edges: the second difference
+    of ``1 / depth`` (linear in screen space on any plane) above :data:`EDGE_CURVATURE`
+    of it, along rows or columns, and sky pixels.
+    """
+    import cv2
+
+    factor = SHADOW_WIDTH_FACTOR if factor is None else factor
+    d = np.where(sky, np.inf, depth).astype(F32)
+    inv = np.where(sky, F32(0.0), F32(1.0) / np.maximum(d, F32(1e-6)))
+    edge = sky.copy()
+    for ax in (0, 1):
+        c = np.abs(np.diff(inv, 2, axis=ax))
+        big = c > F32(EDGE_CURVATURE) * np.maximum(inv[1:-1] if ax == 0 else inv[:, 1:-1], F32(1e-9))
+        if ax == 0:
+            edge[1:-1] |= big
+        else:
+            edge[:, 1:-1] |= big
+    dist = cv2.distanceTransform((~edge).astype(np.uint8), cv2.DIST_L2, 3)
+    return (F32(factor) * dist * np.where(sky, F32(0.0), d) / F32(fx)).astype(F32)
+
+
 def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tuple[np.ndarray, np.ndarray],
                       k: Tuple[float, float, float, float], target: Optional[np.ndarray],
                       direction: np.ndarray, *, steps: Optional[int] = None,
-                      thickness: Optional[float] = None, bias: Optional[float] = None) -> np.ndarray:
+                      thickness: Optional[float] = None, bias: Optional[float] = None,
+                      width_factor: Optional[float] = None) -> np.ndarray:
     """Hard shadows traced in the depth buffer (a screen-space ray march toward the light).
 
     From each point ``p`` toward the light (to ``target``, or along ``direction`` for a
@@ -233,6 +270,11 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     padded = np.full((h + 2, w + 2), np.inf, F32)
     padded[1:-1, 1:-1] = buf
     flat = padded.ravel()
+    # each pixel's assumed depth: the larger of a fraction of its depth and its width
+    tpad = np.zeros((h + 2, w + 2), F32)
+    tpad[1:-1, 1:-1] = np.maximum(F32(thickness) * np.where(sky, F32(0.0), buf),
+                                  occluder_thickness(depth, sky, fx, width_factor))
+    tflat = tpad.ravel()
     du, dv, diz = u1 - u0, v1 - v0, iz1 - iz0
     # samples closer than 2 px to the start pixel are its own surface: skipped
     s_min = F32(2.0) / np.maximum(np.sqrt(du * du + dv * dv), F32(1e-6))
@@ -252,7 +294,7 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
         vi += ui
         d = flat[vi]
         behind = z - d
-        thick = np.maximum(F32(thickness) * d, np.abs(z - prev_z))
+        thick = np.maximum(tflat[vi], np.abs(z - prev_z))
         occluded |= (behind > F32(bias) * z) & (behind < thick) & (s >= s_min)
         prev_z = z
     return (~occluded).astype(F32)
@@ -433,10 +475,11 @@ def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[flo
     ny = sh.dot3(normal, up)
     floor = surf & (ny > F32(0.7))
     l_ground = direct[:, floor].mean(1) if floor.sum() > 16 else np.zeros(3, F32)
+    lg = l_ground.astype(F32)[:, None, None]
     rough = np.clip(np.asarray(frame.roughness, F32), 0.0, 1.0)
     metal = np.clip(np.asarray(frame.metallic, F32), 0.0, 1.0)
     albedo = sh.chw(np.clip(np.asarray(frame.albedo, F32), 0.0, 1.0))
-    out = albedo * ((F32(1.0) - metal) * (F32(0.5) - F32(0.5) * ny) * surf) * l_ground.astype(F32)[:, None, None]
+    out = albedo * ((F32(1.0) - metal) * (F32(0.5) - F32(0.5) * ny) * surf) * lg
     mask = surf & (rough < F32(max_roughness))
     if not mask.any():
         return out
@@ -444,7 +487,6 @@ def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[flo
     _planar, _length, view = sh.camera_rays(h, w, k)
     nv = np.maximum((normal * view).sum(0), F32(1e-4))
     r_up = F32(2.0) * nv * ny - sh.dot3(view, up)   # reflected direction . up
-    lg = l_ground.astype(F32)[:, None, None]
     # sharp lobes: the mirror ray (screen space), else the ground when it points below the
     # horizon; wide lobes: the share of a wide lobe below the horizon sees the ground
     sharp = F32(1.0) - sh.smoothstep(0.0, max_roughness, rough)
