@@ -71,16 +71,27 @@ def add_light(scene, seed: int):
     return ob
 
 
-def render_pair(seed: int, out: Path, size=SIZE, samples: int = SAMPLES) -> Dict:
+def render_pair(seed: int, out: Path, size=SIZE, samples: int = SAMPLES, noise_floor: bool = False) -> Dict:
     """Render ``seed`` into ``out`` unless already there; returns the paths
-    (``plate``, ``lit``: gbuffer_0001.exr files; ``lights``: the JSON) and the type."""
+    (``plate``, ``lit``: gbuffer_0001.exr files; ``lights``: the JSON) and the type.
+    ``noise_floor``: also ``lit_other_seed``, the lit scene rendered with another Cycles
+    seed (how far two Cycles renders of the same scene are: the comparison's noise floor)."""
     out = Path(out)
     paths = {"plate": out / "plate" / "gbuffer_0001.exr", "lit": out / "lit" / "gbuffer_0001.exr",
-             "lights": out / "lights.json", "type": TYPES[seed % len(TYPES)]}
-    if paths["plate"].is_file() and paths["lit"].is_file() and paths["lights"].is_file():
+             "lights": out / "lights.json", "type": TYPES[seed % len(TYPES)],
+             "lit_other_seed": out / "lit_seed2" / "gbuffer_0001.exr"}
+    if paths["plate"].is_file() and paths["lit"].is_file() and paths["lights"].is_file() and (
+            not noise_floor or paths["lit_other_seed"].is_file()):
         return paths
     import material_scenes as ms
     from gbuffer_editor.addon.scene.export import export_scene_gbuffers
+
+    if paths["plate"].is_file() and paths["lit"].is_file() and paths["lights"].is_file():
+        scene = ms.build_scene(seed, size)  # only the noise floor is missing
+        add_light(scene, seed)
+        scene.cycles.seed = 7919
+        export_scene_gbuffers(scene, out / "lit_seed2", [1], samples=samples, denoise=True)
+        return paths
     from gbuffer_editor.addon.scene.lights import scene_lights
 
     scene = ms.build_scene(seed, size)
@@ -93,6 +104,9 @@ def render_pair(seed: int, out: Path, size=SIZE, samples: int = SAMPLES) -> Dict
     export_scene_gbuffers(scene, out / "plate", [1], samples=samples, denoise=True)
     ob.hide_render = False
     export_scene_gbuffers(scene, out / "lit", [1], samples=samples, denoise=True)
+    if noise_floor:
+        scene.cycles.seed = 7919
+        export_scene_gbuffers(scene, out / "lit_seed2", [1], samples=samples, denoise=True)
     return paths
 
 
@@ -104,8 +118,9 @@ def psnr(x: np.ndarray, ref: np.ndarray) -> float:
 
 
 def score(paths: Dict, **kw) -> Dict[str, float]:
-    """``relit`` (plate + our light vs Cycles with the light) and ``plate`` (plate alone
-    vs Cycles with the light) PSNR in dB; ``kw`` go to ``light_contribution``."""
+    """``relit`` (plate + our light vs Cycles with the light), ``plate`` (plate alone
+    vs Cycles with the light) and, when rendered, ``cycles_other_seed`` (Cycles with
+    another seed vs Cycles: the noise floor) PSNR in dB; ``kw`` go to ``light_contribution``."""
     from backend import contract
     from backend.renderers.light_rig import load_lights
     from backend.renderers.lights import light_contribution
@@ -116,4 +131,7 @@ def score(paths: Dict, **kw) -> Dict[str, float]:
     add = light_contribution(plate, rig, frame_number=1, **kw)
     ours = plate.combined[..., :3] + add
     ref = lit.combined[..., :3]
-    return {"relit": psnr(ours, ref), "plate": psnr(plate.combined[..., :3], ref)}
+    res = {"relit": psnr(ours, ref), "plate": psnr(plate.combined[..., :3], ref)}
+    if Path(paths.get("lit_other_seed", "")).is_file():
+        res["cycles_other_seed"] = psnr(contract.read_frame(paths["lit_other_seed"]).combined[..., :3], ref)
+    return res

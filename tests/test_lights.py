@@ -100,6 +100,8 @@ def test_a_block_casts_a_shadow_in_the_depth_buffer():
     free = light_contribution(f, rig, frame_number=1, shadows=False, bounce=False)[..., 0]
     shadow = (lit < 0.5 * free) & (f.depth == 4.0)
     assert shadow.sum() > 40
+    off = _rig({"name": "k", "type": "point", "power": 2000.0, "position": [-2.0, 2.0, -1.0], "shadow": False})
+    np.testing.assert_array_equal(light_contribution(f, off, frame_number=1, bounce=False)[..., 0], free)
     rows, cols = np.nonzero(shadow)
     assert rows.mean() > 24 and cols.mean() > 32  # down-right of the block's centre (24, 32)
     assert not shadow[:16].any() and not shadow[:, :24].any()  # nothing toward the light
@@ -126,6 +128,15 @@ def test_bad_lights_files_are_refused_with_one_line(tmp_path, doc, words):
         load_lights(path)
     msg = str(e.value)
     assert "\n" not in msg and str(path) in msg and all(w in msg for w in words), msg
+
+
+def test_pixels_without_depth_or_surface_get_nothing_and_the_result_stays_finite():
+    f = _plane()
+    f.depth[:4] = 0.0  # an edit gone wrong
+    f.confidence[-4:] = 0.0  # sky
+    rig = _rig({"name": "k", "type": "point", "power": 100.0, "position": [0.0, 0.0, -2.0]})
+    out = light_contribution(f, rig, frame_number=1)
+    assert np.isfinite(out).all() and not out[:4].any() and not out[-4:].any() and out[H // 2].min() > 0
 
 
 def test_a_point_light_behind_the_camera_is_kept_and_lights_the_plane():
@@ -176,6 +187,11 @@ def test_restyle_lights_cli_adds_light_and_refuses_a_bad_file(tmp_path):
     assert 0.8 * expect < gain < 1.05 * expect, (gain, expect)
     man = json.loads((tmp_path / "lit" / "manifest.json").read_text())
     assert man["lights"]["lights"] == [{"name": "Key", "type": "point"}]
+    again = _cli("restyle", str(gb), "--out", str(tmp_path / "lit"), "--no-mp4", "--lights", str(rig))
+    assert again.returncode == 0 and '"skipped": 1' in again.stdout  # same lights: resumes
+    rig.write_text(rig.read_text().replace("400.0", "800.0"))  # the file's content is in the settings hash
+    other = _cli("restyle", str(gb), "--out", str(tmp_path / "lit"), "--no-mp4", "--lights", str(rig))
+    assert other.returncode != 0 and "other settings" in other.stderr, other.stderr
     rig.write_text(json.dumps({"lights": [{"name": "Key", "type": "point", "power": 1, "radius": -0.1}]}))
     p = _cli("restyle", str(gb), "--out", str(tmp_path / "bad"), "--no-mp4", "--lights", str(rig))
     assert p.returncode == 2 and "'Key'" in p.stderr and str(rig) in p.stderr

@@ -14,7 +14,8 @@ writes them relative to ``camera`` (default the scene camera) at each frame.
 
 Not carried over (a ``warnings`` list in the result names each case): blackbody
 temperature colour (the light's Color is used), ``normalize`` off, node-based light
-shaders, ``spread`` below 180 degrees and a light's ray-visibility settings.
+shaders, ``spread`` below 180 degrees, square or non-uniformly scaled spot cones, and a
+light's ray-visibility settings. ``use_shadow`` off is carried as ``"shadow": false``.
 """
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ def _warnings(ob) -> List[str]:
         out.append(f"light {ob.name!r}: 'Normalize' is off; the power is taken as normalised")
     if getattr(data, "use_nodes", False):
         out.append(f"light {ob.name!r}: its node shader is ignored (Color x Power is used)")
+    if data.type == "SPOT" and getattr(data, "use_square", False):
+        out.append(f"light {ob.name!r}: its square cone is taken as round")
+    sc = ob.matrix_world.to_scale()
+    if data.type == "SPOT" and abs(sc[0] - sc[1]) > 1e-4 * max(abs(sc[0]), abs(sc[1]), 1e-9):
+        out.append(f"light {ob.name!r}: its non-uniform scale (an elliptic cone) is taken as a round cone")
     if data.type == "AREA" and float(getattr(data, "spread", math.pi)) < math.pi - 1e-4:
         out.append(f"light {ob.name!r}: its spread is ignored (a full 180 degree emitter is used)")
     return out
@@ -120,6 +126,8 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
     lights, warnings = [], []
     for ob in obs:
         entry: Dict[str, Any] = {"name": ob.name, "type": KINDS[ob.data.type]}
+        if not getattr(ob.data, "use_shadow", True):
+            entry["shadow"] = False
         if ob.data.type == "AREA":
             # sizes already carry the object's scale, so a scaled square is a rectangle
             entry["shape"] = "ellipse" if ob.data.shape in ("DISK", "ELLIPSE") else "rectangle"

@@ -60,7 +60,7 @@ USES = {
     "area": ("color", "power", "position", "direction", "axis_u", "size", "size_y"),
     "sun": ("color", "power", "direction", "angle_deg"),
 }
-STATIC_KEYS = ("name", "type", "shape", "keyframes")
+STATIC_KEYS = ("name", "type", "shape", "shadow", "keyframes")
 
 
 class LightsError(InputError):
@@ -73,6 +73,7 @@ class LightState:
 
     Attributes:
         name, type: as in the file. ``shape``: area shape (``square`` for others).
+        shadow: cast shadows (the file's ``shadow``, default true).
         color: linear RGB (3,) float64, >= 0. ``power``: W (point/spot/area) or W/m^2 (sun).
         position: (3,) camera space (unused by a sun). ``direction``: (3,) unit, where
             the light points. ``axis_u``: (3,) unit, the area light's first side.
@@ -83,6 +84,7 @@ class LightState:
     name: str
     type: str
     shape: str
+    shadow: bool
     color: np.ndarray
     power: float
     position: np.ndarray
@@ -110,6 +112,7 @@ class Light:
     shape: str
     base: Mapping[str, Any]
     keys: Tuple[Tuple[int, Mapping[str, Any]], ...]
+    shadow: bool = True
 
     def values(self, frame: int) -> Dict[str, Any]:
         """The animatable values at scene / G-buffer frame ``frame``."""
@@ -184,7 +187,7 @@ def _state(source: str, lt: Light, v: Dict[str, Any], rot: np.ndarray, loc: np.n
                                                              else np.cross(d, [1.0, 0.0, 0.0]))
     u = _unit(u - d * float(u @ d))  # orthogonal to the direction
     spot = math.radians(v["spot_size_deg"])
-    st = LightState(lt.name, lt.type, lt.shape, np.asarray(v["color"], np.float64), float(v["power"]), pos, d, u,
+    st = LightState(lt.name, lt.type, lt.shape, lt.shadow, np.asarray(v["color"], np.float64), float(v["power"]), pos, d, u,
                     float(v["radius"]), spot, float(v["spot_blend"]), float(v["size"]),
                     float(v["size"] if v.get("size_y") is None or lt.shape in ("square", "disk") else v["size_y"]),
                     math.radians(v["angle_deg"]))
@@ -266,12 +269,16 @@ def _parse_light(source: str, i: int, d: Any) -> Light:
         if key in d:
             base[key] = _value(source, name, key, d[key])
     keys = _parse_keys(source, name, uses, d.get("keyframes", []))
+    shadow = d.get("shadow", True)
+    if not isinstance(shadow, bool):
+        raise LightsError(f"lights file {source}: light {name!r}: shadow must be true or false, got {shadow!r}",
+                          file=source)
     if base["power"] is None and not (keys and "power" in keys[0][1]):
         raise LightsError(f"lights file {source}: light {name!r}: power is missing (W; W/m^2 for a sun)",
                           file=source)
     if base["power"] is None:
         base["power"] = keys[0][1]["power"]
-    return Light(name, kind, shape, base, keys)
+    return Light(name, kind, shape, base, keys, shadow)
 
 
 def _parse_keys(source: str, name: str, uses: Sequence[str], raw: Any) -> Tuple[Tuple[int, Dict[str, Any]], ...]:

@@ -19,9 +19,10 @@ mix(0.04, albedo, metallic)``, ``alpha = roughness^2``) with a multiple-scatteri
 energy compensation (Fdez-Aguera 2019), as Cycles' multiscatter GGX.
 
 Approximations (stated in ``docs/lights.md``): an area light is a grid of point
-emitters over its shape; point radius and sun angle do not soften shadows; shadows
-come from the depth buffer only (what the camera does not see casts no shadow, see
-:func:`shadow_visibility`); no indirect light from the added light.
+emitters over its shape sharing one soft shadow (2 x 2 shadow rays); point radius and
+sun angle do not soften shadows; shadows come from the depth buffer only (what the
+camera does not see casts no shadow, see :func:`shadow_visibility`); the added light's
+indirect light is one screen-space bounce (:func:`glossy_bounce`).
 """
 from __future__ import annotations
 
@@ -40,12 +41,30 @@ SHADOW_STEPS = 48
 #: an occluder is assumed this thick, as a fraction of its depth (the depth buffer only
 #: knows front faces)
 SHADOW_THICKNESS = 0.08
+#: ... or, when larger, this many times the occluder's width at that pixel: twice the
+#: distance to the nearest depth edge, in metres (a sphere or a box seen face on is about
+#: as deep as it is wide; see occluder_thickness)
+SHADOW_WIDTH_FACTOR = 2.0
+#: a depth edge: the second difference of inverse depth above this fraction of it (zero
+#: on any plane, large across a silhouette)
+EDGE_CURVATURE = 0.02
 #: a sample must be behind the depth buffer by more than this fraction of its depth
 SHADOW_BIAS = 0.01
 #: area lights: emitter grid per side (n x n point emitters over the shape)
 AREA_GRID = 3
+#: area lights: shadow rays per side (n x n points over the shape, averaged: soft shadows)
+AREA_SHADOW_GRID = 2
+#: ... each with this many march steps (four rays: half the steps of a single one each)
+AREA_SHADOW_STEPS = 24
+#: the shadow filter's window, as a fraction of the frame's short side (3 px at least)
+SHADOW_FILTER_FRACTION = 0.015
+#: ... and at least this many pixels (odd)
+SHADOW_FILTER_MIN = 3
 #: roughness is clamped to at least this (a perfect mirror has no finite highlight)
 MIN_ROUGHNESS = 0.03
+#: the mirror ray's ground fallback ramps in as the reflected direction goes below the
+#: horizon (-r.up from BELOW_LO to BELOW_HI)
+BELOW_LO, BELOW_HI = -0.1, 0.2
 #: the glossy bounce fades out from roughness 0 to this
 GLOSSY_MAX_ROUGHNESS = 1.0
 #: the bounce is computed on a grid whose long side is at most this (see _bounce_at_scale)
@@ -112,15 +131,45 @@ def _area_points(st: LightState, grid: int) -> List[np.ndarray]:
     return pts
 
 
+#: directional albedo of the Principled BSDF's dielectric specular layer (IOR 1.5), the
+#: share of light it reflects at a view cosine MU and ROUGHNESS; the diffuse underneath
+#: keeps 1 - E. Measured in Cycles (bpy 5.0.1: a Principled plane, base colour black,
+#: under a uniform white world; benchmarks/lights_calibration.py, "coat albedo").
+COAT_MU = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0)
+COAT_ROUGHNESS = (0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0)
+COAT_E = (
+    (0.7525, 0.5719, 0.339, 0.165, 0.0892, 0.0509, 0.042, 0.04),
+    (0.7131, 0.5619, 0.3376, 0.1652, 0.0894, 0.051, 0.042, 0.04),
+    (0.4454, 0.3947, 0.2842, 0.156, 0.0886, 0.0515, 0.0422, 0.0399),
+    (0.2685, 0.2369, 0.1834, 0.1206, 0.0785, 0.0501, 0.0415, 0.0389),
+    (0.1486, 0.1301, 0.1025, 0.0742, 0.056, 0.0418, 0.0364, 0.0341),
+    (0.0958, 0.0828, 0.0642, 0.0478, 0.0375, 0.0294, 0.026, 0.024),
+    (0.0705, 0.0592, 0.0444, 0.0318, 0.0244, 0.0184, 0.0157, 0.0138),
+)
+
+
+def coat_albedo(mu: np.ndarray, rough: np.ndarray) -> np.ndarray:
+    """:data:`COAT_E` interpolated bilinearly at view cosines ``mu`` and ``rough``
+    (same shape, float32; clamped to the table's range)."""
+    rows = np.stack([np.interp(mu, COAT_MU, r) for r in COAT_E]).astype(F32)  # R x N
+    grid = np.asarray(COAT_ROUGHNESS, F32)
+    r = np.clip(rough, 0.0, 1.0)
+    i = np.clip(np.searchsorted(grid, r, side="right") - 1, 0, len(grid) - 2)
+    t = ((r - grid[i]) / (grid[i + 1] - grid[i])).astype(F32)
+    cols = np.arange(r.size)
+    return rows[i, cols] * (F32(1.0) - t) + rows[i + 1, cols] * t
+
+
 def _bsdf_terms(nv, albedo, f0, rough, metal) -> Tuple[np.ndarray, np.ndarray]:
     """The light-independent parts of :func:`_bsdf`, once per frame (3 x N each):
     ``kd`` = Lambert ``albedo (1 - metallic) (1 - E_spec) / pi`` (the Principled BSDF's
-    diffuse under its dielectric coat, ``E_spec`` = the coat's directional albedo) and
+    diffuse under its dielectric coat, ``E_spec`` = the coat's directional albedo
+    measured in Cycles, :func:`coat_albedo`) and
     ``ms`` = the multiple-scattering compensation ``1 + F0 (1 / E_ss - 1)``
     (Fdez-Aguera 2019; ``E_ss = A + B`` of the split-sum fit)."""
     e_ss = sh.env_brdf_karis(np.ones((1, 1), F32), nv, rough)
     ms = F32(1.0) + f0 * (F32(1.0) / np.maximum(e_ss, F32(0.05)) - F32(1.0))
-    e_spec = sh.env_brdf_karis(np.full((1, 1), 0.04, F32), nv, rough)
+    e_spec = coat_albedo(nv, rough)
     kd = albedo * ((F32(1.0) - metal) * (F32(1.0) - e_spec) * F32(1.0 / math.pi))
     return kd, ms
 
@@ -137,10 +186,40 @@ def _bsdf(n, v, nv, l, f0, alpha, kd, ms) -> np.ndarray:
     return kd * nl + spec * ms
 
 
+def occluder_thickness(depth: np.ndarray, sky: np.ndarray, fx: float,
+                       factor: Optional[float] = None) -> np.ndarray:
+    """How deep the surface at each pixel is assumed to be behind its front face (H x W
+    float32, the depth's units): ``factor`` x the distance to the nearest depth edge (a
+    silhouette or the sky), in pixels converted to metres at that depth (``depth / fx``).
+
+    The depth buffer only holds front faces; an object seen face on is taken to be about
+    as deep as it is wide, so a sun behind a box casts the box's shadow toward the camera
+    (a fixed thickness lets such rays pass behind the box). Edges: the second difference
+    of ``1 / depth`` (linear in screen space on any plane) above :data:`EDGE_CURVATURE`
+    of it, along rows or columns, and sky pixels.
+    """
+    import cv2
+
+    factor = SHADOW_WIDTH_FACTOR if factor is None else factor
+    d = np.where(sky, np.inf, depth).astype(F32)
+    inv = np.where(sky, F32(0.0), F32(1.0) / np.maximum(d, F32(1e-6)))
+    edge = sky.copy()
+    for ax in (0, 1):
+        c = np.abs(np.diff(inv, 2, axis=ax))
+        big = c > F32(EDGE_CURVATURE) * np.maximum(inv[1:-1] if ax == 0 else inv[:, 1:-1], F32(1e-9))
+        if ax == 0:
+            edge[1:-1] |= big
+        else:
+            edge[:, 1:-1] |= big
+    dist = cv2.distanceTransform((~edge).astype(np.uint8), cv2.DIST_L2, 3)
+    return (F32(factor) * dist * np.where(sky, F32(0.0), d) / F32(fx)).astype(F32)
+
+
 def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tuple[np.ndarray, np.ndarray],
                       k: Tuple[float, float, float, float], target: Optional[np.ndarray],
                       direction: np.ndarray, *, steps: Optional[int] = None,
-                      thickness: Optional[float] = None, bias: Optional[float] = None) -> np.ndarray:
+                      thickness: Optional[float] = None, bias: Optional[float] = None,
+                      width_factor: Optional[float] = None) -> np.ndarray:
     """Hard shadows traced in the depth buffer (a screen-space ray march toward the light).
 
     From each point ``p`` toward the light (to ``target``, or along ``direction`` for a
@@ -187,23 +266,59 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     iz0, iz1 = F32(1.0) / z0, F32(1.0) / z1
     occluded = np.zeros(p.shape[1], bool)
     r0, c0 = pix
-    flat = buf.ravel()
+    # the buffer padded with one ring of "no surface": samples outside the frame read it
+    padded = np.full((h + 2, w + 2), np.inf, F32)
+    padded[1:-1, 1:-1] = buf
+    flat = padded.ravel()
+    # each pixel's assumed depth: the larger of a fraction of its depth and its width
+    tpad = np.zeros((h + 2, w + 2), F32)
+    tpad[1:-1, 1:-1] = np.maximum(F32(thickness) * np.where(sky, F32(0.0), buf),
+                                  occluder_thickness(depth, sky, fx, width_factor))
+    tflat = tpad.ravel()
     du, dv, diz = u1 - u0, v1 - v0, iz1 - iz0
+    # samples closer than 2 px to the start pixel are its own surface: skipped
+    s_min = F32(2.0) / np.maximum(np.sqrt(du * du + dv * dv), F32(1e-6))
     prev_z = z0
+    # per-pixel jitter of the sample positions (interleaved gradient noise, Jimenez 2014):
+    # fixed steps alias into bands where a ray grazes an occluder's assumed thickness;
+    # jittered, the bands become fine noise that shadow_filter() averages out
+    jit = (F32(52.9829189) * np.modf(F32(0.06711056) * c0.astype(F32) + F32(0.00583715) * r0.astype(F32))[0])
+    jit = np.modf(jit)[0].astype(F32)
     for i in range(1, steps + 1):
-        s = F32(i / steps)
-        u = u0 + du * s
-        v = v0 + dv * s
+        s = (F32(i - 1) + jit) * F32(1.0 / steps)
+        # pixel indices + 1 in the padded buffer, clipped onto its "no surface" ring
+        ui = np.clip(u0 + du * s + F32(1.0), 0.0, w + 1).astype(np.int32)
+        vi = np.clip(v0 + dv * s + F32(1.0), 0.0, h + 1).astype(np.int32)
         z = F32(1.0) / (iz0 + diz * s)
-        ui = u.astype(np.int32)  # u, v >= 0 inside the frame: truncation is floor there
-        vi = v.astype(np.int32)
-        inside = (u >= 0) & (ui < w) & (v >= 0) & (vi < h) & ((np.abs(ui - c0) + np.abs(vi - r0)) >= 2)
-        d = flat[np.where(inside, vi * w + ui, 0)]
+        vi *= w + 2
+        vi += ui
+        d = flat[vi]
         behind = z - d
-        thick = np.maximum(F32(thickness) * d, np.abs(z - prev_z))
-        occluded |= inside & (behind > F32(bias) * z) & (behind < thick)
+        thick = np.maximum(tflat[vi], np.abs(z - prev_z))
+        occluded |= (behind > F32(bias) * z) & (behind < thick) & (s >= s_min)
         prev_z = z
     return (~occluded).astype(F32)
+
+
+def shadow_filter(vis: np.ndarray, valid: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                  shape: Tuple[int, int]) -> np.ndarray:
+    """Average the jittered shadow samples of :func:`shadow_visibility` over a small
+    window (normalised box filter over the ``valid`` pixels; ``SHADOW_FILTER_FRACTION`` of
+    the frame's short side, at least 3 px, odd). Returns ``vis`` filtered (N, float32),
+    ``valid`` pixels only (the others keep their value)."""
+    import cv2
+
+    h, w = shape
+    ksz = max(SHADOW_FILTER_MIN, int(round(min(h, w) * SHADOW_FILTER_FRACTION)) | 1)
+    num = np.zeros((h, w), F32)
+    den = np.zeros((h, w), F32)
+    num[rows[valid], cols[valid]] = vis[valid]
+    den[rows[valid], cols[valid]] = 1.0
+    num = cv2.blur(num, (ksz, ksz), borderType=cv2.BORDER_CONSTANT)
+    den = cv2.blur(den, (ksz, ksz), borderType=cv2.BORDER_CONSTANT)
+    out = vis.copy()
+    out[valid] = num[rows[valid], cols[valid]] / np.maximum(den[rows[valid], cols[valid]], F32(1e-6))
+    return out
 
 
 def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_number: int,
@@ -237,7 +352,8 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     states = rig.at(frame_number, frame_camera(frame.meta) if rig.space == "world" else None)
     out = np.zeros((3, h, w), F32)
     live = [st for st in states if st.power != 0 and float(st.color.max()) > 0]
-    surf = contract.surface_mask(frame)
+    # surface pixels with a usable depth (an edit gone wrong can leave depth <= 0)
+    surf = contract.surface_mask(frame) & (np.asarray(frame.depth) > 0) & np.isfinite(frame.depth)
     if not live or not surf.any():
         return sh.hwc(out)
     planar, _length, view = sh.camera_rays(h, w, k)
@@ -256,28 +372,45 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     kd, ms = _bsdf_terms(nv, albedo, f0, rough, metal)
     acc = np.zeros((3, rows.size), F32)
     for st in live:
-        shared = None  # an area light's emitters share one shadow, traced to its centre
+        shared = None  # an area light's emitters share one soft shadow (AREA_SHADOW_GRID^2 rays)
         for l, e, target in _emitters(st, p, max(1, int(AREA_GRID if area_grid is None else area_grid))):
             lit = np.abs(e) > F32(EPS)  # negative power: negative irradiance
             if not lit.any():
                 continue
             rad = _bsdf(n, v, nv, l, f0, alpha, kd, ms) * e
-            if shadows and shared is None:
-                front = lit & ((n * l).sum(0) > 0) if st.type != "area" else np.ones(rows.size, bool)
-                vis = np.zeros(rows.size, F32)
-                if front.any():
-                    vis[front] = shadow_visibility(depth, ~surf, p[:, front], (rows[front], cols[front]), k,
-                                                   st.position if st.type == "area" else target, -st.direction,
-                                                   steps=steps)
+            if shadows and st.shadow:
                 if st.type == "area":
-                    shared = vis
-            if shadows:
-                rad = rad * (shared if shared is not None else vis)
+                    if shared is None:
+                        shared = _area_shadow(st, depth, surf, p, (rows, cols), k,
+                                              AREA_SHADOW_STEPS if steps is None else steps)
+                    vis = shared
+                else:
+                    front = lit & ((n * l).sum(0) > 0)
+                    vis = np.zeros(rows.size, F32)
+                    if front.any():
+                        vis[front] = shadow_visibility(depth, ~surf, p[:, front], (rows[front], cols[front]), k,
+                                                       target, -st.direction, steps=steps)
+                        vis = shadow_filter(vis, front, rows, cols, depth.shape)
+                rad = rad * vis
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
     if bounce:
         out += _bounce_at_scale(frame, out, k, surf)
     return sh.hwc(out)
+
+
+def _area_shadow(st: LightState, depth: np.ndarray, surf: np.ndarray, p: np.ndarray,
+                 pix: Tuple[np.ndarray, np.ndarray], k, steps: Optional[int]) -> np.ndarray:
+    """An area light's visibility (N, in [0, 1]): the mean of hard shadows traced to
+    ``AREA_SHADOW_GRID^2`` points spread over its shape, a penumbra of that many steps."""
+    pts = _area_points(st, AREA_SHADOW_GRID)
+    vis = np.zeros(p.shape[1], F32)
+    for q in pts:
+        front = ((q.astype(F32)[:, None] - p) * -st.direction.astype(F32)[:, None]).sum(0) > 0  # lit side
+        if front.any():
+            vis[front] += shadow_visibility(depth, ~surf, p[:, front], (pix[0][front], pix[1][front]), k, q,
+                                            -st.direction, steps=steps)
+    return shadow_filter(vis * F32(1.0 / len(pts)), np.ones(p.shape[1], bool), pix[0], pix[1], depth.shape)
 
 
 def _up(frame: contract.GBufferFrame) -> np.ndarray:
@@ -342,10 +475,11 @@ def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[flo
     ny = sh.dot3(normal, up)
     floor = surf & (ny > F32(0.7))
     l_ground = direct[:, floor].mean(1) if floor.sum() > 16 else np.zeros(3, F32)
+    lg = l_ground.astype(F32)[:, None, None]
     rough = np.clip(np.asarray(frame.roughness, F32), 0.0, 1.0)
     metal = np.clip(np.asarray(frame.metallic, F32), 0.0, 1.0)
     albedo = sh.chw(np.clip(np.asarray(frame.albedo, F32), 0.0, 1.0))
-    out = albedo * ((F32(1.0) - metal) * (F32(0.5) - F32(0.5) * ny) * surf) * l_ground.astype(F32)[:, None, None]
+    out = albedo * ((F32(1.0) - metal) * (F32(0.5) - F32(0.5) * ny) * surf) * lg
     mask = surf & (rough < F32(max_roughness))
     if not mask.any():
         return out
@@ -353,8 +487,12 @@ def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[flo
     _planar, _length, view = sh.camera_rays(h, w, k)
     nv = np.maximum((normal * view).sum(0), F32(1e-4))
     r_up = F32(2.0) * nv * ny - sh.dot3(view, up)   # reflected direction . up
-    below = sh.smoothstep(0.0, 0.3, -r_up)
-    env = colour * weight + (F32(1.0) - weight) * below * l_ground.astype(F32)[:, None, None]
+    # sharp lobes: the mirror ray (screen space), else the ground when it points below the
+    # horizon; wide lobes: the share of a wide lobe below the horizon sees the ground
+    sharp = F32(1.0) - sh.smoothstep(0.0, max_roughness, rough)
+    mirror = colour * weight + (F32(1.0) - weight) * sh.smoothstep(BELOW_LO, BELOW_HI, -r_up) * lg
+    wide = (F32(0.5) - F32(0.5) * np.clip(r_up, -1.0, 1.0)) * lg
+    env = mirror * sharp + wide * (F32(1.0) - sharp)
     f0 = F32(0.04) * (F32(1.0) - metal) + albedo * metal
-    fade = (F32(1.0) - sh.smoothstep(0.0, max_roughness, rough)) * mask
+    fade = mask.astype(F32)
     return out + sh.env_brdf_karis(f0, nv, np.maximum(rough, F32(MIN_ROUGHNESS))) * env * fade
