@@ -762,6 +762,23 @@ def _fog(out: np.ndarray, p: LookParams, planar, ray_len, view, dist_fog, lf, ke
     return sh.koschmieder(out, t_fog, air), t_fog
 
 
+#: day for night keeps the subject readable: the tone curve is steepened (up to
+#: NIGHT_MAX_GAMMA) until the frame's 99th-percentile luminance sits at least this far
+#: above its log-average. An overcast look (rain) under a weak moon key is flat (p99 1.38x
+#: the log-average on dolphins.mp4), and the plain curve left its highlights at 85/255.
+NIGHT_MIN_CONTRAST = 2.0
+NIGHT_MAX_GAMMA = 2.3
+
+
+def _night_gamma(gamma: float, contrast: float) -> float:
+    """The night curve's exponent: ``gamma``, or steeper where the frame's p99 / log-average
+    luminance ``contrast`` raised to it stays under :data:`NIGHT_MIN_CONTRAST`."""
+    if contrast <= 1.0 + 1e-3:
+        return gamma
+    need = math.log(NIGHT_MIN_CONTRAST) / math.log(contrast)
+    return float(min(max(gamma, need), max(gamma, NIGHT_MAX_GAMMA)))
+
+
 def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
     """Saturation, tint, exposure, the night tone curve; -> H x W x 3, NaN -> 0,
     clipped to [0, 1e4]."""
@@ -774,7 +791,8 @@ def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
         # saturation kept): L -> L (L / (pivot Lavg))^(g - 1)
         lum = np.maximum(sh.luminance(out), F32(1e-5))
         log_avg = float(np.exp(np.mean(np.log(lum[::4, ::4]), dtype=np.float64)))
-        gain = np.power(lum * F32(1.0 / (p.night_pivot * log_avg)), F32(p.night_gamma - 1.0))
+        gamma = _night_gamma(p.night_gamma, float(np.percentile(lum[::4, ::4], 99)) / log_avg)
+        gain = np.power(lum * F32(1.0 / (p.night_pivot * log_avg)), F32(gamma - 1.0))
         out = out * np.minimum(gain, F32(3.0))
     rgb = sh.hwc(out)
     np.fmax(rgb, F32(0.0), out=rgb)  # fmax maps NaN to 0
