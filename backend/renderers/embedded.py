@@ -688,6 +688,17 @@ def _water_light_filter(p: LookParams) -> np.ndarray:
     return (1.0 - p.water) + p.water * np.exp(-0.7 * np.asarray(p.water_atten) * p.water_depth_m)
 
 
+#: caustics: the ratio of the depth's per-row step to the normals' footprint over which
+#: the pattern's z coordinate slides to the camera-plane height (see _caustic_gain)
+CAUSTIC_RAMP = (3.0, 6.0)
+
+
+def _step_length(px: np.ndarray, pz: np.ndarray, axis: int) -> np.ndarray:
+    """Metres the scene point (``px``, ``pz``) moves per pixel along ``axis`` (central
+    differences, one-sided at the frame's edges), H x W float32."""
+    return np.hypot(np.gradient(px, axis=axis), np.gradient(pz, axis=axis)).astype(F32)
+
+
 def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
                   time_s: float) -> np.ndarray:
     """Caustics on up-facing surfaces as a key-light factor (H x W, >= 0, mean ~1).
@@ -701,10 +712,22 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     the nearest surface at 0 m; the pattern's positions start at
     :data:`CAUSTIC_NEAR_M` so the bottom rows are not one stretched blob.
     """
+    import cv2
+
     dist_w = d.ray_unit * d.water_scale
     pos_d = d.unit * d.water_scale + F32(CAUSTIC_NEAR_M)
     up = sh.smoothstep(0.2, 0.9, ny)
     footprint = (dist_w + F32(CAUSTIC_NEAR_M)) * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+    px, pz = planar[0] * pos_d, planar[2] * pos_d
+    # where the depth recedes much faster per pixel than the normals say (the estimated
+    # depth of a dolphin's back ramps like the floor behind it), (x, z) squeezed the web
+    # into thin horizontal lines across the bodies: there the pattern's second coordinate
+    # slides to the camera-plane height y, whose per-pixel step is the normals' footprint
+    # (a smooth blend of coordinates warps the web, it does not cut it)
+    ramp = _step_length(px, pz, 0) / np.maximum(footprint, F32(1e-6))
+    slide = sh.smoothstep(CAUSTIC_RAMP[0], CAUSTIC_RAMP[1], ramp)
+    slide = cv2.GaussianBlur(slide, (0, 0), max(2.0, planar.shape[2] / 120.0))
+    py = planar[1] * pos_d
     lam_min = sh.CAUSTIC_WAVELENGTHS[0]
     fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
         F32(1.0) - footprint * F32(1.0 / (0.5 * lam_min)), 0.0, 1.0)
@@ -714,8 +737,12 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     gain = np.ones_like(weight)
     lit = weight > 0.01
     if lit.any():
-        c = sh.caustics(planar[0][lit] * pos_d[lit], planar[2][lit] * pos_d[lit], time_s,
-                        depth_m=p.water_depth_m)
+        c = sh.caustics(px[lit], pz[lit], time_s, depth_m=p.water_depth_m)
+        sl = slide[lit]
+        on = sl > 0.01
+        if on.any():
+            c2 = sh.caustics(px[lit][on], py[lit][on], time_s, depth_m=p.water_depth_m)
+            c[on] = c[on] + (c2 - c[on]) * sl[on]
         gain[lit] = F32(1.0) + weight[lit] * (c - F32(1.0))
     return gain
 
