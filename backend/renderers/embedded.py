@@ -61,7 +61,7 @@ from .surfaces import SNOW_ALBEDO, _depth_up, _surface_edits, snow_cover, snow_c
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 5
+RENDER_VERSION = 6
 #: version of the differential plate (issue 39; in the resume hash of runs with no look or a reference)
 PLATE_VERSION = 1
 ALBEDO_EPS = 0.02
@@ -280,8 +280,9 @@ class EmbeddedRenderer(Renderer):
 
         # --- surfaces, BRDF inputs -------------------------------------------------------------
         ny = normal[1]
-        ny_depth = _depth_up(depth, sh.intrinsics_for(h, w, intr, self.fov_y_deg)) if p.snow > 0 else None
-        albedo, rough, metal, cover = _surface_edits(p, albedo, rough, metal, ny, ny_depth)
+        guide = sh.luminance(sh.chw(frame.combined[..., :3])) if p.snow > 0 else None  # the footage
+        ny_depth = _depth_up(depth, sh.intrinsics_for(h, w, intr, self.fov_y_deg), guide) if p.snow > 0 else None
+        albedo, rough, metal, cover = _surface_edits(p, albedo, rough, metal, ny, ny_depth, guide)
         if cover is not None and detail is not None:
             # fresh snow buries the ground's texture: keep only 30 % of the footage's
             # detail under full cover (it also carried the footage's noise onto bright snow)
