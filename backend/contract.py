@@ -4,7 +4,8 @@ Every piece of G-Buffer Editor reads and writes exactly this (see
 ``docs/gbuffer-contract.md`` for the prose version; both carry
 :data:`CONTRACT_VERSION`).
 
-Layout of a frame file (single-part, scanline, ZIP compression)::
+Layout of a frame file (one part per pass, named ``GBuffer.<Pass>`` as Blender 5
+writes them; scanline, ZIP compression)::
 
     GBuffer.Combined.{R,G,B,A}   half   scene-linear Rec.709 source frame
     GBuffer.Depth.V              float  planar depth along the camera axis
@@ -15,7 +16,9 @@ Layout of a frame file (single-part, scanline, ZIP compression)::
     GBuffer.Confidence.V         half   0..1, 0 marks "no surface" (sky / background)
 
 The layer name ``GBuffer`` makes Blender treat the file as multilayer; each pass
-becomes its own socket of the Image node once that layer is selected.
+becomes its own socket of the Image node once that layer is selected. Each part states
+its colour space (``colorInteropID``, ``chromaticities``) and carries the camera
+(``worldToCamera``, ``worldToNDC``), rate and timecode when known.
 
 This module never imports ``bpy``.
 """
@@ -374,22 +377,45 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     if validate:
         frame.validate()
     path = Path(path)
-    header = {
-        "compression": OpenEXR.ZIP_COMPRESSION,
-        "type": OpenEXR.scanlineimage,
-    }
-    meta = dict(frame.meta)
-    meta.setdefault("contract_version", CONTRACT_VERSION)
-    for k, v in meta.items():
-        header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
-    channels = _channel_dict(frame)
+    parts = _parts(frame)
     if not atomic:
-        with OpenEXR.File(header, channels) as f:
+        with OpenEXR.File(parts) as f:
             f.write(str(path))
         return path
-    with atomic_path(path) as tmp, OpenEXR.File(header, channels) as f:
+    with atomic_path(path) as tmp, OpenEXR.File(parts) as f:
         f.write(tmp)
     return path
+
+
+#: passes holding colour (tagged with the working space); the others are data
+COLOUR_PASSES = ("Combined", "Albedo")
+
+
+def _parts(frame: GBufferFrame) -> list:
+    """One OpenEXR part per pass, named ``GBuffer.<Pass>`` as Blender 5 writes them, each
+    stating its colour space (``colorInteropID``: the working space on colour passes,
+    ``data`` on the others; ``chromaticities``) and the frame's camera, lens, rate and
+    timecode (:mod:`backend.exr_attrs`); the ``gbuffer/*`` attributes on the first part."""
+    import OpenEXR
+
+    from . import exr_attrs, exr_colour
+
+    meta = dict(frame.meta)
+    meta.setdefault("contract_version", CONTRACT_VERSION)
+    common = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    common.update(exr_attrs.standard_attributes(meta, frame.shape))
+    channels = _channel_dict(frame)
+    parts = []
+    for name in frame.arrays():
+        header = dict(common)
+        header.update(exr_colour.colour_attributes(data=name not in COLOUR_PASSES))
+        if not parts:
+            for k, v in meta.items():
+                header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
+        prefix = f"{LAYER}.{name}."
+        chans = {k: v for k, v in channels.items() if k.startswith(prefix)}
+        parts.append(OpenEXR.Part(header, chans, f"{LAYER}.{name}"))
+    return parts
 
 
 def _decode_meta(header: Dict[str, Any]) -> Dict[str, Any]:

@@ -59,7 +59,8 @@ class _Shot:
         return {"source": info.path, "source_real_path": os.path.realpath(info.path), "frame_index": sf.index,
                 "timestamp": sf.pts_s,
                 "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
-                "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation}
+                "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation,
+                "fps": f"{info.fps.numerator}/{info.fps.denominator}"}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
         """One frame, with any failure reported as a :class:`JobError` naming it."""

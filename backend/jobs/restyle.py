@@ -49,7 +49,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from . import flicker as flick
-from .. import contract, events
+from .. import contract, events, exr_attrs
 from ..look_match import ColourStats, LookMatch, reference_stats
 from ..renderers.base import DEFAULT_RENDERER
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
@@ -360,12 +360,24 @@ class RestyleJob:
             contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
         }
 
+    def _attributes(self, n: int, shape) -> Dict[str, Any]:
+        """The input G-buffer frame's camera, lens, rate and timecode as OpenEXR standard
+        attributes (:mod:`backend.exr_attrs`); ``{}`` when its header cannot be read."""
+        src = self.inputs.all_files.get(n)
+        try:
+            meta = contract.read_meta(src) if src is not None else {}
+        except (contract.ContractError, OSError):
+            meta = {}
+        meta.setdefault("fps", str(self.fps))
+        meta.setdefault("frame_number", n)
+        return exr_attrs.standard_attributes(meta, shape)
+
     def _write(self, n: int, tmp_path: Path, rgb: np.ndarray, alpha: Optional[np.ndarray],
                header: Dict[str, Any], combined: np.ndarray) -> Dict[str, Any]:
         """On the runner's writer thread, in frame order, while the next frame renders:
         the EXR, the previews, the flicker sample against the previous frame. Returns
         the preview's checksum for the frame's manifest entry."""
-        write_rgba_exr(tmp_path, rgb, alpha, header)
+        write_rgba_exr(tmp_path, rgb, alpha, header, self._attributes(n, rgb.shape[:2]))
         # previews from the values as stored (half float, premultiplied): a frame's
         # preview is the same whether rendered now or rebuilt from its EXR on a resume
         a = np.ones(rgb.shape[:2], np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
