@@ -1,0 +1,150 @@
+"""Colour stated and managed (issue 38): ACES plates in, the right colour out and stated;
+a studio ACES OpenColorIO config end to end; a contradicting --colorspace refused."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend import colour, contract, decompose, exr_colour
+from backend.colour import ColourError
+
+from cli_util import cli_env, run_cli
+
+STUDIO = Path(__file__).resolve().parent / "data" / "studio_aces"
+W, H = 64, 48
+
+
+def _reference() -> np.ndarray:
+    """``H x W x 3`` scene-linear Rec.709: a hue ramp with saturated patches, 0..2."""
+    x = np.linspace(0, 1, W, dtype=np.float32)[None, :]
+    y = np.linspace(0, 1, H, dtype=np.float32)[:, None]
+    hue = 2 * np.pi * x + 0 * y
+    rgb = np.stack([0.5 + 0.45 * np.cos(hue), 0.5 + 0.45 * np.cos(hue - 2.1), 0.5 + 0.45 * np.cos(hue + 2.1)], -1)
+    rgb = rgb * (0.05 + 1.95 * y)[..., None]
+    rgb[4:12, 4:12] = (0.8, 0.05, 0.02)
+    rgb[4:12, 20:28] = (0.02, 0.6, 0.05)
+    rgb[4:12, 36:44] = (0.03, 0.05, 0.9)
+    return rgb.astype(np.float32)
+
+
+def _plate(folder: Path, interop: str, *, chroma: bool, interop_attr: bool) -> np.ndarray:
+    """Two frames ``plate.1001.exr``/``.1002.exr`` of the reference in space ``interop``
+    (float32 RGB), stating it by chromaticities and/or colorInteropID. Returns the values
+    written."""
+    import OpenEXR
+
+    folder.mkdir(parents=True)
+    m = exr_colour.conversion_matrix(exr_colour.PRIMARIES["lin_rec709_scene"], exr_colour.PRIMARIES[interop])
+    vals = (_reference() @ m.T.astype(np.float32)).astype(np.float32)
+    hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    if chroma:
+        hdr["chromaticities"] = exr_colour.PRIMARIES[interop]
+    if interop_attr:
+        hdr["colorInteropID"] = interop
+    for n in (1001, 1002):
+        with OpenEXR.File(hdr, {c: np.ascontiguousarray(vals[..., i]) for i, c in enumerate("RGB")}) as f:
+            f.write(str(folder / f"plate.{n}.exr"))
+    return vals
+
+
+def _parts(path):
+    import OpenEXR
+
+    with OpenEXR.File(str(path), header_only=True) as f:
+        return {p.name(): dict(p.header) for p in f.parts}
+
+
+def _assert_stated_rec709(path):
+    parts = _parts(path)
+    for name, hdr in parts.items():
+        want = "lin_rec709_scene" if name.split(".")[-1] in contract.COLOUR_PASSES else "data"
+        assert hdr["colorInteropID"] == want, name
+        np.testing.assert_allclose(hdr["chromaticities"], exr_colour.PRIMARIES["lin_rec709_scene"], atol=1e-6)
+
+
+def _combined_rgb(folder, n):
+    return contract.read_frame(contract.frame_path(folder, n)).combined[..., :3]
+
+
+def test_primaries_table_agrees_with_openexr():
+    import OpenEXR
+
+    for iid, chroma in exr_colour.PRIMARIES.items():
+        np.testing.assert_allclose(OpenEXR.colorInteropIDToChromaticities(iid), chroma, atol=1e-6)
+        assert OpenEXR.chromaticitiesToColorInteropID(chroma) == iid
+
+
+@pytest.mark.parametrize("interop,chroma,attr", [("lin_ap0_scene", True, False), ("lin_ap1_scene", False, True)])
+def test_aces_plate_in_right_colour_out_and_stated(tmp_path, interop, chroma, attr):
+    plate = _plate(tmp_path / "plate", interop, chroma=chroma, interop_attr=attr)
+    ref = _reference()
+    assert np.abs(plate - ref).max() > 0.1  # read as Rec.709 it would be visibly wrong
+    events = []
+    decompose(tmp_path / "plate", tmp_path / "gb", estimator="embedded", progress=events.append)
+    got = _combined_rgb(tmp_path / "gb", 1001)
+    err = np.abs(got - ref) / np.maximum(ref, 0.02)
+    print(f"\n{interop} plate -> Combined: max relative error {err.max():.5f} (half float)")
+    assert err.max() < 2e-3
+    fr = contract.read_frame(contract.frame_path(tmp_path / "gb", 1001))
+    assert fr.meta["source_colorspace"] == {"lin_ap0_scene": "ACES2065-1", "lin_ap1_scene": "ACEScg"}[interop]
+    _assert_stated_rec709(contract.frame_path(tmp_path / "gb", 1001))
+    warns = [e["message"] for e in events if e["event"] == "warning"]
+    assert any("states ACES" in w and "converted" in w for w in warns), warns
+
+
+def test_contradicting_colorspace_is_refused(tmp_path):
+    _plate(tmp_path / "plate", "lin_ap0_scene", chroma=True, interop_attr=False)
+    with pytest.raises(ColourError, match="ACES2065-1.*--colorspace names 'Linear Rec.709"):
+        decompose(tmp_path / "plate", tmp_path / "gb", estimator="embedded", colorspace="Linear Rec.709 (sRGB)")
+    r = run_cli("decompose", tmp_path / "plate", "--out", tmp_path / "gb2", "--colorspace", "ACEScg")
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "states ACES2065-1" in r.stderr
+    # naming the space the file states is fine
+    decompose(tmp_path / "plate", tmp_path / "gb3", estimator="embedded", colorspace="ACES2065-1")
+    np.testing.assert_allclose(_combined_rgb(tmp_path / "gb3", 1001), _reference(), rtol=2e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("config", ["config.ocio", "config_no709.ocio"])
+def test_studio_aces_config_end_to_end(tmp_path, config):
+    """$OCIO = a studio ACES config without 'Linear Rec.709 (sRGB)' (and, in the second,
+    no Rec.709 space at all): an untagged ACEScg plate with --colorspace "ACES - ACEScg"
+    decomposes to the right colour, and restyle writes a stated Rec.709 EXR."""
+    _plate(tmp_path / "plate", "lin_ap1_scene", chroma=False, interop_attr=False)
+    env = cli_env(OCIO=str(STUDIO / config))
+    r = run_cli("decompose", tmp_path / "plate", "--out", tmp_path / "gb", "--colorspace", "ACES - ACEScg",
+                "--estimator", "embedded", env=env)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(_combined_rgb(tmp_path / "gb", 1001), _reference(), rtol=2e-3, atol=1e-3)
+    assert contract.read_meta(contract.frame_path(tmp_path / "gb", 1001))["source_colorspace"] == "ACES - ACEScg"
+    r = run_cli("restyle", tmp_path / "gb", "--prompt", "dense fog", "--out", tmp_path / "fog", env=env)
+    assert r.returncode == 0, r.stderr
+    out = sorted((tmp_path / "fog").rglob("restyle_*.exr"))
+    assert out
+    hdr = next(iter(_parts(out[0]).values()))
+    assert hdr["colorInteropID"] == "lin_rec709_scene"
+    np.testing.assert_allclose(hdr["chromaticities"], exr_colour.PRIMARIES["lin_rec709_scene"], atol=1e-6)
+
+
+def test_working_space_found_in_a_studio_config(monkeypatch):
+    def clear():
+        for f in (colour._ocio_config, colour._ocio_processor, colour.working_space_name):
+            f.cache_clear()
+
+    try:
+        monkeypatch.setenv("OCIO", str(STUDIO / "config.ocio"))
+        clear()
+        assert colour.working_space_name() == "Output - Linear Rec709 Studio"  # by its matrix
+        monkeypatch.setenv("OCIO", str(STUDIO / "config_no709.ocio"))
+        clear()
+        assert colour.working_space_name() is None
+        x = np.array([[[0.2, 0.5, 0.1]]], np.float32)
+        m = exr_colour.conversion_matrix(exr_colour.PRIMARIES["lin_ap1_scene"], exr_colour.PRIMARIES["lin_rec709_scene"])
+        np.testing.assert_allclose(colour.to_scene_linear(x, "ACES - ACEScg"), x @ m.T, atol=1e-6)
+        monkeypatch.delenv("OCIO")
+        clear()
+        assert colour.working_space_name() == "Linear Rec.709 (sRGB)"  # by interop ID in ocio://default
+    finally:
+        monkeypatch.undo()
+        clear()
