@@ -231,3 +231,51 @@ def from_stated(rgb: np.ndarray, colorspace: Optional[str], stated, path: str = 
     out = np.ascontiguousarray(np.asarray(rgb, np.float32) @ m.T)
     name = exr_colour.find_space(_ocio_config(), iid) if iid in exr_colour.PRIMARIES else None
     return out, name or exr_colour.label(iid, chroma)
+
+
+#: AVColorTransferCharacteristic values of HDR transfers (SMPTE ST 2084 PQ, ARIB STD-B67 HLG)
+VIDEO_HDR_TRC = {16: "PQ (SMPTE ST 2084)", 18: "HLG (ARIB STD-B67)"}
+#: AVColorTransferCharacteristic: linear light
+VIDEO_LINEAR_TRC = 8
+#: AVColorPrimaries values that are not Rec.709-like -> interop ID of their linear space
+VIDEO_PRIMARIES = {9: "lin_rec2020_scene", 12: "lin_p3d65_scene"}
+
+
+def video_transform(trc: int, primaries: int, colorspace: Optional[str], path: str = "") -> tuple:
+    """How a video stream's tagged transfer and primaries are decoded when no
+    ``--colorspace`` is named.
+
+    Args:
+        trc: the stream's ``color_trc`` (AVColorTransferCharacteristic; 2 = unspecified).
+        primaries: its ``color_primaries`` (AVColorPrimaries; 2 = unspecified).
+        colorspace: the user's ``--colorspace`` (then it alone decides: ``(None, False, name)``).
+        path: the file, for messages.
+
+    Returns:
+        ``(matrix, linear, name)``: a ``3 x 3`` float32 matrix from the stream's primaries
+        to Rec.709 applied after linearising (``None`` for Rec.709-like primaries),
+        whether the values are already linear (``trc`` 8), and the name recorded as
+        the source colour space.
+
+    Raises:
+        ColourError: an HDR transfer (PQ, HLG) without ``--colorspace``: its display-
+            referred light has no single scene-linear reading, so it is refused rather
+            than decoded as sRGB.
+    """
+    from . import exr_colour
+
+    if colorspace is not None:
+        return None, False, canonical_name(colorspace)
+    trc, primaries = int(trc or 2), int(primaries or 2)
+    if trc in VIDEO_HDR_TRC:
+        raise ColourError(f"{path}: the video is tagged with the HDR transfer {VIDEO_HDR_TRC[trc]}; it is not "
+                          "decoded as sRGB. Name its colour space with --colorspace (an OpenColorIO space "
+                          "of your config), or convert it to a scene-linear EXR sequence first")
+    iid = VIDEO_PRIMARIES.get(primaries)
+    linear = trc == VIDEO_LINEAR_TRC
+    base = LINEAR if linear else SRGB
+    if iid is None:
+        return None, linear, base
+    m = exr_colour.conversion_matrix(exr_colour.PRIMARIES[iid], exr_colour.PRIMARIES[WORKING_ID])
+    prim = {"lin_rec2020_scene": "Rec.2020", "lin_p3d65_scene": "P3-D65"}[iid]
+    return m.astype(np.float32), linear, f"{base} transfer, {prim} primaries"

@@ -148,3 +148,46 @@ def test_working_space_found_in_a_studio_config(monkeypatch):
     finally:
         monkeypatch.undo()
         clear()
+
+
+def _tagged_movie(path, trc, primaries):
+    """A 3-frame H.264 clip of one colour gradient, tagged with ``color_trc`` and
+    ``color_primaries`` (YUV matrix BT.709 in every case)."""
+    import av
+
+    from footage_util import gradient_rgb
+
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=24, options={"crf": "1"})
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv444p"
+        cc = s.codec_context
+        cc.color_trc, cc.color_primaries, cc.colorspace = trc, primaries, 1
+        for i in range(3):
+            for p in s.encode(av.VideoFrame.from_ndarray(gradient_rgb(48, 64, i), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def test_video_primaries_honoured_and_hdr_transfer_refused(tmp_path):
+    from backend.footage import FootageError, open_footage
+
+    def first(path, **kw):
+        with open_footage(path, **kw) as src:
+            return src.info, next(iter(src)).rgb
+
+    info709, rgb709 = first(_tagged_movie(tmp_path / "rec709.mp4", 1, 1))
+    info2020, rgb2020 = first(_tagged_movie(tmp_path / "rec2020.mp4", 14, 9))
+    assert info709.colorspace == "sRGB" and info2020.colorspace == "sRGB transfer, Rec.2020 primaries"
+    m = exr_colour.conversion_matrix(exr_colour.PRIMARIES["lin_rec2020_scene"], exr_colour.PRIMARIES["lin_rec709_scene"])
+    np.testing.assert_allclose(rgb2020, rgb709 @ m.T.astype(np.float32), atol=1e-5)
+    assert np.abs(rgb2020 - rgb709).max() > 0.05  # the primaries made a visible difference
+    hlg = _tagged_movie(tmp_path / "hlg.mp4", 18, 9)
+    with pytest.raises(FootageError, match="HLG"):
+        first(hlg)
+    r = run_cli("decompose", hlg, "--out", tmp_path / "gb")
+    assert r.returncode == 2 and "HDR transfer HLG" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # a named colour space decides instead of the tags
+    info, _ = first(hlg, colorspace="sRGB Encoded Rec.709 (sRGB)")
+    assert info.colorspace == "sRGB Encoded Rec.709 (sRGB)"

@@ -1,4 +1,6 @@
-"""Movies through PyAV (FFmpeg): YUV -> RGB with the stream's matrix and range, rotation,
+"""Movies through PyAV (FFmpeg): YUV -> RGB with the stream's matrix and range, its tagged
+transfer and primaries (:func:`backend.colour.video_transform`: Rec.2020 and P3-D65
+primaries converted, PQ/HLG refused without ``--colorspace``), rotation,
 sample aspect, variable frame rate, VP9 alpha through libvpx, and the checks on truncated
 or resized streams. Part of :mod:`backend.footage`.
 """
@@ -88,6 +90,11 @@ class _MovieFootage(Footage):
             except StopIteration:
                 raise FootageError(f"{path}: contains no decodable video frames", file=path) from None
             self._first = first
+            try:
+                self._matrix, self._linear, cs_name = colour.video_transform(
+                    first.color_trc or cc.color_trc, first.color_primaries or cc.color_primaries, colorspace, path)
+            except colour.ColourError as e:
+                raise FootageError(str(e), file=path) from None
             rotation = int(round(getattr(first, "rotation", 0) or 0)) % 360
             if rotation == 0 and "rotate" in stream.metadata:
                 try:
@@ -107,7 +114,7 @@ class _MovieFootage(Footage):
                 path=path, kind="movie", width=w, height=h, out_width=ow, out_height=oh,
                 fps=Fraction(fps), n_frames=(stream.frames or None), sar=Fraction(sar),
                 rotation=self._k * 90, pix_fmt=pix_fmt, bit_depth=self._bits, codec=cc.name,
-                colorspace=colour.canonical_name(colorspace), has_alpha=self._alpha,
+                colorspace=cs_name, has_alpha=self._alpha,
             )
         except BaseException:
             self.close()
@@ -158,7 +165,9 @@ class _MovieFootage(Footage):
         if self._k:
             arr = np.rot90(arr, k=self._k)
         arr = np.ascontiguousarray(arr)
-        rgb = colour.to_scene_linear(arr[..., :3], self._cs)
+        rgb = colour.to_scene_linear(arr[..., :3], self._cs, is_linear_file=self._linear)
+        if self._matrix is not None:  # tagged Rec.2020 / P3-D65 primaries -> Rec.709
+            rgb = np.ascontiguousarray(rgb @ self._matrix.T)
         alpha = np.ascontiguousarray(arr[..., 3]) if self._alpha else None
         return rgb, alpha
 
