@@ -48,7 +48,7 @@ _SWS_CS = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "ITU601", 7: "SMPTE240M", 9: "
 
 
 class _MovieFootage(Footage):
-    def __init__(self, path: str, colorspace, max_size):
+    def __init__(self, path: str, colorspace, max_size, start_frame: Optional[int] = None):
         import av
 
         self._path = path
@@ -116,6 +116,13 @@ class _MovieFootage(Footage):
                 rotation=self._k * 90, pix_fmt=pix_fmt, bit_depth=self._bits, codec=cc.name,
                 colorspace=cs_name, has_alpha=self._alpha,
             )
+            self._start = 1 if start_frame is None else int(start_frame)
+            if start_frame is not None:
+                n = self.info.n_frames
+                if not n:
+                    raise FootageError(f"{path}: --start-frame needs the movie's length, which its container "
+                                       "does not state; convert it to MP4/MOV first", file=path)
+                self.info.numbers = list(range(self._start, self._start + int(n)))
         except BaseException:
             self.close()
             raise
@@ -199,7 +206,7 @@ class _MovieFootage(Footage):
             rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")
-            yield SourceFrame(index, pts_s, rgb, alpha, self._path)
+            yield SourceFrame(index, pts_s, rgb, alpha, self._path, index + self._start)
             index += 1
         if info.n_frames is not None and index < info.n_frames:
             # a cut or damaged file: FFmpeg's threaded decoding just stops early

@@ -232,6 +232,8 @@ def decompose(
     warmup: Optional[int] = None,
     manifest_part: bool = False,
     depth_anchors: Optional[os.PathLike] = None,
+    start_frame: Optional[int] = None,
+    handles: int = 0,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -291,6 +293,13 @@ def decompose(
             so chunks and an unchunked run with the same file agree exactly
             (:mod:`backend.depth_anchors`). It must cover every frame written and match the
             source, estimator and processing size. Enters the settings hash (its digest).
+        start_frame: a movie's first frame number (``--start-frame``, e.g. 1001 for a
+            studio plate): frame numbers, file names and ``--frames`` count from it;
+            ``None``: 1. Refused for image sequences (their file names number them).
+            Enters the settings hash when given.
+        handles: ``--handles N``: the first and last N frames of the range written are
+            handles: the manifest's ``cut`` gives ``in``/``out`` inside them, each
+            frame's header ``handle`` says whether it is one. Default 0.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -307,7 +316,9 @@ def decompose(
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
-        src = open_footage(input_path, colorspace=colorspace)  # input errors before model loading
+        if int(handles) < 0:
+            raise ValueError(f"--handles {handles}: must be >= 0")
+        src = open_footage(input_path, colorspace=colorspace, start_frame=start_frame)  # errors before the model
         with src:
             info = src.info
             dec = Decomposer(estimator, estimator_options=estimator_options, device=device,
@@ -325,12 +336,18 @@ def decompose(
             if camera == "auto" and cameras is None and not (warmup is not None or manifest_part):
                 from ..multiview.autosolve import auto_cameras
 
-                cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace)
+                cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace,
+                                       start_frame=start_frame)
                 manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
             shot = _make_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
-                              lambda: open_footage(input_path, colorspace=colorspace), settings, manifest,
+                              lambda: open_footage(input_path, colorspace=colorspace, start_frame=start_frame),
+                              settings, manifest,
                               mesh=mesh, stabilize=stabilize)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
+            if start_frame is not None:
+                settings["start_frame"] = int(start_frame)
+            if handles:
+                shot.cut = manifest["cut"] = settings["cut"] = _cut(info, first, last, int(handles))
             chunk, part = None, None
             if warmup is not None or manifest_part:
                 chunk, part = _chunk_frames(info, first, last, frames)
@@ -351,6 +368,16 @@ def decompose(
             if not manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
                 _summaries(result, shot, dec, stabilize=stabilize, measured=cameras is not None, mesh=mesh)
             return result
+
+
+def _cut(info, first: int, last: Optional[int], handles: int) -> list:
+    """``[cut_in, cut_out]``: the range ``first..last`` of the clip less ``handles`` frames
+    on each side (``ValueError`` when nothing is left between the handles)."""
+    nums = [n for n in (info.frame_numbers() or []) if n >= first and (last is None or n <= last)]
+    if len(nums) <= 2 * handles:
+        raise ValueError(f"--handles {handles}: the range has {len(nums)} frames, nothing is left between "
+                         f"{handles} handle frames on each side")
+    return [nums[handles], nums[-1 - handles]]
 
 
 def _check_arguments(camera: str, warmup, mesh, cameras, manifest_part: bool) -> None:

@@ -74,6 +74,12 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                    help="history weight for --stabilize, in [0, 1) (default: %(default)s)")
     p.add_argument("--colorspace", default=None,
                    help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
+    p.add_argument("--start-frame", type=int, default=None, metavar="N",
+                   help="a movie's first frame number (e.g. 1001 for a studio plate): file names, --frames and "
+                        "the header timecode count from it (default 1; image sequences keep their file numbers)")
+    p.add_argument("--handles", type=int, default=0, metavar="N",
+                   help="the first and last N frames written are handles: the manifest's 'cut' gives the "
+                        "cut in/out inside them and each frame's header says whether it is a handle")
     p.add_argument("--overwrite", action="store_true",
                    help="when --out holds frames of an earlier decompose with other settings, "
                         "remove them (and its manifest) first; without it that is refused. "
@@ -134,6 +140,7 @@ def kwargs(args) -> dict:
                    "surface": args.mv_surface},
         warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
         depth_anchors=getattr(args, "depth_anchors", None),
+        start_frame=getattr(args, "start_frame", None), handles=getattr(args, "handles", 0),
     )
 
 

@@ -38,6 +38,8 @@ class _Shot:
     warm_from: Optional[int] = None
     #: with ``warm_from``: whether frame ``first`` will be computed (else the warmup is skipped)
     warm_needed: bool = True
+    #: ``--handles``: ``(cut_in, cut_out)`` frame numbers; frames outside are handles
+    cut: Optional[Tuple[int, int]] = None
 
     #: whether the shot's first source value above half's range was reported (once per shot)
     over_half: bool = False
@@ -60,7 +62,8 @@ class _Shot:
                 "timestamp": sf.pts_s,
                 "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation,
-                "fps": f"{info.fps.numerator}/{info.fps.denominator}"}
+                "fps": f"{info.fps.numerator}/{info.fps.denominator}",
+                **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {})}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
         """One frame, with any failure reported as a :class:`JobError` naming it."""
