@@ -112,11 +112,35 @@ def time_attributes(meta: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def window_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str, Any]:
+    """``dataWindow`` / ``displayWindow`` of an overscan frame (``meta['data_window']``
+    and ``meta['display_window']``, ``[x0, y0, x1, y1]`` inclusive); ``{}`` when the meta
+    has none or the data window does not match ``shape`` ``(H, W)`` (a resized frame)."""
+    data, disp = meta.get("data_window"), meta.get("display_window")
+    if not data or not disp:
+        return {}
+    x0, y0, x1, y1 = map(int, data)
+    if (y1 - y0 + 1, x1 - x0 + 1) != tuple(int(v) for v in shape[:2]):
+        return {}
+    d = list(map(int, disp))
+    return {"dataWindow": ((x0, y0), (x1, y1)), "displayWindow": ((d[0], d[1]), (d[2], d[3]))}
+
+
 def standard_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str, Any]:
     """Every standard attribute this module derives from a frame's meta (camera, lens,
-    rate, timecode)."""
-    out = camera_attributes(meta, shape)
+    rate, timecode, overscan windows). ``shape``: ``(H, W)`` of the pixels written."""
+    win = window_attributes(meta, shape)
+    disp_shape = shape
+    if win:  # the camera projects into the display window: intrinsics moved to its origin
+        (a, b), (c, d) = win["displayWindow"]
+        (x0, y0), _ = win["dataWindow"]
+        disp_shape = (d - b + 1, c - a + 1)
+        k = meta.get("intrinsics")
+        if k:
+            meta = dict(meta, intrinsics=[k[0], k[1], k[2] + x0 - a, k[3] + y0 - b])
+    out = camera_attributes(meta, disp_shape)
     out.update(time_attributes(meta))
+    out.update(win)
     return out
 
 

@@ -57,3 +57,37 @@ def test_start_frame_is_for_movies_and_handles_must_leave_a_cut(tmp_path):
         decompose(seq, tmp_path / "gb", estimator="embedded", start_frame=1001)
     with pytest.raises(ValueError, match="nothing is left between"):
         decompose(seq, tmp_path / "gb2", estimator="embedded", handles=2)
+
+
+def test_overscan_is_kept_through_decompose_and_restyle(tmp_path):
+    """A plate rendered with overscan (data window 80x60 around a 64x48 display window):
+    the G-buffers and the restyle keep both windows and every overscan pixel."""
+    import OpenEXR
+
+    plate = tmp_path / "plate"
+    plate.mkdir()
+    rng = np.random.default_rng(3)
+    vals = []
+    for n in (1, 2):
+        rgb = (0.2 + 0.6 * rng.random((60, 80, 3))).astype(np.float32)
+        vals.append(rgb)
+        hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+               "dataWindow": ((-8, -6), (71, 53)), "displayWindow": ((0, 0), (63, 47))}
+        with OpenEXR.File(hdr, {c: np.ascontiguousarray(rgb[..., i]) for i, c in enumerate("RGB")}) as f:
+            f.write(str(plate / f"plate.{n:04d}.exr"))
+    events = []
+    decompose(plate, tmp_path / "gb", estimator="embedded", progress=events.append)
+    assert not [e for e in events if e["event"] == "warning" and "window" in e["message"]]
+    for n in (1, 2):
+        p = contract.frame_path(tmp_path / "gb", n)
+        hdr = _header(p)
+        assert [list(map(int, c)) for c in hdr["dataWindow"]] == [[-8, -6], [71, 53]]
+        assert [list(map(int, c)) for c in hdr["displayWindow"]] == [[0, 0], [63, 47]]
+        fr = contract.read_frame(p, validate=True)
+        assert fr.shape == (60, 80)
+        np.testing.assert_allclose(fr.combined[..., :3], vals[n - 1], rtol=1e-3)
+    restyle(tmp_path / "gb", tmp_path / "fog", prompt="dense fog")
+    out = sorted((tmp_path / "fog").rglob("restyle_*.exr"))
+    hdr = _header(out[0])
+    assert [list(map(int, c)) for c in hdr["dataWindow"]] == [[-8, -6], [71, 53]]
+    assert [list(map(int, c)) for c in hdr["displayWindow"]] == [[0, 0], [63, 47]]

@@ -63,7 +63,8 @@ class _Shot:
                 "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation,
                 "fps": f"{info.fps.numerator}/{info.fps.denominator}",
-                **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {})}
+                **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {}),
+                **({"data_window": info.windows[0], "display_window": info.windows[1]} if info.windows else {})}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
         """One frame, with any failure reported as a :class:`JobError` naming it."""
