@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import InputError
+from .extra_passes import EXTRA_PASSES
 
 CONTRACT_VERSION = "1.0"
 LAYER = "GBuffer"
@@ -98,6 +99,8 @@ class GBufferFrame:
         confidence: optional ``H x W`` in ``[0, 1]``; ``0`` marks pixels with no
             surface (sky / background), whose depth is the far value and normal (0,0,1).
         meta: header attributes (see :func:`make_meta`).
+        extras: optional passes by name (:data:`backend.extra_passes.EXTRA_PASSES`:
+            ``Vector`` ``H x W x 4``, ``Position`` ``H x W x 3``), written after the others.
     """
 
     combined: np.ndarray
@@ -108,6 +111,7 @@ class GBufferFrame:
     roughness: np.ndarray
     confidence: Optional[np.ndarray] = None
     meta: Dict[str, Any] = field(default_factory=dict)
+    extras: Dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple:
@@ -126,6 +130,7 @@ class GBufferFrame:
         }
         if self.confidence is not None:
             out["Confidence"] = self.confidence
+        out.update((k, v) for k, v in self.extras.items() if k in EXTRA_PASSES)
         return out
 
     def validate(self) -> None:
@@ -136,7 +141,7 @@ class GBufferFrame:
         """
         h, w = self.shape
         for name, arr in self.arrays().items():
-            chans = len(PASSES[name][0])
+            chans = len(_spec(name)[0])
             want = (h, w) if chans == 1 else (h, w, chans)
             if arr.shape != want:
                 raise ContractError(f"pass {name}: shape {arr.shape}, expected {want}")
@@ -151,6 +156,11 @@ class GBufferFrame:
             arr = self.arrays().get(name)
             if arr is not None and (arr.min() < -1e-3 or arr.max() > 1.0 + 1e-3):
                 raise ContractError(f"pass {name}: values must lie in [0, 1]")
+
+
+def _spec(name: str) -> tuple:
+    """``(channel suffixes, dtype on disk, Blender socket)`` of a contract or extra pass."""
+    return PASSES.get(name) or EXTRA_PASSES[name]
 
 
 def all_finite(a: np.ndarray) -> bool:
@@ -306,7 +316,7 @@ def half_to_float32(arr: np.ndarray) -> np.ndarray:
 def _channel_dict(frame: GBufferFrame) -> Dict[str, np.ndarray]:
     chans = {}
     for name, arr in frame.arrays().items():
-        suffixes, dtype, _ = PASSES[name]
+        suffixes, dtype, _ = _spec(name)
         conv = to_half if dtype == np.float16 else (lambda a, dt=dtype: np.ascontiguousarray(a, dtype=dt))
         if len(suffixes) == 1:
             chans[f"{LAYER}.{name}.{suffixes[0]}"] = conv(arr)
@@ -322,11 +332,11 @@ def as_stored(frame: GBufferFrame) -> GBufferFrame:
     """A copy of ``frame`` whose arrays hold exactly what :func:`write_frame` stores
     (each pass rounded through its on-disk dtype, returned as float32), i.e. what
     :func:`read_frame` will give back."""
-    arrays = {name.lower(): (half_to_float32(to_half(arr)) if PASSES[name][1] == np.float16
-                             else np.asarray(arr, dtype=PASSES[name][1]).astype(np.float32))
+    arrays = {name: (half_to_float32(to_half(arr)) if _spec(name)[1] == np.float16
+                     else np.asarray(arr, dtype=_spec(name)[1]).astype(np.float32))
               for name, arr in frame.arrays().items()}
-    arrays.setdefault("confidence", None)
-    return GBufferFrame(meta=dict(frame.meta), **arrays)
+    std = {n.lower(): arrays.get(n) for n in PASSES}
+    return GBufferFrame(meta=dict(frame.meta), extras={n: arrays[n] for n in EXTRA_PASSES if n in arrays}, **std)
 
 
 _EXR_THREADS_SET = False
@@ -638,6 +648,7 @@ def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:
         roughness=arrays["roughness"],
         confidence=arrays["confidence"],
         meta=_decode_meta(header),
+        extras={n: a for n, spec in EXTRA_PASSES.items() if (a := _find_pass(chans, n, spec[0])) is not None},
     )
     if validate:
         try:

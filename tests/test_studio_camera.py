@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from backend import contract, decompose, exr_attrs
+from backend import contract, decompose, exr_attrs, extra_passes
 from backend.multiview.camera_files import save_cameras_json
 from backend.multiview.cameras import Camera
 
@@ -52,7 +52,7 @@ def test_every_frame_carries_the_camera_and_fallback_depth_stays_metric(tmp_path
     seq, cams, depths, cam_file = _shot_with_a_stop(tmp_path)
     events = []
     decompose(seq, tmp_path / "gb", estimator="embedded", cameras=cam_file, progress=events.append,
-              multiview={"processing_width": 160, "window": 2})
+              multiview={"processing_width": 160, "window": 2}, passes="position")
     fallback = {e["frame"] for e in events if e["event"] == "warning" and "parallax" in e["message"]}
     assert fallback == {5, 6}, events
     medians = {}
@@ -74,6 +74,11 @@ def test_every_frame_carries_the_camera_and_fallback_depth_stays_metric(tmp_path
         assert fr.meta["depth_kind"] == "metric", n
         surface = contract.surface_mask(fr)
         medians[n] = float(np.median(fr.depth[surface]))
+        # the Position pass is in the camera file's world (Blender axes)
+        assert fr.meta["position_space"] == "world"
+        p_true = extra_passes.position(depths[n - 1], cam.intrinsics, cam.c2w_opengl())
+        err = np.linalg.norm(fr.extras["Position"] - p_true, axis=-1) / depths[n - 1]
+        assert float(np.median(err[surface])) < 0.05, n
         if n in fallback:
             assert fr.meta["depth_source"] == "single-image" and fr.meta["scaled_from_frame"] == 4
             ratio = float(np.median((fr.depth / depths[n - 1])[surface]))

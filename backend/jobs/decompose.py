@@ -26,6 +26,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
 )
 from ..errors import JobError
+from ..extra_passes import parse_passes as parse_extra_passes
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
     _job_manifest, _job_settings, flicker_summary, provenance_summary, record_summary,
@@ -234,6 +235,7 @@ def decompose(
     depth_anchors: Optional[os.PathLike] = None,
     start_frame: Optional[int] = None,
     handles: int = 0,
+    passes: Optional[str] = None,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -300,6 +302,9 @@ def decompose(
         handles: ``--handles N``: the first and last N frames of the range written are
             handles: the manifest's ``cut`` gives ``in``/``out`` inside them, each
             frame's header ``handle`` says whether it is one. Default 0.
+        passes: optional passes, comma-separated (``--passes vector,position``):
+            motion vectors in Blender's ``Vector`` convention from DIS optical flow, the
+            ``Position`` pass (:mod:`backend.extra_passes`). Enters the settings hash.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -316,6 +321,7 @@ def decompose(
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
+        extra = parse_extra_passes(passes)
         if int(handles) < 0:
             raise ValueError(f"--handles {handles}: must be >= 0")
         src = open_footage(input_path, colorspace=colorspace, start_frame=start_frame)  # errors before the model
@@ -346,6 +352,8 @@ def decompose(
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
             if start_frame is not None:
                 settings["start_frame"] = int(start_frame)
+            if extra:
+                shot.passes = settings["passes"] = extra
             if handles:
                 shot.cut = manifest["cut"] = settings["cut"] = _cut(info, first, last, int(handles))
             chunk, part = None, None
