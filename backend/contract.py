@@ -388,11 +388,12 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
         frame.validate()
     path = Path(path)
     parts = _parts(frame)
+    args = parts if isinstance(parts, tuple) else (parts,)  # (header, channels): one unnamed part
     if not atomic:
-        with OpenEXR.File(parts) as f:
+        with OpenEXR.File(*args) as f:
             f.write(str(path))
         return path
-    with atomic_path(path) as tmp, OpenEXR.File(parts) as f:
+    with atomic_path(path) as tmp, OpenEXR.File(*args) as f:
         f.write(tmp)
     return path
 
@@ -401,19 +402,23 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
 COLOUR_PASSES = ("Combined", "Albedo")
 
 
-def _parts(frame: GBufferFrame) -> list:
+def _parts(frame: GBufferFrame):
     """One OpenEXR part per pass, named ``GBuffer.<Pass>`` as Blender 5 writes them, each
     stating its colour space (``colorInteropID``: the working space on colour passes,
     ``data`` on the others; ``chromaticities``) and the frame's camera, lens, rate and
     timecode (:mod:`backend.exr_attrs`); the ``gbuffer/*`` attributes on the first part."""
     import OpenEXR
 
-    from . import exr_attrs, exr_colour
+    from . import exr_attrs, exr_colour, layouts
 
     meta = dict(frame.meta)
     meta.setdefault("contract_version", CONTRACT_VERSION)
     common = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
     common.update(exr_attrs.standard_attributes(meta, frame.shape))
+    if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
+        common.update(exr_colour.colour_attributes())
+        common.update((HEADER_PREFIX + k, v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items())
+        return common, layouts.nuke_file_channels(frame)
     channels = _channel_dict(frame)
     parts = []
     for name in frame.arrays():
@@ -567,7 +572,17 @@ def read_channels(path: os.PathLike) -> tuple:
 
 
 def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
-    """Find a pass regardless of the layer prefix (Blender may rename the view layer)."""
+    """Find a pass regardless of the layer prefix (Blender may rename the view layer), in
+    either layout (:mod:`backend.layouts`)."""
+    arr = _find_layered(chans, name, suffixes)
+    if arr is None and tuple(suffixes) == _spec(name)[0]:
+        from .layouts import find_nuke
+
+        arr = find_nuke(chans, name)
+    return arr
+
+
+def _find_layered(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
     found = []
     for s in suffixes:
         hit = None

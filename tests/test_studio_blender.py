@@ -86,3 +86,17 @@ def test_vector_blur_with_our_motion_pass_on_a_restyled_clip(pan, tmp_path):
           f"(source frame values {float(f2[inner].mean()):.3f} mean)")
     assert err["3 px horizontal"] < 0.35 * err["none"]
     assert err["3 px horizontal"] < 0.35 * err["3 px vertical"]
+
+
+def test_nuke_layout_shows_every_pass_on_one_image_node(pan):
+    """``--layout nuke`` (R G B A, depth.Z, normal.XYZ, albedo.RGB ... in one part): every
+    pass is a socket of one Image node, the beauty as Combined."""
+    decompose(pan / "pan.mp4", pan / "nk", estimator="embedded", frames="1-2", layout="nuke",
+              passes="position")
+    sc, tree = sb.new_scene("studio_nuke", 128, 96)
+    try:
+        got = sb.sockets(sb.image_node(tree, contract.frame_path(pan / "nk", 2)))
+    finally:
+        bpy.data.scenes.remove(sc)
+    assert got == {"Combined": "RGBA", "Alpha": "VALUE", "depth": "VALUE", "normal": "VECTOR", "albedo": "RGBA",
+                   "metallic": "VALUE", "roughness": "VALUE", "confidence": "VALUE", "position": "VECTOR"}, got

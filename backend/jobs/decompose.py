@@ -27,6 +27,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 )
 from ..errors import JobError
 from ..extra_passes import parse_passes as parse_extra_passes
+from ..layouts import check as check_layout
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
     _job_manifest, _job_settings, flicker_summary, provenance_summary, record_summary,
@@ -236,6 +237,7 @@ def decompose(
     start_frame: Optional[int] = None,
     handles: int = 0,
     passes: Optional[str] = None,
+    layout: Optional[str] = None,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -305,6 +307,10 @@ def decompose(
         passes: optional passes, comma-separated (``--passes vector,position``):
             motion vectors in Blender's ``Vector`` convention from DIS optical flow, the
             ``Position`` pass (:mod:`backend.extra_passes`). Enters the settings hash.
+        layout: channel layout, ``"gbuffer"`` (default) or ``"nuke"`` (``--layout nuke``:
+            ``R G B A``, ``depth.Z``, ``normal.XYZ``, ``albedo.RGB`` ... in one part, read by
+            Nuke, Blender and OpenImageIO without shuffling; :mod:`backend.layouts`).
+            Enters the settings hash when not the default.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -322,6 +328,7 @@ def decompose(
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
         extra = parse_extra_passes(passes)
+        layout = check_layout(layout)
         if int(handles) < 0:
             raise ValueError(f"--handles {handles}: must be >= 0")
         src = open_footage(input_path, colorspace=colorspace, start_frame=start_frame)  # errors before the model
@@ -354,6 +361,8 @@ def decompose(
                 settings["start_frame"] = int(start_frame)
             if extra:
                 shot.passes = settings["passes"] = extra
+            if layout != "gbuffer":
+                shot.layout = settings["layout"] = layout
             if handles:
                 shot.cut = manifest["cut"] = settings["cut"] = _cut(info, first, last, int(handles))
             chunk, part = None, None

@@ -83,6 +83,9 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
     p.add_argument("--passes", default=None, metavar="LIST",
                    help="optional passes, comma-separated: 'vector' (motion vectors in Blender's Vector "
                         "convention, from optical flow), 'position' (the Position pass)")
+    p.add_argument("--layout", default="gbuffer", choices=("gbuffer", "nuke"),
+                   help="channel layout: gbuffer (default: GBuffer.<Pass>.<Chan>, one part per pass) or nuke "
+                        "(R G B A, depth.Z, normal.XYZ, albedo.RGB ... in one part; docs/gbuffer-contract.md)")
     p.add_argument("--overwrite", action="store_true",
                    help="when --out holds frames of an earlier decompose with other settings, "
                         "remove them (and its manifest) first; without it that is refused. "
@@ -144,7 +147,7 @@ def kwargs(args) -> dict:
         warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
         depth_anchors=getattr(args, "depth_anchors", None),
         start_frame=getattr(args, "start_frame", None), handles=getattr(args, "handles", 0),
-        passes=getattr(args, "passes", None),
+        passes=getattr(args, "passes", None), layout=getattr(args, "layout", None),
     )
 
 

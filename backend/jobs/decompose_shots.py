@@ -42,6 +42,8 @@ class _Shot:
     cut: Optional[Tuple[int, int]] = None
     #: ``--passes``: optional passes to add (``vector``, ``position``; :mod:`backend.extra_passes`)
     passes: Tuple[str, ...] = ()
+    #: ``--layout``: channel layout of the files (:mod:`backend.layouts`)
+    layout: str = "gbuffer"
 
     #: whether the shot's first source value above half's range was reported (once per shot)
     over_half: bool = False
@@ -66,7 +68,8 @@ class _Shot:
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation,
                 "fps": f"{info.fps.numerator}/{info.fps.denominator}",
                 **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {}),
-                **({"data_window": info.windows[0], "display_window": info.windows[1]} if info.windows else {})}
+                **({"data_window": info.windows[0], "display_window": info.windows[1]} if info.windows else {}),
+                **({"layout": self.layout} if self.layout != "gbuffer" else {})}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
         """One frame, with any failure reported as a :class:`JobError` naming it."""
