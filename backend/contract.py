@@ -413,17 +413,19 @@ def _parts(frame: GBufferFrame):
 
     meta = dict(frame.meta)
     meta.setdefault("contract_version", CONTRACT_VERSION)
+    ws = exr_colour.working_space(meta.get("working_space"))
+    frame = exr_colour.to_working(frame, ws)
     common = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
     common.update(exr_attrs.standard_attributes(meta, frame.shape))
     if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
-        common.update(exr_colour.colour_attributes())
+        common.update(exr_colour.colour_attributes(ws))
         common.update((HEADER_PREFIX + k, v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items())
         return common, layouts.nuke_file_channels(frame)
     channels = _channel_dict(frame)
     parts = []
     for name in frame.arrays():
         header = dict(common)
-        header.update(exr_colour.colour_attributes(data=name not in COLOUR_PASSES))
+        header.update(exr_colour.colour_attributes(ws, data=name not in COLOUR_PASSES))
         if not parts:
             for k, v in meta.items():
                 header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
@@ -665,6 +667,9 @@ def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:
         meta=_decode_meta(header),
         extras={n: a for n, spec in EXTRA_PASSES.items() if (a := _find_pass(chans, n, spec[0])) is not None},
     )
+    from .exr_colour import from_stated_working
+
+    from_stated_working(frame, header)  # colour passes in another working space -> Rec.709
     if validate:
         try:
             frame.validate()

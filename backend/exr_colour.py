@@ -174,3 +174,57 @@ def label(interop_id: Optional[str], chroma: Optional[Sequence[float]] = None) -
     if chroma is not None:
         return "chromaticities " + ", ".join(f"{c:.4f}" for c in chroma)
     return str(interop_id)
+
+
+#: working spaces offered for the files' colour passes (``--working-space``)
+WORKING_SPACES = {"rec709": "lin_rec709_scene", "acescg": "lin_ap1_scene"}
+
+
+def working_space(name: Optional[str]) -> str:
+    """Interop ID of a ``--working-space`` choice (``None``: Rec.709), or the interop ID
+    itself.
+
+    Raises:
+        ValueError: an unknown choice (one line naming them).
+    """
+    if name is None:
+        return "lin_rec709_scene"
+    key = str(name).strip().lower()
+    if key in WORKING_SPACES:
+        return WORKING_SPACES[key]
+    if key in WORKING_SPACES.values():
+        return key
+    raise ValueError(f"--working-space {name!r}: choose from {', '.join(WORKING_SPACES)}")
+
+
+def convert_rgb(rgb: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """``... x 3`` float32 linear RGB from the space ``src`` to ``dst`` (interop IDs)."""
+    if src == dst:
+        return np.ascontiguousarray(rgb, dtype=np.float32)
+    m = conversion_matrix(PRIMARIES[src], PRIMARIES[dst]).astype(np.float32)
+    return np.ascontiguousarray(np.asarray(rgb, np.float32) @ m.T)
+
+
+def to_working(frame, interop_id: str):
+    """A shallow copy of a :class:`backend.contract.GBufferFrame` (scene-linear Rec.709)
+    with its colour passes (Combined RGB, Albedo) converted to ``interop_id`` for writing;
+    ``frame`` itself when that is Rec.709."""
+    if interop_id == "lin_rec709_scene":
+        return frame
+    import dataclasses
+
+    comb = np.concatenate([convert_rgb(frame.combined[..., :3], "lin_rec709_scene", interop_id),
+                           frame.combined[..., 3:]], -1)
+    return dataclasses.replace(frame, combined=comb,
+                               albedo=convert_rgb(frame.albedo, "lin_rec709_scene", interop_id))
+
+
+def from_stated_working(frame, header: Dict[str, Any]) -> None:
+    """Bring a frame read from a file whose colour passes state another space
+    (``colorInteropID`` of its first part, e.g. ``lin_ap1_scene`` from ``--working-space
+    acescg``) back to scene-linear Rec.709, in place: every reader sees Rec.709."""
+    iid, _ = stated_space(header)
+    if iid in PRIMARIES and iid != "lin_rec709_scene":
+        frame.combined = np.concatenate([convert_rgb(frame.combined[..., :3], iid, "lin_rec709_scene"),
+                                         frame.combined[..., 3:]], -1)
+        frame.albedo = convert_rgb(frame.albedo, iid, "lin_rec709_scene")

@@ -100,3 +100,25 @@ def test_nuke_layout_shows_every_pass_on_one_image_node(pan):
         bpy.data.scenes.remove(sc)
     assert got == {"Combined": "RGBA", "Alpha": "VALUE", "depth": "VALUE", "normal": "VECTOR", "albedo": "RGBA",
                    "metallic": "VALUE", "roughness": "VALUE", "confidence": "VALUE", "position": "VECTOR"}, got
+
+
+def test_blender_50_reads_an_acescg_gbuffer_as_the_right_colour(tmp_path):
+    """A G-buffer written with ``--working-space acescg`` (colour passes stated
+    lin_ap1_scene): Blender 5.0 converts on load, so its compositor output equals the
+    Rec.709 reference. Blender 4.x does not read colorInteropID (docs: use rec709 there)."""
+    if not sb.IS_50:
+        pytest.skip("Blender 4.x ignores colorInteropID; the ACEScg working space is for 5.0 and later")
+    from test_studio_colour import _plate, _reference
+
+    _plate(tmp_path / "plate", "lin_ap1_scene", chroma=True, interop_attr=True)
+    decompose(tmp_path / "plate", tmp_path / "gb", estimator="embedded", working_space="acescg")
+    sc, tree = sb.new_scene("studio_acescg", 64, 48)
+    try:
+        node = sb.image_node(tree, contract.frame_path(tmp_path / "gb", 1001))
+        tree.links.new(node.outputs["Combined"], sb.output_socket(tree))
+        sb.render_to_exr(sc, tmp_path / "out.exr")
+    finally:
+        bpy.data.scenes.remove(sc)
+    chans, _ = contract.read_channels(tmp_path / "out.exr")
+    got = np.stack([chans[c] for c in "RGB"], -1).astype(np.float32)
+    assert float(np.abs(got - _reference()).max()) < 3e-3

@@ -191,3 +191,35 @@ def test_video_primaries_honoured_and_hdr_transfer_refused(tmp_path):
     # a named colour space decides instead of the tags
     info, _ = first(hlg, colorspace="sRGB Encoded Rec.709 (sRGB)")
     assert info.colorspace == "sRGB Encoded Rec.709 (sRGB)"
+
+
+def test_acescg_working_space_written_stated_and_read_back(tmp_path):
+    """``--working-space acescg``: an ACEScg plate's values land in Combined as they were
+    (AP1, stated lin_ap1_scene with AP1 chromaticities on every part, data passes 'data');
+    readers convert back to Rec.709, and restyle writes its result in ACEScg too."""
+    import OpenEXR
+
+    from backend import restyle
+    from backend.jobs.writers import read_rgba_exr
+
+    plate = _plate(tmp_path / "plate", "lin_ap1_scene", chroma=True, interop_attr=True)
+    decompose(tmp_path / "plate", tmp_path / "gb", estimator="embedded", working_space="acescg")
+    path = contract.frame_path(tmp_path / "gb", 1001)
+    with OpenEXR.File(str(path), separate_channels=True) as f:
+        parts = {p.name(): p for p in f.parts}
+        stored = np.stack([np.asarray(parts["GBuffer.Combined"].channels[f"GBuffer.Combined.{c}"].pixels)
+                           for c in "RGB"], -1).astype(np.float32)
+        for name, p in parts.items():
+            assert p.header["colorInteropID"] == ("lin_ap1_scene" if name.split(".")[1] in contract.COLOUR_PASSES
+                                                  else "data"), name
+            np.testing.assert_allclose(p.header["chromaticities"], exr_colour.PRIMARIES["lin_ap1_scene"], atol=1e-6)
+    np.testing.assert_allclose(stored, plate, rtol=2e-3, atol=1e-3)  # the plate's own values
+    np.testing.assert_allclose(_combined_rgb(tmp_path / "gb", 1001), _reference(), rtol=3e-3, atol=1e-3)
+    restyle(tmp_path / "gb", tmp_path / "fog", prompt="dense fog")
+    out = sorted((tmp_path / "fog").rglob("restyle_1001.exr"))[0]
+    assert next(iter(_parts(out).values()))["colorInteropID"] == "lin_ap1_scene"
+    back = read_rgba_exr(out)  # Rec.709 again
+    with OpenEXR.File(str(out), separate_channels=True) as f:
+        raw = np.stack([np.asarray(f.channels()[c].pixels) for c in "RGB"], -1).astype(np.float32)
+    m = exr_colour.conversion_matrix(exr_colour.PRIMARIES["lin_rec709_scene"], exr_colour.PRIMARIES["lin_ap1_scene"])
+    np.testing.assert_allclose(raw, back @ m.T.astype(np.float32), rtol=3e-3, atol=2e-3)

@@ -27,6 +27,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 )
 from ..errors import JobError
 from ..extra_passes import parse_passes as parse_extra_passes
+from ..exr_colour import working_space as exr_working_space
 from ..layouts import check as check_layout
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
@@ -238,6 +239,7 @@ def decompose(
     handles: int = 0,
     passes: Optional[str] = None,
     layout: Optional[str] = None,
+    working_space: Optional[str] = None,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -311,6 +313,10 @@ def decompose(
             ``R G B A``, ``depth.Z``, ``normal.XYZ``, ``albedo.RGB`` ... in one part, read by
             Nuke, Blender and OpenImageIO without shuffling; :mod:`backend.layouts`).
             Enters the settings hash when not the default.
+        working_space: the colour passes' space in the files: ``"rec709"`` (default,
+            ``lin_rec709_scene``) or ``"acescg"`` (``lin_ap1_scene``): Combined and Albedo
+            are converted on writing and stated (``colorInteropID``, ``chromaticities``);
+            readers convert back. Enters the settings hash when not the default.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -329,6 +335,7 @@ def decompose(
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
         extra = parse_extra_passes(passes)
         layout = check_layout(layout)
+        ws = exr_working_space(working_space)
         if int(handles) < 0:
             raise ValueError(f"--handles {handles}: must be >= 0")
         src = open_footage(input_path, colorspace=colorspace, start_frame=start_frame)  # errors before the model
@@ -363,6 +370,8 @@ def decompose(
                 shot.passes = settings["passes"] = extra
             if layout != "gbuffer":
                 shot.layout = settings["layout"] = layout
+            if ws != "lin_rec709_scene":
+                shot.working_space = settings["working_space"] = ws
             if handles:
                 shot.cut = manifest["cut"] = settings["cut"] = _cut(info, first, last, int(handles))
             chunk, part = None, None

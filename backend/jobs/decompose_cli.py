@@ -86,6 +86,9 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
     p.add_argument("--layout", default="gbuffer", choices=("gbuffer", "nuke"),
                    help="channel layout: gbuffer (default: GBuffer.<Pass>.<Chan>, one part per pass) or nuke "
                         "(R G B A, depth.Z, normal.XYZ, albedo.RGB ... in one part; docs/gbuffer-contract.md)")
+    p.add_argument("--working-space", default="rec709", choices=("rec709", "acescg"),
+                   help="colour space of the Combined and Albedo passes in the files: rec709 (default, "
+                        "scene-linear Rec.709) or acescg (ACEScg, AP1); stated in the headers either way")
     p.add_argument("--overwrite", action="store_true",
                    help="when --out holds frames of an earlier decompose with other settings, "
                         "remove them (and its manifest) first; without it that is refused. "
@@ -148,6 +151,7 @@ def kwargs(args) -> dict:
         depth_anchors=getattr(args, "depth_anchors", None),
         start_frame=getattr(args, "start_frame", None), handles=getattr(args, "handles", 0),
         passes=getattr(args, "passes", None), layout=getattr(args, "layout", None),
+        working_space=getattr(args, "working_space", None),
     )
 
 

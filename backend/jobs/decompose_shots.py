@@ -44,6 +44,8 @@ class _Shot:
     passes: Tuple[str, ...] = ()
     #: ``--layout``: channel layout of the files (:mod:`backend.layouts`)
     layout: str = "gbuffer"
+    #: ``--working-space``: interop ID of the colour passes in the files
+    working_space: str = "lin_rec709_scene"
 
     #: whether the shot's first source value above half's range was reported (once per shot)
     over_half: bool = False
@@ -69,7 +71,8 @@ class _Shot:
                 "fps": f"{info.fps.numerator}/{info.fps.denominator}",
                 **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {}),
                 **({"data_window": info.windows[0], "display_window": info.windows[1]} if info.windows else {}),
-                **({"layout": self.layout} if self.layout != "gbuffer" else {})}
+                **({"layout": self.layout} if self.layout != "gbuffer" else {}),
+                **({"working_space": self.working_space} if self.working_space != "lin_rec709_scene" else {})}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
         """One frame, with any failure reported as a :class:`JobError` naming it."""

@@ -68,13 +68,16 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
 
 def read_rgba_exr(path: os.PathLike) -> np.ndarray:
     """Read an EXR written by :func:`write_rgba_exr` back as ``H x W x 3`` float32 RGB
-    (as stored: premultiplied by alpha).
+    (as stored: premultiplied by alpha), scene-linear Rec.709 (converted from the space
+    its header states, e.g. ACEScg).
 
     Raises:
         ContractError: not a readable OpenEXR file.
     """
-    chans, _ = contract.read_channels(path)
-    return np.stack([chans[c].astype(np.float32) for c in "RGB"], axis=-1)
+    chans, header = contract.read_channels(path)
+    rgb = np.stack([chans[c].astype(np.float32) for c in "RGB"], axis=-1)
+    iid, _ = exr_colour.stated_space(header)  # written in another working space: back to Rec.709
+    return exr_colour.convert_rgb(rgb, iid, "lin_rec709_scene") if iid in exr_colour.PRIMARIES else rgb
 
 
 def exr_size(path: os.PathLike) -> Tuple[int, int]:
