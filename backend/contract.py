@@ -420,7 +420,12 @@ def _parts(frame: GBufferFrame):
     if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
         common.update(exr_colour.colour_attributes(ws))
         common.update((HEADER_PREFIX + k, v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items())
-        return common, layouts.nuke_file_channels(frame)
+        chans = {}  # one unnamed part: a part name would make Blender show one pass named after it
+        for name, arr in frame.arrays().items():
+            dtype = _spec(name)[1]
+            stored = to_half(arr) if dtype == np.float16 else np.asarray(arr, dtype)
+            chans.update((k, np.ascontiguousarray(v)) for k, v in layouts.nuke_channels(name, stored).items())
+        return common, chans
     channels = _channel_dict(frame)
     parts = []
     for name in frame.arrays():

@@ -86,17 +86,3 @@ def find_nuke(chans: Dict[str, np.ndarray], name: str) -> Optional[np.ndarray]:
     planes = [chans[c].astype(np.float32) for c in names]
     return planes[0] if len(planes) == 1 else np.stack(planes, -1)
 
-
-def nuke_file_channels(frame) -> Dict[str, np.ndarray]:
-    """Channel name -> plane of ``frame`` in the ``nuke`` layout, each pass in its on-disk
-    dtype (:data:`backend.contract.PASSES` / ``EXTRA_PASSES``), for a single-part file
-    without a part name (a part name would make Blender show one pass named after it)."""
-    from . import contract
-
-    chans: Dict[str, np.ndarray] = {}
-    for name, arr in frame.arrays().items():
-        dtype = contract._spec(name)[1]
-        stored = contract.to_half(arr) if dtype == np.float16 else np.asarray(arr, dtype)
-        for k, plane in nuke_channels(name, stored).items():
-            chans[k] = np.ascontiguousarray(plane)
-    return chans

@@ -14,6 +14,8 @@ The command line for it is :mod:`backend.jobs.decompose_cli`.
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import re
 import threading
@@ -333,12 +335,9 @@ def decompose(
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
-        extra = parse_extra_passes(passes)
-        layout = check_layout(layout)
-        ws = exr_working_space(working_space)
-        if int(handles) < 0:
-            raise ValueError(f"--handles {handles}: must be >= 0")
-        src = open_footage(input_path, colorspace=colorspace, start_frame=start_frame)  # errors before the model
+        studio = _studio_options(passes, layout, working_space, start_frame, handles)
+        footage = functools.partial(open_footage, input_path, colorspace=colorspace, start_frame=start_frame)
+        src = footage()  # input errors before model loading
         with src:
             info = src.info
             dec = Decomposer(estimator, estimator_options=estimator_options, device=device,
@@ -348,35 +347,16 @@ def decompose(
             total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
             settings = _job_settings(dec, plan, info, albedo_detail)
             if depth_anchors is not None:
-                if cameras is not None:
-                    raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
-                                     "consistent across frames by construction)")
-                settings["depth_anchors"] = _use_anchors(depth_anchors, dec, info, first, last)
+                settings["depth_anchors"] = _use_anchors(depth_anchors, dec, info, first, last, cameras)
             manifest = _job_manifest(dec, plan, info, processing_resolution, first)
             if camera == "auto" and cameras is None and not (warmup is not None or manifest_part):
-                from ..multiview.autosolve import auto_cameras
-
-                cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace,
-                                       start_frame=start_frame)
-                manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
-            shot = _make_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
-                              lambda: open_footage(input_path, colorspace=colorspace, start_frame=start_frame),
-                              settings, manifest,
-                              mesh=mesh, stabilize=stabilize)
+                cameras = _auto_camera(input_path, out_dir, first, last, colorspace, start_frame, manifest)
+            shot = _make_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview, footage,
+                              settings, manifest, mesh=mesh, stabilize=stabilize)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
-            if start_frame is not None:
-                settings["start_frame"] = int(start_frame)
-            if extra:
-                shot.passes = settings["passes"] = extra
-            if layout != "gbuffer":
-                shot.layout = settings["layout"] = layout
-            if ws != "lin_rec709_scene":
-                shot.working_space = settings["working_space"] = ws
-            if handles:
-                shot.cut = manifest["cut"] = settings["cut"] = _cut(info, first, last, int(handles))
-            chunk, part = None, None
-            if warmup is not None or manifest_part:
-                chunk, part = _chunk_frames(info, first, last, frames)
+            _apply_studio(studio, shot, settings, manifest, info, first, last)
+            chunk, part = _chunk_frames(info, first, last, frames) if warmup is not None or manifest_part \
+                else (None, None)
             if warmup is not None:
                 settings["warmup"] = warmup
                 shot.warm_from = _warm_from(info, chunk[0] if chunk else first, warmup)
@@ -394,6 +374,44 @@ def decompose(
             if not manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
                 _summaries(result, shot, dec, stabilize=stabilize, measured=cameras is not None, mesh=mesh)
             return result
+
+
+def _auto_camera(input_path, out_dir, first: int, last: Optional[int], colorspace, start_frame,
+                 manifest: Dict[str, Any]):
+    """Camera: Auto: the solved camera file, or ``None`` (recorded in ``manifest``)."""
+    from ..multiview.autosolve import auto_cameras
+
+    cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace,
+                           start_frame=start_frame)
+    manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
+    return cameras
+
+
+def _studio_options(passes, layout, working_space, start_frame, handles) -> Dict[str, Any]:
+    """The studio-convention settings (issue 38) checked (``ValueError``, one line), as
+    the settings-hash entries they make when not the defaults."""
+    if int(handles) < 0:
+        raise ValueError(f"--handles {handles}: must be >= 0")
+    out: Dict[str, Any] = {"passes": parse_extra_passes(passes), "layout": check_layout(layout),
+                           "working_space": exr_working_space(working_space),
+                           "start_frame": None if start_frame is None else int(start_frame),
+                           "handles": int(handles)}
+    defaults = {"passes": (), "layout": "gbuffer", "working_space": "lin_rec709_scene", "start_frame": None,
+                "handles": 0}
+    return {k: v for k, v in out.items() if v != defaults[k]}
+
+
+def _apply_studio(studio: Dict[str, Any], shot, settings: Dict[str, Any], manifest: Dict[str, Any], info,
+                  first: int, last: Optional[int]) -> None:
+    """Record :func:`_studio_options` in the settings hash and on the shot; ``--handles``
+    gives the manifest's ``cut``."""
+    for key in ("start_frame", "passes", "layout", "working_space"):
+        if key in studio:
+            settings[key] = studio[key]
+            if key != "start_frame":
+                setattr(shot, key, studio[key])
+    if studio.get("handles"):
+        shot.cut = manifest["cut"] = settings["cut"] = _cut(info, first, last, studio["handles"])
 
 
 def _cut(info, first: int, last: Optional[int], handles: int) -> list:
@@ -451,13 +469,17 @@ def _summaries(result, shot, dec: Decomposer, *, stabilize: bool, measured: bool
         _windows_summary(result, dec.estimator)
 
 
-def _use_anchors(path, dec: Decomposer, info, first: int, last: Optional[int]) -> str:
+def _use_anchors(path, dec: Decomposer, info, first: int, last: Optional[int], cameras=None) -> str:
     """Load ``path`` into ``dec.anchors``; their digest (for the settings hash).
 
     Raises:
+        ValueError: with ``cameras`` (measured depth needs no anchors).
         JobError: unreadable, computed from another source/estimator/processing size, or
             missing a frame of ``first..last`` (naming the file and the frame).
     """
+    if cameras is not None:
+        raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
+                         "consistent across frames by construction)")
     from ..depth_anchors import DepthAnchors, compatible
 
     try:
