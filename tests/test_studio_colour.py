@@ -151,14 +151,15 @@ def test_working_space_found_in_a_studio_config(monkeypatch):
 
 
 def _tagged_movie(path, trc, primaries):
-    """A 3-frame H.264 clip of one colour gradient, tagged with ``color_trc`` and
-    ``color_primaries`` (YUV matrix BT.709 in every case)."""
+    """A 3-frame lossless H.264 clip (qp 0, 4:4:4: every encode decodes to the same values)
+    of one colour gradient, tagged with ``color_trc`` and ``color_primaries`` (YUV matrix
+    BT.709 in every case)."""
     import av
 
     from footage_util import gradient_rgb
 
     with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=24, options={"crf": "1"})
+        s = c.add_stream("libx264", rate=24, options={"qp": "0"})
         s.width, s.height, s.pix_fmt = 64, 48, "yuv444p"
         cc = s.codec_context
         cc.color_trc, cc.color_primaries, cc.colorspace = trc, primaries, 1
