@@ -564,6 +564,10 @@ def read_channels(path: os.PathLike) -> tuple:
                 # be read (a truncated or corrupt file)
                 raise ContractError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
                                     file=path)
+            if len(f.parts) < _part_count(path):
+                # a truncated multi-part file: OpenEXR gives the parts it could read
+                raise ContractError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
+                                    file=path)
             chans = {}
             header = {}
             for i, part in enumerate(f.parts):
@@ -576,6 +580,14 @@ def read_channels(path: os.PathLike) -> tuple:
         raise
     except Exception as e:  # OpenEXR raises plain RuntimeError / IOError variants
         raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
+
+
+def _part_count(path) -> int:
+    """Parts a file's headers declare (OpenEXR reads them even when pixel data is cut)."""
+    import OpenEXR
+
+    with OpenEXR.File(str(path), header_only=True) as f:
+        return len(f.parts)
 
 
 def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
