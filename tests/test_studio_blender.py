@@ -88,11 +88,17 @@ def test_vector_blur_with_our_motion_pass_on_a_restyled_clip(pan, tmp_path):
     assert err["3 px horizontal"] < 0.35 * err["3 px vertical"]
 
 
-def test_nuke_layout_shows_every_pass_on_one_image_node(pan):
-    """``--layout nuke`` (R G B A, depth.Z, normal.XYZ, albedo.RGB ... in one part): every
-    pass is a socket of one Image node, the beauty as Combined."""
+@pytest.fixture(scope="module")
+def nuke_folder(pan):
     decompose(pan / "pan.mp4", pan / "nk", estimator="embedded", frames="1-2", layout="nuke",
               passes="position")
+    return pan / "nk"
+
+
+def test_nuke_layout_shows_every_pass_on_one_image_node(nuke_folder):
+    """``--layout nuke`` (R G B A, depth.Z, normal.XYZ, albedo.RGB ... in one part): every
+    pass is a socket of one Image node, the beauty as Combined."""
+    pan = nuke_folder.parent
     sc, tree = sb.new_scene("studio_nuke", 128, 96)
     try:
         got = sb.sockets(sb.image_node(tree, contract.frame_path(pan / "nk", 2)))
@@ -122,3 +128,25 @@ def test_blender_50_reads_an_acescg_gbuffer_as_the_right_colour(tmp_path):
     chans, _ = contract.read_channels(tmp_path / "out.exr")
     got = np.stack([chans[c] for c in "RGB"], -1).astype(np.float32)
     assert float(np.abs(got - _reference()).max()) < 3e-3
+
+
+def test_addon_wires_a_nuke_layout_folder_through_the_material_edits(nuke_folder):
+    """The add-on's compositor setup finds every pass of a ``--layout nuke`` folder (its
+    sockets are lower-case: ``depth``, ``normal`` ...) and wires it into the edits frame."""
+    import blender_workflow_util as util
+
+    util.enable_addon()
+    sc = bpy.data.scenes.new("studio_wiring")
+    try:
+        from gbuffer_editor.addon import compositor
+
+        node = compositor.setup_gbuffer(sc, nuke_folder, "Depth")
+        tree = compositor.find_tree(sc)
+        for name in contract.PASSES:
+            r_in = compositor.find_node(tree, "in", name)
+            links = r_in.inputs[0].links
+            assert links and links[0].from_node == node, name
+            assert links[0].from_socket.name in (name, name.lower()), name
+    finally:
+        bpy.data.scenes.remove(sc)
+        util.disable_addon()
