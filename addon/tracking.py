@@ -373,7 +373,8 @@ def write_cameras_json(clip, path: os.PathLike, scene=None, camera_object=None) 
     units = solve_units(camera_object)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_cameras_json(path, cams, convention="blender", units=units, depth_range=rng)
+    save_cameras_json(path, cams, convention="blender", units=units, depth_range=rng,
+                      lens_note=lens_note(clip) or None)
     return {"path": str(path), "frames": len(cams), "first": min(cams), "last": max(cams), "units": units,
             "depth_range": list(rng) if rng else None,
             "error": float(clip.tracking.reconstruction.average_error)}
