@@ -55,7 +55,7 @@ from .cameras import Camera
 from .densify import densify_planes, upsample_densified
 from .depth_range import UNVERIFIED_CONFIDENCE, DepthRange, Features, RangeFinder, detect_features, wide_range
 from .fusion import fuse_depth
-from .order import contradicted
+from .order import contradicted, visibility_violations
 from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
@@ -336,7 +336,7 @@ class MultiViewShot:
             res.confidence = np.where(sky_u, 0.0, res.confidence).astype(np.float32)
         prior_map, space = self._prior_map(prior, cam)
         if opts.order_check:
-            self._order_check(res, prior_map, space)
+            self._order_check(res, prior_map, space, rgb_u, cam_u, nbs)
         dense = self._densify(rgb_u, res, cam_u) if opts.densify else None
         depth_in, conf_in = res.depth, res.confidence
         if dense is not None:
@@ -374,10 +374,20 @@ class MultiViewShot:
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
         return self._assemble(prior, cam, depth, normal, conf)
 
-    def _order_check(self, res, prior_map: np.ndarray, space: str) -> None:
+    def _order_check(self, res, prior_map: np.ndarray, space: str, rgb_u: np.ndarray, cam_u: Camera,
+                     nbs: List[_View]) -> None:
         """Lower the confidence of measured pixels whose depth order contradicts the prior's
-        (:func:`backend.multiview.order.contradicted`) below the threshold."""
-        bad = contradicted(res.depth, res.confidence, prior_map, space, self.options.confidence_threshold)
+        where the views confirm it (:func:`backend.multiview.order.contradicted` with
+        :func:`~backend.multiview.order.visibility_violations` as evidence) below the threshold."""
+        w = self.width(cam_u)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        thr = self.options.confidence_threshold
+        small_z = resize(res.depth, (w, h), "nearest")
+        small_m = resize(res.confidence, (w, h), "nearest") >= thr
+        grey = resize(to_grey(rgb_u), (w, h), "area")
+        ev = visibility_violations(grey, cam_u.scaled(w, h), small_z, small_m,
+                                   [v.grey for v in nbs], [v.camera for v in nbs])
+        bad = contradicted(res.depth, res.confidence, prior_map, space, thr, evidence=ev)
         cap = np.float32(CONTRADICTED_CONFIDENCE * self.options.confidence_threshold)
         res.confidence = np.where(bad, np.minimum(res.confidence, cap), res.confidence).astype(np.float32)
         self.report.order_contradicted = round(float(bad.mean()), 4)
