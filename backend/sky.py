@@ -207,33 +207,41 @@ def detect_sky_small(rgb_linear: np.ndarray) -> Tuple[np.ndarray, str, float]:
 def _refine(sky_up: np.ndarray, rgb_linear: np.ndarray, band: int) -> np.ndarray:
     """Put the upsampled mask's edge on the image edge: in a band of ``band`` px around
     it, each pixel takes the class whose local mean colour (sky / ground, just outside the
-    band) is nearer."""
+    band) is nearer. Computed on the rows and columns around the band only."""
     import cv2
 
     if band < 1 or not sky_up.any() or sky_up.all():
         return sky_up
-    srgb = linear_to_srgb(np.clip(np.asarray(rgb_linear, np.float32), 0, 1)).astype(np.float32)
     k = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * band + 1, 2 * band + 1))
     m8 = sky_up.astype(np.uint8)
     inner = cv2.erode(m8, k) > 0
     outer = cv2.dilate(m8, k) == 0
     uncertain = ~inner & ~outer
+    ys, xs = np.nonzero(uncertain)
+    if not len(ys):
+        return sky_up
+    pad = 3 * band
+    y0, y1 = max(0, ys.min() - pad), min(sky_up.shape[0], ys.max() + pad + 1)
+    x0, x1 = max(0, xs.min() - pad), min(sky_up.shape[1], xs.max() + pad + 1)
+    crop = np.clip(np.asarray(rgb_linear[y0:y1, x0:x1], np.float32), 0, 1)
+    srgb = linear_to_srgb(crop).astype(np.float32)
+    inn, out_c, unc = inner[y0:y1, x0:x1], outer[y0:y1, x0:x1], uncertain[y0:y1, x0:x1]
     win = (4 * band + 1, 4 * band + 1)
 
     def local_mean(mask):
         wgt = cv2.blur(mask.astype(np.float32), win)
         col = cv2.blur(srgb * mask[..., None].astype(np.float32), win)
-        return col / np.maximum(wgt, 1e-6)[..., None], wgt > 1e-3
+        return col[unc] / np.maximum(wgt[unc], 1e-6)[..., None], wgt[unc] > 1e-3
 
-    sky_c, has_s = local_mean(inner)
-    gnd_c, has_g = local_mean(outer)
-    ds = np.sum((srgb - sky_c) ** 2, axis=-1)
-    dg = np.sum((srgb - gnd_c) ** 2, axis=-1)
-    out = inner.copy()
-    decide = uncertain & has_s & has_g
-    out[decide] = ds[decide] < dg[decide]
-    out[uncertain & ~(has_s & has_g)] = sky_up[uncertain & ~(has_s & has_g)]
-    return out
+    sky_c, has_s = local_mean(inn)
+    gnd_c, has_g = local_mean(out_c)
+    px = srgb[unc]
+    nearer_sky = np.sum((px - sky_c) ** 2, axis=-1) < np.sum((px - gnd_c) ** 2, axis=-1)
+    both = has_s & has_g
+    res = inner.copy()
+    sub = res[y0:y1, x0:x1]
+    sub[unc] = np.where(both, nearer_sky, sky_up[y0:y1, x0:x1][unc])
+    return res
 
 
 def detect_sky(rgb_linear: np.ndarray, previous: Optional[np.ndarray] = None) -> SkyResult:
