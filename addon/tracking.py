@@ -695,6 +695,19 @@ class TrackSolve:
                 else:
                     cam.focal_length_pixels = f0
                     valid, err, n = self._solve_once(False)
+            elif sfm_lens_reason(report) and report.suggested_focal_px:
+                # the clip does not pin the lens, but this focal was verified to solve (the
+                # CLI suggests the same): use it rather than the clip's unrelated default, and
+                # say so (panel, cameras file)
+                cam.focal_length_pixels = float(report.suggested_focal_px)
+                v2, e2, n2 = self._solve_once(False)
+                if v2 and n2 >= n:
+                    valid, err, n = v2, e2, n2
+                    note = f"{report.reason} (used {report.suggested_focal_px:.0f} px: not determined by the clip)"
+                else:
+                    cam.focal_length_pixels = f0
+                    valid, err, n = self._solve_once(False)
+                    note = f"{report.reason} (kept {f0:.0f} px)"
             else:
                 note = (f"{report.reason} (kept {f0:.0f} px)" if sfm_lens_reason(report)
                         else f"focal length not solved: {report.reason}; kept {f0:.0f} px ({SET_FOCAL_HINT})")

@@ -69,6 +69,8 @@ def solve_footage(input_path: os.PathLike, *, first: int = 0, last: Optional[int
                           size_scale=1.0 / scale)
     report.cameras = {k: c.scaled(full_w, full_h) for k, c in report.cameras.items()}
     report.focal_px = report.focal_px / scale
+    if report.suggested_focal_px is not None:
+        report.suggested_focal_px = report.suggested_focal_px / scale
     return report
 
 

@@ -478,6 +478,8 @@ class SolveReport:
         depth_range: ``(near, far)`` over points with ray angle >= ``MIN_POINT_ANGLE_DEG``
             (2nd / 98th percentile of their depths in every camera), or ``None``.
         profile: ``{focal: rms}`` of the solves at fixed focal lengths around the optimum.
+        suggested_focal_px: when the lens was not determined, a focal length (same pixels
+            as ``focal_px``) with which the solve passed every check, or ``None``.
     """
 
     ok: bool
@@ -496,6 +498,7 @@ class SolveReport:
     far_points_dropped: int = 0
     profile: Dict[float, float] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
+    suggested_focal_px: Optional[float] = None
 
     def summary(self) -> dict:
         """JSON-ready summary (no cameras)."""
@@ -506,6 +509,8 @@ class SolveReport:
                 "parallax_deg": round(self.parallax_deg, 3), "parallax_px": round(self.parallax_px, 3),
                 "depth_range": None if self.depth_range is None else [float(v) for v in self.depth_range],
                 "far_points_dropped": self.far_points_dropped,
+                **({} if self.suggested_focal_px is None else
+                   {"suggested_focal_px": round(self.suggested_focal_px, 1)}),
                 "profile": {f"{k:.2f}": round(v, 4) for k, v in self.profile.items()}}
 
     def line(self) -> str:
@@ -628,9 +633,9 @@ def solve_tracks(tracks: Tracks, *, focal_px: Optional[float] = None, refine_k1:
     report.reason = _check(report, need, max_error, max_focal_sigma, size_scale)
     report.ok = not report.reason
     if not report.ok and not focal_px and report.focal_sigma is not None and report.focal_sigma > max_focal_sigma:
-        report.reason = lens_reason(rec.f * size_scale, report.focal_sigma,
-                                    _suggest_focal(tracks, rec.f, refine_k1, max_error, max_focal_sigma),
-                                    size_scale)
+        suggestion = _suggest_focal(tracks, rec.f, refine_k1, max_error, max_focal_sigma)
+        report.reason = lens_reason(rec.f * size_scale, report.focal_sigma, suggestion, size_scale)
+        report.suggested_focal_px = None if suggestion is None else float(suggestion[0])
     if rng is not None and rng[1] / rng[0] > 1e3:
         report.warnings.append(f"the points' depths span {rng[1] / rng[0]:.0f}x (near {rng[0]:.3g}, far {rng[1]:.3g})")
     return report
