@@ -699,9 +699,12 @@ class TrackSolve:
                 # the clip does not pin the lens, but this focal was verified to solve (the
                 # CLI suggests the same): use it rather than the clip's unrelated default, and
                 # say so (panel, cameras file)
+                bundles0 = sum(1 for t in tracking.tracks if t.has_bundle)
                 cam.focal_length_pixels = float(report.suggested_focal_px)
                 v2, e2, n2 = self._solve_once(False)
-                if v2 and n2 >= n:
+                # only when libmv reconstructs as much with it (phone_office: 28 points instead
+                # of about 87 with 278 px, so the clip's lens is kept there)
+                if v2 and n2 >= n and sum(1 for t in tracking.tracks if t.has_bundle) >= bundles0:
                     valid, err, n = v2, e2, n2
                     note = f"{report.reason} (used {report.suggested_focal_px:.0f} px: not determined by the clip)"
                 else:
