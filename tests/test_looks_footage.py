@@ -205,7 +205,7 @@ def test_snow_cover_edges_follow_the_footage(clips):
     edges (|grad cover| > 0.05) is >= 2.8x its frame mean, and under half of the cover's
     edge energy is axis-aligned (within 10 deg). Bilinear upsampling of the depth normals
     and the albedo's water cue measured 2.36x and 0.52-0.55 (the artist's 8-10 px
-    cut-outs behind the stern, issue 39); guided by the frame 3.26-3.29x and 0.43-0.44."""
+    cut-outs behind the stern, issue 39); guided by the frame 3.26-3.38x and 0.43-0.46."""
     from backend.renderers import shading as sh
     from backend.renderers.embedded import snow_cover_of
 
