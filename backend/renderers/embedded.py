@@ -655,6 +655,9 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     # (a smooth blend of coordinates warps the web, it does not cut it)
     ramp = _step_length(px, pz, 0) / np.maximum(footprint, F32(1e-6))
     slide = sh.smoothstep(CAUSTIC_RAMP[0], CAUSTIC_RAMP[1], ramp)
+    # ... but not on the floor itself (estimated n_y >= 0.85: the sand on dolphins.mp4 is
+    # 0.87-0.91, the bodies 0.04-0.57), where the squeeze is the floor's perspective
+    slide = slide * (F32(1.0) - sh.smoothstep(0.7, 0.85, ny))
     slide = cv2.GaussianBlur(slide, (0, 0), max(2.0, planar.shape[2] / 120.0))
     py = planar[1] * pos_d
     lam_min = sh.CAUSTIC_WAVELENGTHS[0]
