@@ -74,7 +74,7 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
         clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
         dec = Decomposer(estimator, processing_resolution=processing_resolution, estimator_options=estimator_options,
                          device=device, sar=float(info.sar))
-        if getattr(dec.estimator, "windowed", False):
+        if dec.estimator.windowed:
             # its depth comes from windows over the shot (feed/take), not frame by frame
             raise ValueError(f"depth anchors: estimator {dec.estimator_name!r} computes depth in windows over "
                              f"the shot; the anchor pass does not support it yet: use --no-depth-anchors or "

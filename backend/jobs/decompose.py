@@ -307,7 +307,7 @@ def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int],
             events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                            "across frames by construction")
         return shot, _camera_settings(shot.camset, shot.mv.options)
-    if getattr(dec.estimator, "windowed", False):
+    if dec.estimator.windowed:
         return _WindowedShot(src, dec, out, first, last, r.estimator, reopen=reopen), None
     return _Shot(src, dec, out, first, last, r.estimator), None
 
