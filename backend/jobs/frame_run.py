@@ -65,7 +65,7 @@ class FrameRun:
                                   throttle=(opts.read_hash is not None) if opts.throttle is None else opts.throttle)
         self.book.expected = None if opts.expected is None else sorted(set(int(n) for n in opts.expected))
         stale = self.book.drop_stale()
-        if stale:  # fresh-eyes trial (issue 16): they were listed as if still part of the shot
+        if stale:  # they were listed as if still part of the shot
             events.warning(f"{out}: {len(stale)} frame(s) of an earlier run ({_ranges(stale)}, e.g. "
                            f"{Path(opts.path_for(stale[0])).name}) have no input frame any more: they are left "
                            f"on disk but no longer listed in manifest.json; delete them, or they show in "
