@@ -28,10 +28,6 @@ from ..depth_anchors import ANCHOR_FILE, DepthAnchors, anchor_meta, anchor_size,
 from ..errors import JobError
 from ..footage import open_footage
 
-#: decompose keyword arguments the anchors depend on (the others are accepted and ignored)
-ANCHOR_KWARGS = ("frames", "estimator", "estimator_options", "processing_resolution", "device", "colorspace")
-
-
 def anchors_path(out: os.PathLike) -> Path:
     """``OUT/.gbuffer_depth_anchors.npz``."""
     return Path(out) / ANCHOR_FILE
