@@ -48,6 +48,8 @@ SHADOW_WIDTH_FACTOR = 2.0
 #: a depth edge: the second difference of inverse depth above this fraction of it (zero
 #: on any plane, large across a silhouette)
 EDGE_CURVATURE = 0.02
+#: ... and the depth jumps by more than this fraction between neighbours (0: creases count)
+EDGE_JUMP = 0.05
 #: a sample must be behind the depth buffer by more than this fraction of its depth
 SHADOW_BIAS = 0.01
 #: area lights: emitter grid per side (n x n point emitters over the shape)
@@ -60,6 +62,8 @@ AREA_SHADOW_STEPS = 24
 SHADOW_FILTER_FRACTION = 0.015
 #: ... and at least this many pixels (odd)
 SHADOW_FILTER_MIN = 3
+#: specular lobes widen by this times the tangent of the emitter's angular radius (_widened)
+LOBE_WIDEN = 0.5
 #: roughness is clamped to at least this (a perfect mirror has no finite highlight)
 MIN_ROUGHNESS = 0.03
 #: the mirror ray's ground fallback ramps in as the reflected direction goes below the
@@ -98,6 +102,26 @@ def _emitters(st: LightState, p: np.ndarray, grid: int) -> List[Tuple[np.ndarray
             e = e * np.maximum(-(l * st.direction.astype(F32)[:, None]).sum(0), F32(0.0))
         out.append((l, e.astype(F32), q))
     return out
+
+
+def _widened(alpha: np.ndarray, st: LightState, p: np.ndarray, target: Optional[np.ndarray],
+             grid: int) -> np.ndarray:
+    """GGX ``alpha`` widened by the angle an emitter subtends (Karis 2013's sphere-light
+    trick): ``min(1, alpha + LOBE_WIDEN x tan(half angle))``, the half angle being the
+    point light's radius, an area light's grid cell (half its side / ``grid``) or half
+    the sun's disc, over the distance. A mirror then shows a light's extent, not a dot
+    (nor an area light's grid of dots). N float32."""
+    if LOBE_WIDEN <= 0:
+        return alpha
+    if st.type == "sun":
+        t = math.tan(0.5 * st.angle)
+        return np.minimum(alpha + F32(LOBE_WIDEN * t), F32(1.0)) if t > 0 else alpha
+    r = st.radius if st.type in ("point", "spot") else 0.5 * max(st.size, st.size_y) / grid
+    if r <= 0 or target is None:
+        return alpha
+    d = target.astype(F32)[:, None] - p
+    dist = np.sqrt(np.maximum((d * d).sum(0), F32(1e-8)))
+    return np.minimum(alpha + F32(LOBE_WIDEN * r) / dist, F32(1.0))
 
 
 def _spot_attenuation(st: LightState, l: np.ndarray) -> np.ndarray:
@@ -204,9 +228,15 @@ def occluder_thickness(depth: np.ndarray, sky: np.ndarray, fx: float,
     d = np.where(sky, np.inf, depth).astype(F32)
     inv = np.where(sky, F32(0.0), F32(1.0) / np.maximum(d, F32(1e-6)))
     edge = sky.copy()
+    dd = np.where(sky, F32(0.0), d)
     for ax in (0, 1):
         c = np.abs(np.diff(inv, 2, axis=ax))
-        big = c > F32(EDGE_CURVATURE) * np.maximum(inv[1:-1] if ax == 0 else inv[:, 1:-1], F32(1e-9))
+        mid = inv[1:-1] if ax == 0 else inv[:, 1:-1]
+        big = c > F32(EDGE_CURVATURE) * np.maximum(mid, F32(1e-9))
+        if EDGE_JUMP > 0:  # a silhouette also jumps in depth; a crease (box on the floor) does not
+            a = np.abs(np.diff(dd, axis=ax)) > F32(EDGE_JUMP) * np.minimum(
+                dd[:-1] if ax == 0 else dd[:, :-1], dd[1:] if ax == 0 else dd[:, 1:])
+            big &= (a[:-1] | a[1:]) if ax == 0 else (a[:, :-1] | a[:, 1:])
         if ax == 0:
             edge[1:-1] |= big
         else:
@@ -373,11 +403,12 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     acc = np.zeros((3, rows.size), F32)
     for st in live:
         shared = None  # an area light's emitters share one soft shadow (AREA_SHADOW_GRID^2 rays)
-        for l, e, target in _emitters(st, p, max(1, int(AREA_GRID if area_grid is None else area_grid))):
+        grid = max(1, int(AREA_GRID if area_grid is None else area_grid))
+        for l, e, target in _emitters(st, p, grid):
             lit = np.abs(e) > F32(EPS)  # negative power: negative irradiance
             if not lit.any():
                 continue
-            rad = _bsdf(n, v, nv, l, f0, alpha, kd, ms) * e
+            rad = _bsdf(n, v, nv, l, f0, _widened(alpha, st, p, target, grid), kd, ms) * e
             if shadows and st.shadow:
                 if st.type == "area":
                     if shared is None:
