@@ -50,6 +50,10 @@ SHADOW_WIDTH_FACTOR = 2.0
 EDGE_CURVATURE = 0.02
 #: ... and the depth jumps by more than this fraction between neighbours (0: creases count)
 EDGE_JUMP = 0.05
+#: shadow samples along the on-screen part of the ray at (i / steps) ** this (1: even)
+SHADOW_STEP_POWER = 2.0
+#: march only the part of the ray that lies on screen
+SHADOW_CLIP_TO_FRAME = True
 #: a sample must be behind the depth buffer by more than this fraction of its depth
 SHADOW_BIAS = 0.01
 #: area lights: emitter grid per side (n x n point emitters over the shape)
@@ -314,8 +318,17 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     # jittered, the bands become fine noise that shadow_filter() averages out
     jit = (F32(52.9829189) * np.modf(F32(0.06711056) * c0.astype(F32) + F32(0.00583715) * r0.astype(F32))[0])
     jit = np.modf(jit)[0].astype(F32)
+    # the segment's part on screen (a sun's ray runs far past the frame): samples beyond it
+    # read "no surface"; spend them all on screen, denser near the start (contact shadows)
+    s_end = np.ones_like(du)
+    for a0, da, lim in ((u0, du, w), (v0, dv, h)):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(da > 0, (lim - a0) / da, np.where(da < 0, -a0 / da, np.inf))
+        s_end = np.minimum(s_end, np.clip(t, 0.0, 1.0)).astype(F32)
+    if not SHADOW_CLIP_TO_FRAME:
+        s_end = np.ones_like(du)
     for i in range(1, steps + 1):
-        s = (F32(i - 1) + jit) * F32(1.0 / steps)
+        s = s_end * ((F32(i - 1) + jit) * F32(1.0 / steps)) ** F32(SHADOW_STEP_POWER)
         # pixel indices + 1 in the padded buffer, clipped onto its "no surface" ring
         ui = np.clip(u0 + du * s + F32(1.0), 0.0, w + 1).astype(np.int32)
         vi = np.clip(v0 + dv * s + F32(1.0), 0.0, h + 1).astype(np.int32)
