@@ -44,7 +44,7 @@ SHADOW_THICKNESS = 0.08
 #: ... or, when larger, this many times the occluder's width at that pixel: twice the
 #: distance to the nearest depth edge, in metres (a sphere or a box seen face on is about
 #: as deep as it is wide; see occluder_thickness)
-SHADOW_WIDTH_FACTOR = 2.0
+SHADOW_WIDTH_FACTOR = 3.0
 #: a depth edge: the second difference of inverse depth above this fraction of it (zero
 #: on any plane, large across a silhouette)
 EDGE_CURVATURE = 0.02
