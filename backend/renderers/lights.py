@@ -75,6 +75,8 @@ MIN_ROUGHNESS = 0.03
 BELOW_LO, BELOW_HI = -0.1, 0.2
 #: the glossy bounce fades out from roughness 0 to this
 GLOSSY_MAX_ROUGHNESS = 1.0
+#: the bounce's reflections only hit surfaces that face the ray
+SSR_FACING = True
 #: the bounce is computed on a grid whose long side is at most this (see _bounce_at_scale)
 BOUNCE_MAX_SIDE = 320
 #: a light's effect is dropped below this irradiance (W/m^2) everywhere
@@ -527,7 +529,8 @@ def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[flo
     mask = surf & (rough < F32(max_roughness))
     if not mask.any():
         return out
-    colour, weight = sh.screen_space_reflection(np.asarray(frame.depth, F32), normal, direct, k, mask)
+    colour, weight = sh.screen_space_reflection(np.asarray(frame.depth, F32), normal, direct, k, mask,
+                                                facing=SSR_FACING)
     _planar, _length, view = sh.camera_rays(h, w, k)
     nv = np.maximum((normal * view).sum(0), F32(1e-4))
     r_up = F32(2.0) * nv * ny - sh.dot3(view, up)   # reflected direction . up

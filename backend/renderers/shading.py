@@ -332,7 +332,8 @@ def lowpass(img: np.ndarray, scale: int = 8, radius: int = 2) -> np.ndarray:
 def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.ndarray,
                             intrinsics: Tuple[float, float, float, float], mask: np.ndarray, *,
                             steps: int = 32, reach: float = 8.0,
-                            thickness: float = 0.06, refine: int = 5) -> Tuple[np.ndarray, np.ndarray]:
+                            thickness: float = 0.06, refine: int = 5,
+                            facing: bool = False) -> Tuple[np.ndarray, np.ndarray]:
     """Screen-space reflections: what a mirror at each masked pixel would see in the frame.
 
     A deferred renderer's standard reflection term (e.g. McGuire & Mara, "Efficient GPU
@@ -351,6 +352,8 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
         radiance: ``3 x H x W`` scene-linear colour to reflect.
         intrinsics: ``(fx, fy, cx, cy)`` in pixels of this ``H x W`` grid.
         mask: ``H x W`` bool, the pixels to trace (glossy surfaces).
+        facing: only surfaces facing the ray are hits (a mirror cylinder's reflected ray
+            grazing past its own lower surface does not hit it).
 
     Returns:
         ``(colour 3 x H x W, weight H x W in [0, 1])`` (float32; 0 where not traced).
@@ -384,6 +387,8 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
     # step's own advance in depth (geometric steps would otherwise skip thin hits)
     step_dz = np.abs(np.diff(qz, axis=0, prepend=qz[:1] * F32(0.99)))
     hit = inside & (qz > scene) & (qz - scene < np.maximum(F32(thickness) * scene, step_dz))
+    if facing:  # a surface the ray meets from behind is its own surface curving away: no hit
+        hit &= (normal[0][vi, ui] * r[0] + normal[1][vi, ui] * r[1] + normal[2][vi, ui] * r[2]) < F32(0.0)
     found = hit.any(0)
     if not found.any():
         return colour, weight
