@@ -331,9 +331,8 @@ def lowpass(img: np.ndarray, scale: int = 8, radius: int = 2) -> np.ndarray:
 
 def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.ndarray,
                             intrinsics: Tuple[float, float, float, float], mask: np.ndarray, *,
-                            steps: int = 32, reach: float = 8.0,
-                            thickness: float = 0.06, refine: int = 5,
-                            facing: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+                            steps: int = 32, reach: float = 8.0, thickness: float = 0.06,
+                            refine: int = 5, facing: bool = False) -> Tuple[np.ndarray, np.ndarray]:
     """Screen-space reflections: what a mirror at each masked pixel would see in the frame.
 
     A deferred renderer's standard reflection term (e.g. McGuire & Mara, "Efficient GPU
@@ -416,12 +415,10 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
             t_hi = np.where(behind, tm, t_hi)
             t_lo = np.where(behind, t_lo, tm)
         hz = np.maximum(-(ps[2] + rs[2] * t_hi), F32(1e-4))
-        hu = hu.copy()
-        hv = hv.copy()
+        hu, hv = hu.copy(), hv.copy()
         hu[sel] = F32(fx) * (ps[0] + rs[0] * t_hi) / hz + F32(cx)
         hv[sel] = F32(cy) - F32(fy) * (ps[1] + rs[1] * t_hi) / hz
-    hu = hu - F32(0.5)
-    hv = hv - F32(0.5)
+    hu, hv = hu - F32(0.5), hv - F32(0.5)
     # bilinear sample of the radiance at the hits (edge-clamped)
     x0 = np.clip(np.floor(hu), 0, w - 1).astype(np.int32)
     y0 = np.clip(np.floor(hv), 0, h - 1).astype(np.int32)
