@@ -335,7 +335,8 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     if not SHADOW_CLIP_TO_FRAME:
         s_end = np.ones_like(du)
     for i in range(1, steps + 1):
-        s = s_end * ((F32(i - 1) + jit) * F32(1.0 / steps)) ** F32(SHADOW_STEP_POWER)
+        s = (F32(i - 1) + jit) * F32(1.0 / steps)
+        s = s_end * (s * s if SHADOW_STEP_POWER == 2 else s ** F32(SHADOW_STEP_POWER))
         # pixel indices + 1 in the padded buffer, clipped onto its "no surface" ring
         ui = np.clip(u0 + du * s + F32(1.0), 0.0, w + 1).astype(np.int32)
         vi = np.clip(v0 + dv * s + F32(1.0), 0.0, h + 1).astype(np.int32)
