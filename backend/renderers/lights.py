@@ -20,9 +20,10 @@ energy compensation (Fdez-Aguera 2019), as Cycles' multiscatter GGX.
 
 Approximations (stated in ``docs/lights.md``): an area light is a grid of point
 emitters over its shape sharing one soft shadow (2 x 2 shadow rays); point radius and
-sun angle do not soften shadows; shadows come from the depth buffer only (what the
-camera does not see casts no shadow, see :func:`shadow_visibility`); the added light's
-indirect light is one screen-space bounce (:func:`glossy_bounce`).
+sun angle do not soften shadows, they only widen the specular lobe (:func:`_widened`);
+shadows come from the depth buffer only (what the camera does not see casts no shadow,
+see :func:`shadow_visibility`); the added light's indirect light is one screen-space
+bounce (:func:`glossy_bounce`).
 """
 from __future__ import annotations
 
