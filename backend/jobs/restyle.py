@@ -12,6 +12,9 @@ Output folder layout (``--out DIR``; it may not be, contain or lie inside the in
                               :func:`backend.renderers.shading.preview_8bit`).
     DIR/preview.mp4           H.264 yuv420p preview of all frames in the folder (odd
                               sizes padded by edge replication to even).
+    DIR/plate_lighting.json   the shot's plate lighting (embedded renderer, issue 39): SH
+    DIR/plate_lighting.exr    coefficients, and an equirect radiance map for a Blender
+                              World (:mod:`backend.jobs.restyle_plate`).
     DIR/manifest.json         job, settings (+ hash), prompt, looks, renderer parameters,
                               per-frame entries, the preview paths and a flicker metric.
 
@@ -49,7 +52,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from . import flicker as flick
-from .. import contract, events
+from .. import contract, events, exr_attrs, exr_colour
 from ..look_match import ColourStats, LookMatch, reference_stats
 from ..renderers.base import DEFAULT_RENDERER
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
@@ -363,12 +366,29 @@ class RestyleJob:
             contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
         }
 
+    def _attributes(self, n: int, shape) -> Dict[str, Any]:
+        """The input G-buffer frame's camera, lens, rate and timecode as OpenEXR standard
+        attributes (:mod:`backend.exr_attrs`); ``{}`` when its header cannot be read."""
+        src = self.inputs.all_files.get(n)
+        try:
+            meta = contract.read_meta(src) if src is not None else {}
+        except (contract.ContractError, OSError):
+            meta = {}
+        meta.setdefault("fps", str(self.fps))
+        meta.setdefault("frame_number", n)
+        out = exr_attrs.standard_attributes(meta, shape)
+        if meta.get("working_space"):  # written in the G-buffers' working space (ACEScg ...)
+            out.update(exr_colour.colour_attributes(exr_colour.working_space(meta["working_space"])))
+        return out
+
     def _write(self, n: int, tmp_path: Path, rgb: np.ndarray, alpha: Optional[np.ndarray],
                header: Dict[str, Any], combined: np.ndarray) -> Dict[str, Any]:
         """On the runner's writer thread, in frame order, while the next frame renders:
         the EXR, the previews, the flicker sample against the previous frame. Returns
         the preview's checksum for the frame's manifest entry."""
-        write_rgba_exr(tmp_path, rgb, alpha, header)
+        attrs = self._attributes(n, rgb.shape[:2])
+        ws = attrs.get("colorInteropID", exr_colour.WORKING_SPACES["rec709"])  # the G-buffers' working space
+        write_rgba_exr(tmp_path, exr_colour.convert_rgb(rgb, "lin_rec709_scene", ws), alpha, header, attrs)
         # previews from the values as stored (half float, premultiplied): a frame's
         # preview is the same whether rendered now or rebuilt from its EXR on a resume
         a = np.ones(rgb.shape[:2], np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)

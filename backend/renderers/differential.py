@@ -153,15 +153,16 @@ class PlateLighting:
         RGB float32) into ``folder`` atomically; returns their paths."""
         from pathlib import Path
 
+        from ..contract import atomic_path
         from ..jobs.writers import write_bytes_atomic, write_rgba_exr
 
         folder = Path(folder)
         js = folder / "plate_lighting.json"
         exr = folder / "plate_lighting.exr"
         write_bytes_atomic(js, (json.dumps(self.to_json(), indent=1) + "\n").encode())
-        tmp = folder / ".tmp_plate_lighting.exr"
-        write_rgba_exr(tmp, self.equirect(width), None, {})
-        tmp.replace(exr)
+        # a unique temporary name (contract.atomic_path): farm chunks of one shot write it at once
+        with atomic_path(exr) as tmp:
+            write_rgba_exr(tmp, self.equirect(width), None, {})
         return str(js), str(exr)
 
 
