@@ -275,6 +275,11 @@ class DecomposeRequest(_Request):
             "albedo_detail": bool(self.albedo_detail) and plan.downscaled,
             "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
         }
+        if getattr(dec, "detect_sky", False):
+            # the sky detector changes every frame's passes: a folder written without it
+            # is refused on resume (written with other settings), never continued mixed
+            from ..decomposer import SKY_METHOD
+            block["sky"] = SKY_METHOD
         if anchors is not None:
             block["depth_anchors"] = anchors
         if cameras is not None:
