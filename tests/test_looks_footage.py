@@ -192,6 +192,16 @@ def test_no_thin_horizontal_caustic_lines_on_dolphins(clips, monkeypatch):
     assert float(np.hypot(gx, gy)[lit].mean()) > 0.08
 
 
+def _water_mask(h, w):
+    import cv2
+
+    data = json.loads((DATA / "boat_water_mask.json").read_text())
+    pts = np.round(np.array(data["polygon_uv"], np.float64) * [w, h]).astype(np.int32)
+    m = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(m, [pts], 1)
+    return m.astype(bool)
+
+
 def test_snow_cover_edges_follow_the_footage(clips):
     """The snow cover's edges are the footage's edges, not a low-res grid's stair steps:
     on boat.mp4 frames 5 and 8 the footage's mean gradient (sqrt luminance) at the cover's
