@@ -66,6 +66,14 @@ BRIGHTER_THAN_REST = 1.0
 NEUTRAL_MIN_AREA = 0.06
 #: a region whose pixels are mostly clipped (any channel >= 0.985 in sRGB) is no evidence
 CLIPPED_MAX_SHARE = 0.5
+#: a blue candidate that fails BRIGHTER_THAN_REST is still sky when this share of its outline
+#: ends on an image edge (sky behind struts and trees: 0.94-0.98 on the roller coaster; water
+#: fading into sand: 0.35-0.80 on dolphins) ...
+EDGED_MIN = 0.9
+#: ... an edge being a luma step (sRGB, Sobel / 8) above this within 2 px of the outline ...
+EDGE_STEP = 0.04
+#: ... and the ground below it is darker: its median luma at most this times the sky's
+GROUND_DARKER = 0.6
 #: smallest sky region, as a fraction of the working frame's pixels
 MIN_AREA = 0.004
 
@@ -179,6 +187,41 @@ def _fill_holes(sky: np.ndarray, y: np.ndarray, tex: np.ndarray) -> np.ndarray:
     return out
 
 
+def _clear_sky_evidence(srgb: np.ndarray, y: np.ndarray, lab: np.ndarray, sky: np.ndarray) -> str:
+    """Evidence for a blue sky that is not the brightest thing in the frame (a clear sky
+    behind a bright orange track, a white cloud): ``""`` when it holds, else why not.
+
+    Water seen from below is as blue and as smooth; it differs in two ways (measured on
+    ``dolphins``): it fades into the sand and haze without an edge, where a sky ends on
+    the edges of what stands in front of it, and the ground below it is not much darker.
+
+    1. blue: the region's median colour has blue as its largest channel;
+    2. edged: at least :data:`EDGED_MIN` of the region's outline (off the frame border)
+       lies within 2 px of a luma step of :data:`EDGE_STEP` per pixel;
+    3. the ground under it (below the region's lowest pixel in each column, not of the
+       sky's colour) has a median luma at most :data:`GROUND_DARKER` times the sky's.
+    """
+    import cv2
+
+    med = np.median(srgb[sky], axis=0)
+    if med[2] < max(med[0], med[1]):
+        return "it is not blue"
+    h, w = sky.shape
+    ring = (cv2.dilate(sky.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0) & ~sky
+    ring[:2], ring[-2:], ring[:, :2], ring[:, -2:] = False, False, False, False
+    gx = cv2.Sobel(y, cv2.CV_32F, 1, 0, ksize=3) / 8.0
+    gy = cv2.Sobel(y, cv2.CV_32F, 0, 1, ksize=3) / 8.0
+    step = cv2.dilate(np.sqrt(gx * gx + gy * gy), np.ones((5, 5), np.uint8))
+    if ring.any() and float((step[ring] > EDGE_STEP).mean()) < EDGED_MIN:
+        return "its outline fades without an edge (water, haze)"
+    low = np.where(sky.any(0), h - 1 - np.argmax(sky[::-1], 0), h)
+    below = np.arange(h)[:, None] > low[None, :]
+    below &= np.linalg.norm(lab - np.median(lab[sky], 0), axis=-1) > BRIDGE_DELTA_E
+    if below.sum() > 0.02 * sky.size and np.median(y[below]) > GROUND_DARKER * np.median(y[sky]):
+        return "the ground below it is not darker"
+    return ""
+
+
 def detect_sky_small(rgb_linear: np.ndarray) -> Tuple[np.ndarray, str, float]:
     """The sky mask at the working size: ``(mask, reason, scale)`` (see the module doc)."""
     import cv2
@@ -196,7 +239,10 @@ def detect_sky_small(rgb_linear: np.ndarray) -> Tuple[np.ndarray, str, float]:
         return np.zeros_like(sky), "the candidate is mostly clipped white (over-exposed, no evidence of sky)", s
     rest = ~sky
     if rest.any() and np.median(y[sky]) < BRIGHTER_THAN_REST * np.percentile(y[rest], 90):
-        return np.zeros_like(sky), "the candidate is darker than the bright tenth of the rest of the frame", s
+        why = _clear_sky_evidence(srgb, y, lab, _fill_holes(sky, y, tex))
+        if why:
+            return np.zeros_like(sky), "the candidate is darker than the bright tenth of the rest of the frame " \
+                                       f"and {why}", s
     srgb_sky = srgb[sky]
     neutral = float(np.median((srgb_sky.max(-1) - srgb_sky.min(-1)) / np.maximum(srgb_sky.max(-1), 1e-3))) < 0.12
     rows = np.nonzero(sky)[0]
