@@ -74,6 +74,11 @@ EDGED_MIN = 0.9
 EDGE_STEP = 0.04
 #: ... and the ground below it is darker: its median luma at most this times the sky's
 GROUND_DARKER = 0.6
+#: a smooth candidate region anywhere whose colour is this close (CIE Lab) to the
+#: sky's colour at its row joins the sky (chroma, a and b) ...
+SAME_SKY_DELTA_E = 8.0
+#: ... unless it is darker than that sky by more than this (L, 0-100)
+SAME_SKY_DARKER = 6.0
 #: smallest sky region, as a fraction of the working frame's pixels
 MIN_AREA = 0.004
 
@@ -248,8 +253,45 @@ def detect_sky_small(rgb_linear: np.ndarray) -> Tuple[np.ndarray, str, float]:
     rows = np.nonzero(sky)[0]
     if neutral and (rows.mean() > 0.5 * h or sky[-1].mean() > 0.05 or sky.mean() < NEUTRAL_MIN_AREA):
         return np.zeros_like(sky), "a grey region that is small, reaches the lower half or the bottom (a wall, a roof)", s
-    sky = _fill_holes(sky, y, tex)
+    sky = _fill_holes(_same_sky(cand, lab, sky), y, tex)
     return sky, "sky", s
+
+
+def _same_sky(cand: np.ndarray, lab: np.ndarray, sky: np.ndarray) -> np.ndarray:
+    """Add the candidate regions anywhere in the frame that have the sky's colour where it
+    is nearest (sky seen between the struts of a tower, under a track): a smooth
+    candidate region joins when its median chroma (CIE Lab a, b) is within
+    :data:`SAME_SKY_DELTA_E` of the sky's in the rows it spans, and it is not darker (L) by
+    more than :data:`SAME_SKY_DARKER`. A region below the whole sky is compared with the
+    sky's lowest band and must not be darker than it: sky brightens towards the horizon,
+    while water mirroring it is darker than the sky (it reflects only part of the light)."""
+    import cv2
+
+    n, lbl, stats, _ = cv2.connectedComponentsWithStats((cand & ~sky).astype(np.uint8), connectivity=8)
+    if n <= 1:
+        return sky
+    h = sky.shape[0]
+    rows = np.nonzero(sky)[0]
+    lo, hi = int(rows.min()), int(rows.max())
+    out = sky.copy()
+    min_area = 0.02 * MIN_AREA * cand.size
+    for k in range(1, n):
+        if stats[k, cv2.CC_STAT_AREA] < min_area:
+            continue
+        top, bh = int(stats[k, cv2.CC_STAT_TOP]), int(stats[k, cv2.CC_STAT_HEIGHT])
+        if top > hi:  # below the whole sky: its lowest band, and not darker
+            r0, r1, darker = max(lo, hi - max(2, (hi - lo) // 6)), hi + 1, 1.0
+        else:
+            r0, r1, darker = max(0, top - h // 10), min(h, top + bh + h // 10), SAME_SKY_DARKER
+        ref = sky[r0:r1]
+        if not ref.any():
+            continue
+        ref_lab = np.median(lab[r0:r1][ref], axis=0)
+        m = lbl == k
+        c = np.median(lab[m], axis=0)
+        if np.linalg.norm(c[1:] - ref_lab[1:]) < SAME_SKY_DELTA_E and c[0] >= ref_lab[0] - darker:
+            out |= m
+    return out
 
 
 def _refine(sky_up: np.ndarray, rgb_linear: np.ndarray, band: int) -> np.ndarray:
