@@ -149,3 +149,21 @@ def test_boat_hand_mask(footage):
 def test_no_sky_under_water_or_in_an_office(footage, name):
     for sf in _frames(footage(name), set(range(0, 60, 10))):
         assert not detect_sky(sf.rgb).mask.any(), (name, sf.index)
+
+
+def test_grey_road_does_not_join_a_grey_sky(monkeypatch):
+    """Greys share one chroma, so a smooth grey road below a grey sky is no 'same sky'
+    (round 2: the held-out car-turn road joined a hazy sky that way)."""
+    from backend import sky as sky_mod
+
+    rng = np.random.default_rng(3)
+    img = np.zeros((180, 320, 3), np.float32)
+    img[:60] = np.array([1.0, 1.0, 1.01], np.float32) * np.linspace(0.93, 0.94, 60, dtype=np.float32)[:, None, None]
+    img[60:120] = 0.2 + 0.15 * rng.random((60, 320, 3)).astype(np.float32)  # trees
+    img[120:] = 0.935  # a smooth grey road, as bright as the sky near the horizon
+    img = srgb_to_linear(img)
+    r = detect_sky(img)
+    assert r.reason == "sky" and r.mask[:50].mean() > 0.97
+    assert r.mask[125:].mean() < 0.01
+    monkeypatch.setattr(sky_mod, "SAME_SKY_MIN_CHROMA", 0.0)  # without the rule the road joins
+    assert detect_sky(img).mask[125:].mean() > 0.5
