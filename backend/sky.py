@@ -304,12 +304,14 @@ def _same_sky(cand: np.ndarray, lab: np.ndarray, sky: np.ndarray) -> np.ndarray:
         ref = sky[r0:r1]
         if not ref.any():
             continue
-        ref_lab = np.median(lab[r0:r1][ref], axis=0)
-        m = lbl == k
-        c = np.median(lab[m], axis=0)
+        ref_lab = np.median(lab[r0:r1][ref][::4], axis=0)  # every 4th pixel: the median, faster
+        x0, bw = int(stats[k, cv2.CC_STAT_LEFT]), int(stats[k, cv2.CC_STAT_WIDTH])
+        box = (slice(top, top + bh), slice(x0, x0 + bw))
+        m = lbl[box] == k
+        c = np.median(lab[box][m], axis=0)
         if np.linalg.norm(c[1:] - ref_lab[1:]) < SAME_SKY_DELTA_E and c[0] >= ref_lab[0] - darker \
-                and np.median(chroma[m]) >= SAME_SKY_MIN_CHROMA:
-            out |= m
+                and np.median(chroma[box][m]) >= SAME_SKY_MIN_CHROMA:
+            out[box] |= m
     return out
 
 
