@@ -42,7 +42,9 @@ FALLBACK_ROUGHNESS = 0.5
 FALLBACK_METALLIC = 0.0
 SKY_CONFIDENCE = contract.NO_SURFACE  # confidence at or below this marks "no surface"
 #: how the sky detector is named in ``pass_models["confidence"]``
-SKY_METHOD = "sky detector (smooth, bright, top-connected; backend/sky.py)"
+#: (it names its version: a change of the detector changes the settings hash, so a folder
+#: is never resumed with sky masks of two versions)
+SKY_METHOD = "sky detector v2 (smooth, bright or edge-bounded blue, top-connected; backend/sky.py)"
 MIN_RESOLUTION = 16  # smallest processing resolution (long side) accepted; 0 / None = full size
 
 ALBEDO_DETAIL_RANGE = (0.25, 4.0)
