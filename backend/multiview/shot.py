@@ -271,13 +271,19 @@ class MultiViewShot:
         return _View(number, cam_u.scaled(w, h), resize(grey, (w, h), "area"))
 
     # ------------------------------------------------------------------ per frame
+    def _others(self, number: int) -> List[_View]:
+        """The views with a camera within ``window`` frames of ``number`` (not its own):
+        the window, however many more views :meth:`stream` still holds."""
+        w = self.options.window
+        return [v for n, v in self.views.items() if n != number and abs(n - number) <= w and v.camera is not None]
+
     def neighbours(self, number: int, depth: float) -> List[_View]:
         """Up to K views from the window: the nearest in time whose parallax (a point at
         ``depth`` against infinity, in processing pixels) reaches the target, then, if
         too few do, those with the most parallax above the minimum."""
         opts = self.options
         ref = self.views[number].camera
-        cands = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+        cands = sorted(self._others(number),
                        key=lambda v: (abs(v.number - number), v.number))
         par = {v.number: parallax_px(ref, v.camera, depth, math.inf) for v in cands}
         out = [v for v in cands if par[v.number] >= opts.target_parallax_px][:opts.neighbours]
@@ -327,7 +333,7 @@ class MultiViewShot:
         rng = self.ranges.from_file(ref)
         if rng is not None:
             return rng
-        others = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+        others = sorted(self._others(number),
                         key=lambda v: (abs(v.number - number), v.number))
         rng = RangeFinder.from_features(self._features(self.views[number]), ref,
                                         [(self._features(v), v.camera) for v in others])
