@@ -91,3 +91,26 @@ def test_overscan_is_kept_through_decompose_and_restyle(tmp_path):
     hdr = _header(out[0])
     assert [list(map(int, c)) for c in hdr["dataWindow"]] == [[-8, -6], [71, 53]]
     assert [list(map(int, c)) for c in hdr["displayWindow"]] == [[0, 0], [63, 47]]
+
+
+def test_overscan_field_of_view_spans_the_display_window(tmp_path):
+    """A 256x144 display window with 16 px overscan on every side (data 288x176): the
+    assumed 60 deg field of view spans the display width (fx = 128 / tan 30 deg = 221.7,
+    not 249.4 over the data width) and the principal point is the display centre in
+    data-window pixels (16 + 128, 16 + 72)."""
+    import math
+
+    import OpenEXR
+
+    plate = tmp_path / "plate"
+    plate.mkdir()
+    rgb = (0.2 + 0.6 * np.random.default_rng(4).random((176, 288, 3))).astype(np.float32)
+    hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+           "dataWindow": ((-16, -16), (271, 159)), "displayWindow": ((0, 0), (255, 143))}
+    with OpenEXR.File(hdr, {c: np.ascontiguousarray(rgb[..., i]) for i, c in enumerate("RGB")}) as f:
+        f.write(str(plate / "plate.0001.exr"))
+    decompose(plate, tmp_path / "gb", estimator="embedded")
+    fr = contract.read_frame(contract.frame_path(tmp_path / "gb", 1))
+    fx = 128 / math.tan(math.radians(30))
+    print("intrinsics", fr.meta["intrinsics"])
+    np.testing.assert_allclose(fr.meta["intrinsics"], [fx, fx, 144, 88], rtol=1e-6)
