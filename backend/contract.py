@@ -8,7 +8,7 @@ Layout of a frame file (one part per pass, named ``GBuffer.<Pass>`` as Blender 5
 writes them; scanline, ZIP compression)::
 
     GBuffer.Combined.{R,G,B,A}   half   scene-linear Rec.709 source frame
-    GBuffer.Depth.V              float  planar depth along the camera axis
+    GBuffer.Depth.Z              float  planar depth along the camera axis (before: Depth.V, still read)
     GBuffer.Normal.{X,Y,Z}       half   camera space, OpenGL (+X right, +Y up, +Z to camera)
     GBuffer.Albedo.{R,G,B}       half   linear base colour, 0..1
     GBuffer.Metallic.V           half   0..1
@@ -46,13 +46,16 @@ FRAME_DIGITS = 4
 #: pass name -> (channel suffixes, numpy dtype on disk, Blender socket type)
 PASSES: Dict[str, tuple] = {
     "Combined": (("R", "G", "B", "A"), np.float16, "RGBA"),
-    "Depth": (("V",), np.float32, "VALUE"),
+    "Depth": (("Z",), np.float32, "VALUE"),
     "Normal": (("X", "Y", "Z"), np.float16, "VECTOR"),
     "Albedo": (("R", "G", "B"), np.float16, "RGBA"),
     "Metallic": (("V",), np.float16, "VALUE"),
     "Roughness": (("V",), np.float16, "VALUE"),
     "Confidence": (("V",), np.float16, "VALUE"),
 }
+#: channel suffixes earlier files used, still read (``GBuffer.Depth.V`` before Depth became
+#: ``Depth.Z``, Blender's own name for it, which OpenImageIO also takes as the depth channel)
+LEGACY_SUFFIXES: Dict[str, tuple] = {"Depth": ("V",)}
 REQUIRED_PASSES = ("Combined", "Depth", "Normal", "Albedo", "Metallic", "Roughness")
 
 #: Header attribute names (all strings unless noted), prefixed to avoid clashes.
@@ -598,6 +601,8 @@ def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np
         from .layouts import find_nuke
 
         arr = find_nuke(chans, name)
+        if arr is None and name in LEGACY_SUFFIXES:  # folders written before
+            arr = _find_layered(chans, name, LEGACY_SUFFIXES[name])
     return arr
 
 
