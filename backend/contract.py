@@ -53,9 +53,7 @@ PASSES: Dict[str, tuple] = {
     "Roughness": (("V",), np.float16, "VALUE"),
     "Confidence": (("V",), np.float16, "VALUE"),
 }
-#: channel suffixes earlier files used, still read (``GBuffer.Depth.V`` before Depth became
-#: ``Depth.Z``, Blender's own name for it, which OpenImageIO also takes as the depth channel)
-LEGACY_SUFFIXES: Dict[str, tuple] = {"Depth": ("V",)}
+LEGACY_SUFFIXES: Dict[str, tuple] = {"Depth": ("V",)}  #: read too (files before Depth.Z, Blender's/OIIO's name)
 REQUIRED_PASSES = ("Combined", "Depth", "Normal", "Albedo", "Metallic", "Roughness")
 
 #: Header attribute names (all strings unless noted), prefixed to avoid clashes.
@@ -419,7 +417,7 @@ def _parts(frame: GBufferFrame):
     ws = exr_colour.working_space(meta.get("working_space"))
     frame = exr_colour.to_working(frame, ws)
     common = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    common.update(exr_attrs.standard_attributes(meta, frame.shape))
+    common.update(exr_attrs.standard_attributes(meta, frame.shape), **exr_attrs.depth_attributes(meta))
     if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
         common.update(exr_colour.colour_attributes(ws))
         common.update((HEADER_PREFIX + k, v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items())

@@ -126,6 +126,22 @@ def window_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str,
     return {"dataWindow": ((x0, y0), (x1, y1)), "displayWindow": ((d[0], d[1]), (d[2], d[3]))}
 
 
+#: ``depthUnits`` text per ``depth_kind`` (what a comp artist reads in Nuke's metadata as
+#: ``exr/depthUnits``): the depth channel's units and kind
+DEPTH_UNITS = {
+    "metric": "metres; planar z (distance along the camera axis), not 1/z",
+    "up_to_scale": "the camera file's units (metric up to one factor for the whole shot); planar z, not 1/z",
+    "relative": "relative, no unit: 1 (near) to 100 (far) per frame, not metric (no camera); planar z, not 1/z",
+}
+
+
+def depth_attributes(meta: Dict[str, Any]) -> Dict[str, Any]:
+    """``depthUnits``: a plain-text statement of the depth channel's units and kind from
+    ``meta['depth_kind']`` (:data:`DEPTH_UNITS`); ``{}`` for an unknown kind."""
+    text = DEPTH_UNITS.get(meta.get("depth_kind"))
+    return {"depthUnits": text} if text else {}
+
+
 def standard_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str, Any]:
     """Every standard attribute this module derives from a frame's meta (camera, lens,
     rate, timecode, overscan windows). ``shape``: ``(H, W)`` of the pixels written."""

@@ -144,3 +144,15 @@ def test_what_openimageio_3_0_reports_for_an_acescg_file(tmp_path):
             assert spec.get_string_attribute("oiio:ColorSpace") == "lin_rec709"
     finally:
         inp.close()
+
+
+def test_depth_units_are_stated_where_nuke_shows_them(both):
+    """Without a camera, depth is relative (1..100): every G-buffer says so in a plain
+    ``depthUnits`` attribute (Nuke shows it as ``exr/depthUnits``), in both layouts."""
+    import OpenEXR
+
+    for layout in ("nuke", "gbuffer"):
+        with OpenEXR.File(str(contract.frame_path(both / layout, 2)), header_only=True) as f:
+            for p in f.parts:
+                text = p.header["depthUnits"]
+                assert text.startswith("relative") and "1 (near) to 100 (far)" in text and "not 1/z" in text
