@@ -70,6 +70,8 @@ class _Shot:
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation,
                 "fps": f"{info.fps.numerator}/{info.fps.denominator}",
                 **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {}),
+                **({"timecode_start": info.timecode, "timecode_frame": (info.frame_numbers() or [1])[0]}
+                   if info.timecode else {}),
                 **({"data_window": info.windows[0], "display_window": info.windows[1]} if info.windows else {}),
                 **({"layout": self.layout} if self.layout != "gbuffer" else {}),
                 **({"working_space": self.working_space} if self.working_space != "lin_rec709_scene" else {})}
