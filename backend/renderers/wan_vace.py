@@ -157,9 +157,9 @@ def check_model_folder(folder: Path, model: str) -> None:
 
 def resolve_model(model: str, cache_dir: Optional[os.PathLike], local: bool) -> Optional[Path]:
     """The local folder of ``model``: the folder itself, or the snapshot of repo id
-    ``model`` in the models folder (``refs/main``, else any snapshot with a
-    ``model_index.json``); ``None`` when not there and ``local`` is false (it may then be
-    downloaded by ``from_pretrained``).
+    ``model`` that ``refs/main`` names in the models folder
+    (:func:`backend.hub_cache.cached_snapshot`); ``None`` when not there and ``local`` is
+    false (it may then be downloaded by ``from_pretrained``).
 
     Raises:
         ModelNotAvailable: not there and ``local`` (one line naming the model and how to
@@ -168,28 +168,17 @@ def resolve_model(model: str, cache_dir: Optional[os.PathLike], local: bool) -> 
     p = Path(os.path.expanduser(model))
     if p.is_dir():
         return p
-    from ..catalog import MODELS_WHERE, models_folder
+    from ..catalog import models_folder
+    from ..hub_cache import cached_snapshot
+    from ..model_store import download_hint
 
     root = models_folder(cache_dir)
-    if root is not None and "/" in model:
-        repo = root / ("models--" + model.replace("/", "--"))
-        snaps = repo / "snapshots"
-        ref = repo / "refs" / "main"
-        try:
-            if ref.is_file() and (snaps / ref.read_text().strip()).is_dir():
-                return snaps / ref.read_text().strip()
-            found = sorted(s for s in snaps.iterdir() if (s / "model_index.json").exists())
-            if found:
-                return found[-1]
-            found = sorted(s for s in snaps.iterdir() if s.is_dir())
-            if found:
-                return found[-1]
-        except OSError:
-            pass
+    snap = cached_snapshot(root, model) if "/" in model else None
+    if snap is not None:
+        return snap
     if local:
-        raise ModelNotAvailable(
-            f"model {model!r} is not in the models folder ({root}); download it in {MODELS_WHERE} "
-            f"or with `huggingface-cli download {model}` (offline: nothing is downloaded)")
+        raise ModelNotAvailable(f"model {model!r} is not in the models folder ({root}); "
+                                f"{download_hint('wan-vace')} (offline: nothing is downloaded)")
     return None
 
 
