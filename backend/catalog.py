@@ -176,6 +176,6 @@ def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None, **k
         names.append("packages: " + ", ".join(pk))
     if md:
         parts.append(f"{len(md)} model{'s' if len(md) > 1 else ''} missing: download in {MODELS_WHERE} "
-                     f"or with `python -m backend models download {name}`")
+                     f"or `python -m backend models download {name}`")
         names.append("models: " + ", ".join(md))
     return f"{kind} '{name}' cannot run: " + "; ".join(parts) + "\n" + "\n".join(names)

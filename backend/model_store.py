@@ -284,7 +284,8 @@ def download(spec: ModelSpec, cache: os.PathLike,
         raise ModelStoreError(f"{what}: downloading needs the huggingface_hub package, which this Python "
                               "lacks (pip install huggingface_hub)") from None
     if constants.HF_HUB_OFFLINE:
-        raise ModelStoreError(f"{what}: downloads are off (HF_HUB_OFFLINE is set in the environment); "
+        raise ModelStoreError(f"{what}: downloads are off (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set "
+                              "in the environment); "
                               "unset it and run again")
     from fnmatch import fnmatch
 

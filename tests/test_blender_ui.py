@@ -455,7 +455,7 @@ def test_download_worker_reports_failure_offline(addon, tmp_path):
     job = worker.WorkerJob(models.download_argv(spec, str(tmp_path), sys.executable),
                            log_path=tmp_path / "dl.log", env=env).start()
     assert job.wait(poll_interval=0.05) == worker.ERROR
-    assert spec.repo_id in job.message and "HF_HUB_OFFLINE" in job.message
+    assert spec.repo_id in job.message and "HF_HUB_OFFLINE" in job.message  # the CLI command, one line
 
 
 def test_file_output_multilayer_roundtrip_and_edits_step(addon, scene, tmp_path):

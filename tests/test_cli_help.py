@@ -115,7 +115,7 @@ def test_missing_model_is_named_with_where_to_get_it(tmp_path):
     first, names = msg.splitlines()
     assert first.startswith("estimator 'marigold' cannot run: ")
     assert first.endswith("3 models missing: download in Preferences > Add-ons > G-Buffer Editor > Models "
-                          "or with `python -m backend models download marigold`")
+                          "or `python -m backend models download marigold`")
     assert len(first) < 160
     assert "prs-eth/marigold-depth-v1-1" in names
     # a snapshot with a config counts as present once refs/main names it (as huggingface_hub resolves it)
