@@ -653,7 +653,9 @@ def test_brief_report_keeps_the_log_path():
 
     assert brief("short; log: /x/restyle.log") == "short; log: /x/restyle.log"
     long = "bad thing happened. " + "details " * 60 + "; log: /x/restyle.log"
-    assert brief(long) == "bad thing happened. (full message in the Status panel); log: /x/restyle.log"
+    assert brief(long, headless=False) == "bad thing happened. (full message in the Status panel); log: /x/restyle.log"
+    # issue 37: headless (blender -b, the demo) there is no Status panel to point at
+    assert brief(long) == brief(long, headless=True) == "bad thing happened. (full message in the log: /x/restyle.log)"
 
 
 def test_sidebar_says_what_resolution_the_estimator_really_uses(addon):
