@@ -1,5 +1,8 @@
 """The one look-up of a model in a Hugging Face cache folder (the models folder); no network.
 
+Also the words every "model missing" message ends with (:func:`download_hint`, naming
+``python -m backend models download``; :mod:`backend.model_store` implements it).
+
 Every loader that finds a downloaded model (Depth Anything V2 / Video Depth Anything's
 ONNX files, FLUX.2 [klein]'s and Wan VACE's pipeline folders) asks here, so they agree on
 which copy counts: the commit ``refs/<revision>`` names (``main`` by default), or the
@@ -21,6 +24,16 @@ from pathlib import Path
 from typing import Optional
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+#: the command that downloads a model (named by every "model missing" message)
+COMMAND = "python -m backend models download"
+
+
+def download_hint(user: str) -> str:
+    """The words every "model missing" message ends with, for the estimator / renderer
+    (or model key) ``user``."""
+    return (f"download it with `{COMMAND} {user}` or in Blender (Edit > Preferences > Add-ons > "
+            f"G-Buffer Editor > Models)")
 
 
 def repo_folder(cache_dir: os.PathLike, repo_id: str) -> Path:

@@ -24,14 +24,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import JobError
-from .hub_cache import cached_file, cached_snapshot, repo_folder
+from .hub_cache import COMMAND, cached_file, cached_snapshot, download_hint, repo_folder  # noqa: F401
 
 _PIPELINE_FILES = ("*.json", "*.txt", "*.safetensors", "tokenizer/*", "*.model")
 _SD_FILES = ("model_index.json", "*/*.json", "*/*.txt", "*/diffusion_pytorch_model.safetensors",
              "*/model.safetensors", "tokenizer/*")
 
-#: the command that downloads a model (named by every "model missing" message)
-COMMAND = "python -m backend models download"
 
 
 class ModelStoreError(JobError):
@@ -116,13 +114,6 @@ def find_specs(names) -> List[ModelSpec]:
                              "(or an estimator / renderer name)")
         out += [s for s in hit if s not in out]
     return out
-
-
-def download_hint(user: str) -> str:
-    """The words every "model missing" message ends with, for the estimator / renderer
-    (or model key) ``user``."""
-    return (f"download it with `{COMMAND} {user}` or in Blender (Edit > Preferences > Add-ons > "
-            f"G-Buffer Editor > Models)")
 
 
 # ---------------------------------------------------------------------------- status

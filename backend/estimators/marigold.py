@@ -54,7 +54,7 @@ import numpy as np
 
 from ..colour import linear_to_srgb, srgb_to_linear
 from ..errors import require_packages
-from ..model_store import download_hint
+from ..hub_cache import download_hint
 from .base import Estimator, EstimatorOutput
 
 log = logging.getLogger(__name__)

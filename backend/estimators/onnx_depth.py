@@ -76,9 +76,8 @@ import numpy as np
 from ..colour import linear_to_srgb
 from ..errors import JobError
 from ..imaging import resize
-from ..hub_cache import cached_file
+from ..hub_cache import cached_file, download_hint
 from ..model.encoding import disparity_to_depth
-from ..model_store import download_hint
 from .base import Estimator, EstimatorOutput
 
 #: ImageNet normalisation (the models' ``preprocessor_config.json``)
@@ -98,7 +97,7 @@ BUNDLED_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 
 def get_it(model: "DepthModel") -> str:
     """Where the user gets ``model``: ``python -m backend models download KEY`` or the
-    add-on's Preferences > Models (:func:`backend.model_store.download_hint`); for a model
+    add-on's Preferences > Models (:func:`backend.hub_cache.download_hint`); for a model
     with no published ONNX file, the export in docs/models.md."""
     if not model.published:
         return "export it again (docs/models.md) into the models folder"

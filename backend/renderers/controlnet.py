@@ -52,7 +52,7 @@ import numpy as np
 from ..errors import require_packages
 from ..contract import GBufferFrame, surface_mask
 from ..imaging import resize
-from ..model_store import COMMAND, download_hint
+from ..hub_cache import COMMAND, download_hint
 from .base import Renderer, read_prompt
 from .prompt import Look
 

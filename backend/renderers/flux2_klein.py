@@ -85,7 +85,7 @@ import numpy as np
 from .. import events
 from ..errors import InputError, JobError, require_packages
 from ..contract import GBufferFrame
-from ..model_store import download_hint
+from ..hub_cache import download_hint
 from .base import Renderer, read_prompt
 from .controlnet import ModelNotAvailable, torch_device
 from .prompt import Look

@@ -173,8 +173,7 @@ def resolve_model(model: str, cache_dir: Optional[os.PathLike], local: bool) -> 
     if p.is_dir():
         return p
     from ..catalog import models_folder
-    from ..hub_cache import cached_snapshot
-    from ..model_store import download_hint
+    from ..hub_cache import cached_snapshot, download_hint
 
     root = models_folder(cache_dir)
     snap = cached_snapshot(root, model) if "/" in model else None
