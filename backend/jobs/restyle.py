@@ -300,7 +300,8 @@ class RestyleJob:
             rgb = self._windows.frame(n)
         else:
             rgb = self.look.render(got.frame, n, path, self._time_s(n, got.frame), prev, got.reference)
-        self._last = _Rendered(n, rgb)  # unmatched: what temporal renderers continue from
+        # unmatched: what temporal renderers continue from (only they: a 4K frame is 95 MB)
+        self._last = _Rendered(n, rgb) if self.look.renderer.uses_previous_output else None
         if self._ref_stats is not None:
             rgb = self._look_matcher(rgb).apply(rgb)
         entry = {"source": path.name, "mean_rgb": _mean_rgb(rgb)}
@@ -369,7 +370,9 @@ class RestyleJob:
         # previews from the values as stored (half float, premultiplied): a frame's
         # preview is the same whether rendered now or rebuilt from its EXR on a resume
         a = np.ones(rgb.shape[:2], np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
-        stored = contract.half_to_float32(contract.to_half(np.clip(rgb * a[..., None], 0.0, 65000.0)))
+        stored = rgb * a[..., None]
+        np.clip(stored, 0.0, 65000.0, out=stored)  # in place: one full-size temporary fewer
+        stored = contract.half_to_float32(contract.to_half(stored))
         sha = self._previews.add(n, stored)
         more = {"companions": {f"{PREVIEW_DIR}/{preview_path(self.out_dir, n).name}": sha}} if sha else {}
         if self.flicker:

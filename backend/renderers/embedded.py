@@ -288,6 +288,10 @@ class EmbeddedRenderer(Renderer):
             diffuse[:, sky] = 0.0
             specular[:, sky] = 0.0
 
+        # free the shading inputs the media step no longer needs (issue 37: ~1 GB at 4K)
+        del src, src_albedo, albedo, normal, rough, metal, s_src, detail, alpha, f0, diff_col, lam, spec_k
+        del key_term, irr, shading, env, ref_y, sky_rgb, n_dot_v, n_dot_v_env, ny_depth, cover
+
         # --- media and post ------------------------------------------------------------------
         out = surface
         trans = np.ones((3, h, w), dtype=F32)
