@@ -55,7 +55,7 @@ from ..renderers.base import DEFAULT_RENDERER
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
     _source_fps)
-from .restyle_frames import _Measured, _Previews, _Reader, _Rendered
+from .restyle_frames import PREFETCH_MAX_PIXELS, _Measured, _Previews, _Reader, _Rendered
 from .request import RestyleRequest
 from .restyle_settings import RestyleInputs, RestyleLook
 from .runner import Deferred, JobError, JobResult, run_job
@@ -301,10 +301,12 @@ class RestyleJob:
             entry["windows"] = [[self._windows.numbers[s], self._windows.numbers[e - 1]]
                                 for s, e in (self._windows.spans[k] for k in self._windows.windows_of(n))]
         frame = got.frame
+        h, w = frame.shape
         alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
         header = self._header(path, shash, n)
         header[HEADER + "manifest_entry"] = dict(entry)  # a resume after a hard kill records it whole
-        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, header, frame.combined), entry)
+        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, header, frame.combined), entry,
+                        overlap=h * w <= PREFETCH_MAX_PIXELS)
 
     def _render_window(self, numbers: List[int]) -> List[np.ndarray]:
         """Read and check input frames ``numbers`` and render them as one window."""

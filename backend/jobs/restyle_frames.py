@@ -78,6 +78,10 @@ class _Reader:
         fut = self.pending.pop(n, None)
         got = fut.result() if fut is not None else self.read(n)
         h, w = got.frame.shape
+        if h * w > PREFETCH_MAX_PIXELS:
+            from ..memory import map_large_blocks
+
+            map_large_blocks()  # freed planes leave the process at once (backend.memory)
         nxt = self.following.get(n)
         if nxt is not None and nxt not in self.pending and h * w <= PREFETCH_MAX_PIXELS:
             self.pending[nxt] = self.pool.submit(self.read, nxt)
