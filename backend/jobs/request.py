@@ -284,9 +284,11 @@ class RestyleRequest(_Request):
     warmup: Optional[int] = None
     manifest_part: bool = False
     precision: Optional[str] = None
+    #: a lights file (``--lights``, docs/lights.md; issue 39 item 4)
+    lights: Optional[str] = None
 
     def __post_init__(self):
-        for name in ("gbuffer_dir", "out", "reference_dir", "match_look"):
+        for name in ("gbuffer_dir", "out", "reference_dir", "match_look", "lights"):
             object.__setattr__(self, name, _path(getattr(self, name)))
         object.__setattr__(self, "renderer_options", dict(self.renderer_options or {}))
         object.__setattr__(self, "prompt", "" if self.prompt is None else str(self.prompt))
