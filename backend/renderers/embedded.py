@@ -332,7 +332,7 @@ class EmbeddedRenderer(Renderer):
         if p.sky_fill_amount > 0:
             a = p.sky_fill_amount
             sky_rgb = sky_rgb * F32(1.0 - a) + sh.col(np.asarray(p.sky_fill) * a)
-        del src
+        del src, plate
         n_dot_v_env = n_dot_v
         if p.reflections > 0:
             # glossy surfaces reflect the relit frame itself, not only the sky/ground
