@@ -108,7 +108,7 @@ class EditsStep(Step):
         reroute)."""
         # an edit may be a constant (a Value node) with no size of its own: a source pass
         # written first gives the output its canvas (the frame's size); it is never read
-        canvas_src = compositor.find_node(tree, compositor.ROLE_GBUFFER).outputs.get("Depth")
+        canvas_src = compositor.image_output(compositor.find_node(tree, compositor.ROLE_GBUFFER), "Depth")
         items = [(self.CANVAS, "VALUE")] if canvas_src is not None else []
         node = compat.new_multilayer_file_output(
             tree, items + [(p, compositor.PASS_TYPES[p]) for p in self.changed], name=self.BAKE_NODE)

@@ -28,10 +28,6 @@ from ..depth_anchors import ANCHOR_FILE, DepthAnchors, anchor_meta, anchor_size,
 from ..errors import JobError
 from ..footage import open_footage
 
-#: decompose keyword arguments the anchors depend on (the others are accepted and ignored)
-ANCHOR_KWARGS = ("frames", "estimator", "estimator_options", "processing_resolution", "device", "colorspace")
-
-
 def anchors_path(out: os.PathLike) -> Path:
     """``OUT/.gbuffer_depth_anchors.npz``."""
     return Path(out) / ANCHOR_FILE
@@ -41,7 +37,7 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
                     estimator: Any = "embedded", estimator_options: Optional[Dict[str, Any]] = None,
                     processing_resolution: Optional[int] = None, device: Optional[str] = None,
                     colorspace: Optional[str] = None, path: Optional[os.PathLike] = None,
-                    **_ignored) -> Dict[str, Any]:
+                    start_frame: Optional[int] = None, **_ignored) -> Dict[str, Any]:
     """Compute (or keep) a shot's depth anchors.
 
     Args:
@@ -69,12 +65,12 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
     t0 = time.monotonic()
     first, last = parse_frames(frames)
     target = Path(path) if path is not None else anchors_path(out)
-    with open_footage(input_path, colorspace=colorspace) as src:
+    with open_footage(input_path, colorspace=colorspace, start_frame=start_frame) as src:
         info = src.info
         clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
         dec = Decomposer(estimator, processing_resolution=processing_resolution, estimator_options=estimator_options,
                          device=device, sar=float(info.sar))
-        if getattr(dec.estimator, "windowed", False):
+        if dec.estimator.windowed:
             # its depth comes from windows over the shot (feed/take), not frame by frame
             raise ValueError(f"depth anchors: estimator {dec.estimator_name!r} computes depth in windows over "
                              f"the shot; the anchor pass does not support it yet: use --no-depth-anchors or "

@@ -186,10 +186,18 @@ class DecomposeRequest(_Request):
     manifest_part: bool = False
     depth_anchors: Optional[str] = None
     precision: Optional[str] = None
+    start_frame: Optional[int] = None
+    handles: int = 0
+    passes: Optional[str] = None
+    layout: str = "gbuffer"
+    working_space: str = "rec709"
 
     def __post_init__(self):
         for name in ("input", "out", "cameras", "mesh", "depth_anchors"):
             object.__setattr__(self, name, _path(getattr(self, name)))
+        object.__setattr__(self, "layout", "gbuffer" if self.layout is None else str(self.layout).strip().lower())
+        object.__setattr__(self, "working_space",
+                           "rec709" if self.working_space is None else str(self.working_space).strip().lower())
         object.__setattr__(self, "estimator_options", dict(self.estimator_options or {}))
         if self.multiview is not None:
             object.__setattr__(self, "multiview", dict(self.multiview))
@@ -214,6 +222,25 @@ class DecomposeRequest(_Request):
             raise ValueError("--mesh needs --cameras: the mesh is fused from measured depth")
         Decomposer._check_options(processing_resolution=self.processing_resolution, stabilize=self.stabilize,
                                   strength=self.strength, hfov_deg=self.hfov_deg)
+        self._validate_studio()
+
+    def _validate_studio(self) -> None:
+        """The studio-convention options (issue 38; docs/studio-pipeline.md)."""
+        from .. import exr_colour, layouts
+
+        if self.start_frame is not None and (not isinstance(self.start_frame, int) or self.start_frame < 0):
+            raise ValueError(f"--start-frame {self.start_frame!r}: expected a frame number >= 0")
+        if not isinstance(self.handles, int) or isinstance(self.handles, bool) or self.handles < 0:
+            raise ValueError(f"--handles {self.handles!r}: must be an integer >= 0")
+        self.extra_passes()
+        layouts.check(self.layout)
+        exr_colour.working_space(self.working_space)
+
+    def extra_passes(self) -> Tuple[str, ...]:
+        """The optional passes asked for (``--passes``; :mod:`backend.extra_passes`)."""
+        from ..extra_passes import parse_passes
+
+        return parse_passes(self.passes)
 
     def decomposer_options(self) -> Dict[str, Any]:
         """Keyword options of :class:`backend.decomposer.Decomposer` from this request."""
@@ -222,7 +249,7 @@ class DecomposeRequest(_Request):
                     estimator_options=self.estimator_options, device=self.device)
 
     def settings(self, dec, plan, info, *, anchors: Optional[str] = None,
-                 cameras: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 cameras: Optional[Dict[str, Any]] = None, cut: Optional[list] = None) -> Dict[str, Any]:
         """The settings block: hashed for resume, recorded as the manifest's ``settings``.
 
         Args:
@@ -231,6 +258,7 @@ class DecomposeRequest(_Request):
             plan: ``dec.plan(width, height)``; info: the footage's ``FootageInfo``.
             anchors: the depth anchors' digest, when used; cameras: the measured-geometry
                 block (:func:`backend.jobs.decompose_shots._camera_settings`), when used.
+            cut: ``[cut_in, cut_out]`` with ``--handles``.
 
         Key names are kept from earlier versions so folders written by them resume:
         ``max_size`` is the processing resolution used (``dec.resolution``).
@@ -247,13 +275,36 @@ class DecomposeRequest(_Request):
             "albedo_detail": bool(self.albedo_detail) and plan.downscaled,
             "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
         }
+        if getattr(dec, "detect_sky", False):
+            # the sky detector changes every frame's passes: a folder written without it
+            # is refused on resume (written with other settings), never continued mixed
+            from ..decomposer import SKY_METHOD
+            block["sky"] = SKY_METHOD
         if anchors is not None:
             block["depth_anchors"] = anchors
         if cameras is not None:
             block["cameras"] = cameras
         if self.warmup is not None:
             block["warmup"] = self.warmup
+        block.update(self._studio_settings(cut))
         return block
+
+    def _studio_settings(self, cut: Optional[list]) -> Dict[str, Any]:
+        """The studio options' entries of the settings block, each only when not its default."""
+        from .. import exr_colour
+
+        out: Dict[str, Any] = {}
+        if self.start_frame is not None:
+            out["start_frame"] = self.start_frame
+        if self.extra_passes():
+            out["passes"] = list(self.extra_passes())
+        if self.layout != "gbuffer":
+            out["layout"] = self.layout
+        if self.working_space != "rec709":
+            out["working_space"] = exr_colour.working_space(self.working_space)
+        if cut is not None:
+            out["cut"] = list(cut)
+        return out
 
 
 @dataclass(frozen=True)

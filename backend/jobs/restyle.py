@@ -52,9 +52,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from . import flicker as flick
-from .. import contract, events
+from .. import contract, events, exr_attrs, exr_colour
 from ..look_match import ColourStats, LookMatch, reference_stats
-from ..renderers.base import DEFAULT_RENDERER
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
     _source_fps)
@@ -369,12 +368,29 @@ class RestyleJob:
             contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
         }
 
+    def _attributes(self, n: int, shape) -> Dict[str, Any]:
+        """The input G-buffer frame's camera, lens, rate and timecode as OpenEXR standard
+        attributes (:mod:`backend.exr_attrs`); ``{}`` when its header cannot be read."""
+        src = self.inputs.all_files.get(n)
+        try:
+            meta = contract.read_meta(src) if src is not None else {}
+        except (contract.ContractError, OSError):
+            meta = {}
+        meta.setdefault("fps", str(self.fps))
+        meta.setdefault("frame_number", n)
+        out = exr_attrs.standard_attributes(meta, shape)
+        if meta.get("working_space"):  # written in the G-buffers' working space (ACEScg ...)
+            out.update(exr_colour.colour_attributes(exr_colour.working_space(meta["working_space"])))
+        return out
+
     def _write(self, n: int, tmp_path: Path, rgb: np.ndarray, alpha: Optional[np.ndarray],
                header: Dict[str, Any], combined: np.ndarray) -> Dict[str, Any]:
         """On the runner's writer thread, in frame order, while the next frame renders:
         the EXR, the previews, the flicker sample against the previous frame. Returns
         the preview's checksum for the frame's manifest entry."""
-        write_rgba_exr(tmp_path, rgb, alpha, header)
+        attrs = self._attributes(n, rgb.shape[:2])
+        ws = attrs.get("colorInteropID", exr_colour.WORKING_SPACES["rec709"])  # the G-buffers' working space
+        write_rgba_exr(tmp_path, exr_colour.convert_rgb(rgb, "lin_rec709_scene", ws), alpha, header, attrs)
         # previews from the values as stored (half float, premultiplied): a frame's
         # preview is the same whether rendered now or rebuilt from its EXR on a resume
         a = np.ones(rgb.shape[:2], np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
@@ -452,29 +468,13 @@ def _lights_manifest(rig) -> Optional[Dict[str, Any]]:
             "lights": [{"name": lt.name, "type": lt.type} for lt in rig.lights]}
 
 
-def restyle(
-    gbuffer_dir: os.PathLike,
-    out_dir: os.PathLike,
-    prompt: str = "",
-    *,
-    renderer: str = DEFAULT_RENDERER,
-    renderer_options: Optional[Dict[str, Any]] = None,
-    frames: Optional[str] = None,
-    previews: bool = True,
-    mp4: bool = True,
-    flicker: bool = True,
-    reference_dir: Optional[os.PathLike] = None,
-    overwrite: bool = False,
-    match_look: Optional[os.PathLike] = None,
-    progress: events.Progress = None,
-    cancel: Optional[threading.Event] = None,
-    stream=None,
-    progress_bar: Optional[bool] = None,
-    warmup: Optional[int] = None,
-    manifest_part: bool = False,
-    lights: Optional[os.PathLike] = None,
-) -> JobResult:
+def restyle(gbuffer_dir: os.PathLike, out_dir: os.PathLike, prompt: str = "", *, progress: events.Progress = None,
+            cancel: Optional[threading.Event] = None, **settings) -> JobResult:
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
+
+    The settings are keyword arguments, the fields of
+    :class:`backend.jobs.request.RestyleRequest` (an unknown one is a ``TypeError``);
+    this builds the request and runs it (:func:`run_restyle`).
 
     Args:
         gbuffer_dir: folder of ``gbuffer_NNNN.exr`` contract frames (possibly edited).
@@ -528,10 +528,9 @@ def restyle(
             past the last frame is clipped, with a ``warning`` event.
         KeyError: unknown renderer.
     """
-    request = RestyleRequest(gbuffer_dir, out_dir, prompt, renderer=renderer, renderer_options=renderer_options,
-                             frames=frames, previews=previews, mp4=mp4, flicker=flicker,
-                             reference_dir=reference_dir, overwrite=overwrite, match_look=match_look,
-                             warmup=warmup, manifest_part=manifest_part, lights=lights)
+    stream = settings.pop("stream", None)
+    settings.pop("progress_bar", None)
+    request = RestyleRequest(gbuffer_dir, out_dir, prompt, **settings)
     return run_restyle(request, progress=progress if progress is not None else stream, cancel=cancel)
 
 

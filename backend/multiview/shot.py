@@ -55,6 +55,7 @@ from .cameras import Camera
 from .densify import densify_planes, upsample_densified
 from .depth_range import UNVERIFIED_CONFIDENCE, DepthRange, Features, RangeFinder, detect_features, wide_range
 from .fusion import fuse_depth
+from .order import contradicted, visibility_violations
 from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
@@ -65,6 +66,9 @@ FILL_CONFIDENCE = 0.45
 #: a frame that falls back to the single-image path gets at most this share of the
 #: confidence threshold (it is not measured)
 FALLBACK_CONFIDENCE = 0.9
+#: a measured pixel whose depth order contradicts the prior keeps at most this share of the
+#: confidence threshold (filled from the prior)
+CONTRADICTED_CONFIDENCE = 0.5
 
 
 @dataclass
@@ -99,6 +103,10 @@ class MultiViewOptions:
         consistency: the multi-view photometric consistency check
             (:mod:`backend.multiview.consistency`): pixels the other views do not
             confirm (moving objects, reflections, false matches) lose confidence.
+        order_check: measured pixels whose depth order contradicts the single-image
+            prior's (an object moving along the epipolar lines, e.g. a boat the camera
+            follows: :mod:`backend.multiview.order`) lose confidence and are filled from
+            the prior.
     """
 
     neighbours: int = 4
@@ -112,6 +120,7 @@ class MultiViewOptions:
     surface: bool = False
     plane_agreement: float = 0.02
     consistency: bool = True
+    order_check: bool = True
 
     def __post_init__(self):
         if self.neighbours < 1 or self.window < 1:
@@ -150,6 +159,8 @@ class MultiViewReport:
             previous frame was not computed in this run).
         depth_range: the frame's search range and its evidence
             (:meth:`backend.multiview.depth_range.DepthRange.as_dict`).
+        order_contradicted: share of the frame whose measured depth order contradicted
+            the prior's and was not trusted (``None``: check off or not run).
     """
 
     neighbours: List[int] = field(default_factory=list)
@@ -162,6 +173,7 @@ class MultiViewReport:
     prior_trust: Optional[float] = None
     temporal_disagreement: Optional[float] = None
     depth_range: Optional[Dict[str, Any]] = None
+    order_contradicted: Optional[float] = None
 
     def manifest_fields(self) -> Dict[str, Any]:
         return {"multiview": {k: v for k, v in self.__dict__.items() if v is not None}}
@@ -196,6 +208,10 @@ class MultiViewShot:
         self.views: Dict[int, _View] = {}
         self.report = MultiViewReport()
         self._prev: Optional[Tuple[int, np.ndarray, Camera, np.ndarray]] = None
+        #: the last measured frame: (number, scale, shift, prior space, residual gain) of its fusion, and
+        #: its surface depth range; a fallback frame's prior is mapped with them
+        self._align: Optional[Tuple[int, float, float, str, float]] = None
+        self._range_m: Optional[Tuple[float, float]] = None
         self.fusion = None  # SparseTSDF once enable_fusion() and a frame was measured
         self._fuse = False
 
@@ -319,7 +335,12 @@ class MultiViewShot:
                               processing_width=self.width(cam), consistency=opts.consistency)
         if not verified:  # nothing confirmed where the scene is: never confident
             res.confidence = (res.confidence * UNVERIFIED_CONFIDENCE).astype(np.float32)
+        if prior.confidence is not None:  # sky is never measured (it would anchor the fusion)
+            sky_u = undistort_image((prior.confidence <= SKY_CONFIDENCE).astype(np.float32), cam)[0] > 0.5
+            res.confidence = np.where(sky_u, 0.0, res.confidence).astype(np.float32)
         prior_map, space = self._prior_map(prior, cam)
+        if opts.order_check:
+            self._order_check(res, prior_map, space, rgb_u, cam_u, nbs)
         dense = self._densify(rgb_u, res, cam_u) if opts.densify else None
         depth_in, conf_in = res.depth, res.confidence
         if dense is not None:
@@ -339,6 +360,8 @@ class MultiViewShot:
             return self._fallback(prior, int(prior.meta.get("frame_number", 0)) or None,
                                   f"too little measured depth ({e})", sf.path)
         self.report.scale, self.report.shift = float(fused.scale), float(fused.shift)
+        self._align = (int(prior.meta.get("frame_number", 0)), float(fused.scale), float(fused.shift), space,
+                       _residual_gain(fused, prior_map, space, opts.confidence_threshold))
         self.report.prior_rank_corr = round(fused.prior_rank_corr, 4)
         self.report.prior_trust = round(fused.prior_trust, 4)
         if self._fuse or opts.surface:
@@ -356,6 +379,24 @@ class MultiViewShot:
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
         return self._assemble(prior, cam, depth, normal, conf)
+
+    def _order_check(self, res, prior_map: np.ndarray, space: str, rgb_u: np.ndarray, cam_u: Camera,
+                     nbs: List[_View]) -> None:
+        """Lower the confidence of measured pixels whose depth order contradicts the prior's
+        where the views confirm it (:func:`backend.multiview.order.contradicted` with
+        :func:`~backend.multiview.order.visibility_violations` as evidence) below the threshold."""
+        w = self.width(cam_u)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        thr = self.options.confidence_threshold
+        small_z = resize(res.depth, (w, h), "nearest")
+        small_m = resize(res.confidence, (w, h), "nearest") >= thr
+        grey = resize(to_grey(rgb_u), (w, h), "area")
+        ev = visibility_violations(grey, cam_u.scaled(w, h), small_z, small_m,
+                                   [v.grey for v in nbs], [v.camera for v in nbs])
+        bad = contradicted(res.depth, res.confidence, prior_map, space, thr, evidence=ev)
+        cap = np.float32(CONTRADICTED_CONFIDENCE * self.options.confidence_threshold)
+        res.confidence = np.where(bad, np.minimum(res.confidence, cap), res.confidence).astype(np.float32)
+        self.report.order_contradicted = round(float(bad.mean()), 4)
 
     def _prior_map(self, prior: contract.GBufferFrame, cam: Camera) -> Tuple[np.ndarray, str]:
         """The prior to align to the measurement, undistorted, and its space for
@@ -466,13 +507,10 @@ class MultiViewShot:
         normal[sky] = contract.SKY_NORMAL
         conf = np.where(sky, 0.0, np.maximum(conf, 2 * SKY_CONFIDENCE)).astype(np.float32)
         self.report.measured_fraction = round(float((conf >= self.options.confidence_threshold).mean()), 4)
+        self._range_m = (near, far)
         meta = dict(prior.meta)
         meta.update(depth_kind=self.depth_kind, depth_near=near, depth_far=far,
-                    intrinsics=list(cam.intrinsics), intrinsics_assumed=False,
-                    camera={"camera_to_world": cam.c2w_opengl().tolist(), "convention": "blender",
-                            "units": self.units, "distortion_model": cam.distortion_model,
-                            "distortion": list(cam.distortion)},
-                    depth_source="multiview", prior_estimator=prior.meta.get("estimator"),
+                    **self._camera_meta(cam), depth_source="multiview", prior_estimator=prior.meta.get("estimator"),
                     measured_fraction=self.report.measured_fraction,
                     neighbours=self.report.neighbours,
                     filled=[p for p in prior.meta.get("filled", []) if p != "normal"])
@@ -490,17 +528,78 @@ class MultiViewShot:
                                      albedo=prior.albedo, metallic=prior.metallic, roughness=prior.roughness,
                                      confidence=conf, meta=meta)
 
+    def _camera_meta(self, cam: Camera) -> Dict[str, Any]:
+        """The camera fields of a frame's meta (``camera``, ``intrinsics``), from which the
+        writer stamps ``worldToCamera``/``worldToNDC`` (:mod:`backend.exr_attrs`)."""
+        return {"intrinsics": list(cam.intrinsics), "intrinsics_assumed": False,
+                "camera": {"camera_to_world": cam.c2w_opengl().tolist(), "convention": "blender",
+                           "units": self.units, "distortion_model": cam.distortion_model,
+                           "distortion": list(cam.distortion)}}
+
     def _fallback(self, prior: contract.GBufferFrame, number, reason: str, file) -> contract.GBufferFrame:
         """Keep the single-image result for this frame, and say so. Its Confidence is kept
         below the threshold (sky stays at its value): in a multi-view shot, Confidence >=
         the threshold means measured from parallax (docs/gbuffer-contract.md), and nothing
-        in this frame is."""
+        in this frame is. The frame keeps its camera (when it has one), and its depth is
+        mapped into the shot's units with the scale and shift the last measured frame's
+        fusion found (:meth:`_scale_to_shot`), so it does not jump between its measured
+        neighbours."""
         self.report.fallback = reason
         self._prev = None
         events.warning(f"frame {number}: {reason}; using the single-image depth", frame=number, file=file)
         prior.meta["depth_source"] = "single-image"
+        cam = self.camera_for(number, file) if number is not None else None
+        if cam is not None:
+            prior.meta.update(self._camera_meta(cam))
+        self._scale_to_shot(prior)
         if prior.confidence is not None:
             cap = np.float32(FALLBACK_CONFIDENCE * self.options.confidence_threshold)
             c = prior.confidence
             prior.confidence = np.where(c <= SKY_CONFIDENCE, c, np.minimum(c, cap)).astype(np.float32)
         return prior
+
+    def _scale_to_shot(self, prior: contract.GBufferFrame) -> None:
+        """Map a fallback frame's single-image depth into the shot's units (in place): the
+        prior (disparity or depth, as :meth:`_prior_map` gives it, without undistortion)
+        through the last measured frame's fusion scale and shift and its residual gain
+        (:func:`_residual_gain`), clipped to half / twice
+        that frame's surface range; sky at the far value. Without a measured frame before
+        it the frame keeps its relative depth (``depth_kind`` says so)."""
+        if self._align is None or self._range_m is None:
+            return
+        ref, s, t, space, gain = self._align
+        disp = self.decomposer.last_disparity
+        if (space == "inverse") != (disp is not None):
+            return
+        h, w = prior.depth.shape
+        if space == "inverse":
+            m = s * resize(np.ascontiguousarray(disp, dtype=np.float32), (w, h), "linear") + t
+            depth = gain / np.maximum(m, 1e-12)
+        else:
+            depth = gain * (s * prior.depth + t)
+        near, far = self._range_m[0] * 0.5, self._range_m[1] * 2.0
+        sky = prior.confidence <= SKY_CONFIDENCE if prior.confidence is not None else np.zeros((h, w), bool)
+        depth = np.clip(np.where(np.isfinite(depth), depth, far), near, far)
+        vals = depth[~sky] if (~sky).any() else depth.ravel()
+        lo, hi = float(vals.min()), float(max(vals.max(), vals.min() * 1.0001))
+        prior.depth = np.where(sky, hi, np.clip(depth, lo, hi)).astype(np.float32)
+        prov = dict(prior.meta.get("provenance") or {}, depth="estimated")
+        models = dict(prior.meta.get("pass_models") or {})
+        models["depth"] = (f"{prior.meta.get('estimator')}, mapped into the shot's units with frame {ref}'s "
+                           f"fusion scale, shift ({space}) and gain {gain:.4f}")
+        prior.meta.update(depth_kind=self.depth_kind, depth_near=lo, depth_far=hi, scaled_from_frame=ref,
+                          provenance=prov, pass_models=models)
+
+
+def _residual_gain(fused, prior_map: np.ndarray, space: str, threshold: float) -> float:
+    """Median of measured depth / the prior mapped by the fusion's scale and shift, on the
+    confident pixels: what the fusion's local correction adds on the whole (the affine fit
+    is robust, not a median fit). 1 when nothing is confident."""
+    ok = fused.confidence >= threshold
+    if not ok.any():
+        return 1.0
+    h, w = fused.depth.shape
+    m = fused.scale * resize(np.asarray(prior_map, np.float32), (w, h)) + fused.shift
+    aligned = 1.0 / np.maximum(m, 1e-12) if space == "inverse" else m
+    ok &= np.isfinite(aligned) & (aligned > 0)
+    return float(np.median(fused.depth[ok] / aligned[ok])) if ok.any() else 1.0
