@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import contract
 from ..decomposer import Decomposer
+from ..depth_edges import edge_settings
 from .runner import JobResult
 
 
@@ -37,6 +38,7 @@ def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str,
         "colorspace": info.colorspace,
         "hfov_deg": dec.hfov_deg,
         "albedo_detail": bool(albedo_detail) and plan.downscaled,
+        "depth_edges": edge_settings(dec.depth_edges),
         "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
     }
 
