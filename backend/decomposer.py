@@ -235,7 +235,8 @@ class Decomposer:
         albedo_detail: restore the source's fine detail in an albedo estimated below
             full size (:func:`albedo_detail_transfer`).
         depth_edges: refine the full-size depth so its discontinuities lie on the frame's
-            edges (:func:`backend.depth_edges.refine_depth`; issue 33). Default on.
+            edges (:func:`backend.depth_edges.refine_depth`; issue 33). Default off
+            (:func:`backend.jobs.decompose.decompose` turns it on for measured depth).
 
     Raises:
         KeyError: unknown estimator name. ValueError: a bad option.
@@ -247,7 +248,7 @@ class Decomposer:
                  stabilize: bool = False, strength: float = DEFAULT_STRENGTH,
                  hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
                  intrinsics: Optional[Tuple[float, float, float, float]] = None, sar: float = 1.0,
-                 albedo_detail: bool = True, depth_edges: bool = True):
+                 albedo_detail: bool = True, depth_edges: bool = False):
         self._check_options(processing_resolution=processing_resolution, stabilize=stabilize,
                             strength=strength, hfov_deg=hfov_deg)
         if isinstance(estimator, Estimator):

@@ -15,8 +15,8 @@ frame's own edge:
    ECCV 2010 / TPAMI 2013); each pixel takes the slice where the cumulative filtered weight
    crosses half. Pixels on either side of an image edge vote only with pixels of their own
    colour, so a halo band takes the depth of the surface it shows. A pixel keeps its own
-   depth when that lies in the median slice, else it takes the filtered mean of that
-   slice's depths.
+   depth when that lies in the median slice or next to it (smooth slopes are not
+   terraced), else it takes the filtered mean of the median slice's depths.
 2. **Twice**: the guided filter's kernel is a tent twice the window wide, so one pass
    turns a wrong band only where it holds under about 40 % of the same-coloured
    neighbourhood; a second pass, on the first's result, finishes bands up to a window's
@@ -180,7 +180,7 @@ def refine_depth(depth: np.ndarray, guide_rgb: np.ndarray, weight: Optional[np.n
 
 def _weighted_median(ld: np.ndarray, wt: np.ndarray, gf: ColourGuide, m: np.ndarray, bins: int) -> np.ndarray:
     """Joint weighted median of ``ld`` (log depth) with guide-filtered weights, by slices
-    (Ma et al. 2013). A pixel whose own value lies in its median slice keeps it; another
+    (Ma et al. 2013). A pixel whose own value lies in its median slice or the next keeps it; another
     takes the filtered mean of the slice's values (the surface it votes with), or the
     slice's nearest end where that mean is undefined."""
     lo, hi = np.percentile(ld[m], [0.5, 99.5])
@@ -208,6 +208,8 @@ def _weighted_median(ld: np.ndarray, wt: np.ndarray, gf: ColourGuide, m: np.ndar
             break
     lo_k = np.where(chosen == 0, -np.inf, edges[chosen]).astype(np.float32)
     hi_k = np.where(chosen == bins - 1, np.inf, edges[chosen + 1]).astype(np.float32)
-    inside = (ld >= lo_k) & (ld <= hi_k)
+    # a pixel within one slice of its median keeps its value: smooth slopes are not
+    # terraced into slices, only jumps (a halo, a hole) move
+    keep = np.abs(idx - chosen) <= 1
     moved = np.where(np.isfinite(mean), np.clip(mean, edges[chosen], edges[chosen + 1]), np.clip(ld, lo_k, hi_k))
-    return np.where(m & ~inside, moved, ld).astype(np.float32)
+    return np.where(m & ~keep, moved, ld).astype(np.float32)

@@ -220,7 +220,7 @@ def decompose(
     hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
     overwrite: bool = False,
     albedo_detail: bool = True,
-    depth_edges: bool = True,
+    depth_edges: Optional[bool] = None,
     cameras: Optional[os.PathLike] = None,
     camera: str = "none",
     multiview: Optional[Dict[str, Any]] = None,
@@ -255,7 +255,10 @@ def decompose(
         albedo_detail: restore the source's fine detail in an albedo estimated below
             full size (:func:`backend.decomposer.albedo_detail_transfer`).
         depth_edges: refine the depth at full size so its edges lie on the frame's
-            (:mod:`backend.depth_edges`; measured and single-image depth alike).
+            (:mod:`backend.depth_edges`). ``None`` (default): on when depth is measured
+            (``cameras`` or ``camera="auto"``), off for single-image depth (the embedded
+            network's 192 px depth has no silhouettes to move, and the refinement costs
+            about as much as the rest of a 960x540 frame; benchmarks/results/pot_test.md).
         cameras: a camera file (our JSON, or a COLMAP text model folder; see
             ``docs/cameras.md``): depth is then measured from parallax and fused with the
             estimator's (:mod:`backend.multiview.shot`); frames without a camera, or
@@ -308,7 +311,8 @@ def decompose(
         first, last = parse_frames(frames)
         _check_arguments(camera, warmup, mesh, cameras, manifest_part)
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
-                          hfov_deg=hfov_deg, albedo_detail=albedo_detail, depth_edges=depth_edges)
+                          hfov_deg=hfov_deg, albedo_detail=albedo_detail,
+                          depth_edges=(cameras is not None or camera == "auto") if depth_edges is None else depth_edges)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
         src = open_footage(input_path, colorspace=colorspace)  # input errors before model loading
         with src:

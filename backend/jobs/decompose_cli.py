@@ -81,10 +81,13 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
     p.add_argument("--no-albedo-detail", dest="albedo_detail", action="store_false",
                    help="keep the estimator's upsampled albedo as is (default: restore the "
                         "source's fine detail in it when the estimator ran below full size)")
-    p.add_argument("--no-depth-edges", dest="depth_edges", action="store_false",
-                   help="keep the depth as estimated or measured (default: refine it at full "
-                        "size so depth edges lie on the frame's edges; about 0.2 s per 960x540 "
-                        "frame; docs/decompose.md)")
+    edges = p.add_mutually_exclusive_group()
+    edges.add_argument("--depth-edges", dest="depth_edges", action="store_true", default=None,
+                       help="refine the depth at full size so its edges lie on the frame's edges "
+                            "(default: on with --cameras / --camera auto, off for single-image depth; "
+                            "docs/decompose.md)")
+    edges.add_argument("--no-depth-edges", dest="depth_edges", action="store_false",
+                       help="keep the depth as estimated or measured")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
     add_farm_chunk_args(p)
