@@ -16,6 +16,7 @@ writes ``benchmarks/results/depth_edges_tune.json``.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -33,6 +34,8 @@ from backend.contract import list_frames, read_frame  # noqa: E402
 from backend.depth_edges import EdgeSettings, display_guide, refine_depth  # noqa: E402
 
 GRID = {"median_radius_frac": [0.01, 0.02, 0.04], "median_eps": [1e-5, 1e-4, 1e-3], "bins": [16]}
+#: second sweep at the chosen settings: the vote weight is Confidence ** power
+POWERS = [1.0, 2.0, 4.0]
 
 
 def plain_fill(ld: np.ndarray, w: np.ndarray, sigma: float) -> np.ndarray:
@@ -41,7 +44,7 @@ def plain_fill(ld: np.ndarray, w: np.ndarray, sigma: float) -> np.ndarray:
     return num / np.maximum(den, 1e-6)
 
 
-def held_out(frame, settings: EdgeSettings, seed: int) -> dict:
+def held_out(frame, settings: EdgeSettings, seed: int, power: float = 1.0) -> dict:
     rng = np.random.default_rng(seed)
     conf = frame.confidence
     meas = conf >= 0.5
@@ -54,7 +57,7 @@ def held_out(frame, settings: EdgeSettings, seed: int) -> dict:
     fill = plain_fill(ld, vis_w, 0.02 * max(ld.shape))
     ld_in = np.where(hide, fill, ld)
     # hidden pixels: the fill, no vote; other unmeasured pixels keep their (fused) depth, low vote
-    weight = np.where(hide, 0.0, conf).astype(np.float32)
+    weight = np.where(hide, 0.0, conf ** power).astype(np.float32)
     guide = display_guide(frame.combined[..., :3])
     out = np.log(refine_depth(np.exp(ld_in), guide, weight, None, settings))
     rngl = cv2.dilate(ld, np.ones((7, 7), np.uint8)) - cv2.erode(ld, np.ones((7, 7), np.uint8))
@@ -80,8 +83,16 @@ def main(argv):
                    seconds_per_frame=(time.time() - t) / len(res))
         rows.append(row)
         print(json.dumps(row))
+    powers = []
+    for pw in POWERS:
+        res = [held_out(read_frame(p), EdgeSettings(), n, pw) for n, p in frames]
+        powers.append({"power": pw, "before": float(np.nanmean([r["before"] for r in res])),
+                       "after": float(np.nanmean([r["after"] for r in res])),
+                       "after_all": float(np.mean([r["after_all"] for r in res]))})
+        print(json.dumps(powers[-1]))
     out = ROOT / "benchmarks" / "results" / "depth_edges_tune.json"
-    out.write_text(json.dumps({"clip_dir": str(cam_dir), "frames": [n for n, _ in frames], "rows": rows},
+    out.write_text(json.dumps({"clip_dir": str(cam_dir), "frames": [n for n, _ in frames], "rows": rows,
+                               "defaults": dataclasses.asdict(EdgeSettings()), "powers": powers},
                               indent=1), encoding="utf-8")
 
 

@@ -143,3 +143,45 @@ def test_row_share_of_a_ramp_and_of_objects():
     blocks = np.ones((50, 60))
     blocks[:, 30:] = 3.0
     assert pot_test.row_variance_share(blocks) < 0.01
+
+
+@pytest.fixture(scope="module")
+def pot_runs(footage, tmp_path_factory):
+    """phone_office frames 4-20 decomposed with its cameras (``--focal 300`` solve),
+    without and with the edge refinement; the pot metrics of frames 6 and 18."""
+    from backend import decompose
+    from backend.contract import read_frame
+    from backend.multiview.autosolve import solve_footage, write_solve
+
+    clip = footage("phone_office")
+    tmp = tmp_path_factory.mktemp("pot")
+    cams = write_solve(solve_footage(clip, focal_px=pot_test.FOCAL), tmp / "cams.json")
+    masks = pot_test.load_masks()
+    out = {}
+    for edges in (False, True):
+        folder = tmp / f"edges_{int(edges)}"
+        decompose(clip, folder, frames="4-20", cameras=cams, depth_edges=edges, progress=lambda e: None)
+        out[edges] = [pot_test.pot_metrics(read_frame(folder / f"gbuffer_{n:04d}.exr").depth, masks[n])
+                      for n in (6, 18)]
+    return out
+
+
+def test_pot_halo_shrinks_with_the_refinement(pot_runs):
+    """The refinement's job on real footage with cameras: the band of background beside
+    the pot that hides a CG object behind the pot (the halo) shrinks, and the desk in
+    front has fewer holes."""
+    before, after = pot_runs[False], pot_runs[True]
+    print("pot test without / with edges:", before, after)
+    ring = [np.mean([r["ring6"] for r in rs]) for rs in (before, after)]
+    desk = [np.mean([r["desk_holes"] for r in rs]) for rs in (before, after)]
+    assert ring[1] < 0.6 * ring[0], ring
+    assert max(r["halo_px"] for r in after) <= 2 < max(r["halo_px"] for r in before)
+    assert desk[1] <= desk[0], desk
+
+
+@pytest.mark.xfail(strict=True, reason="issue 33 bar not met: with cameras the grey column behind the pot is "
+                   "measured nearer than the pot (4 px of parallax over the clip); pot ~60-80 %, desk holes ~20 %")
+def test_pot_bar_of_issue_33(pot_runs):
+    """The issue's bar: >= 97 % of the pot occludes, halo <= 2 px, desk holes <= 1 %."""
+    after = pot_runs[True]
+    assert all(r["pot_ok"] >= 0.97 and r["halo_px"] <= 2 and r["desk_holes"] <= 0.01 for r in after)
