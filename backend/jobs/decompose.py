@@ -42,6 +42,11 @@ from .runner import JobResult, run_job
 MIN_MAX_SIZE = MIN_RESOLUTION
 
 
+def _edges(depth_edges: Optional[bool], cameras, camera: str) -> bool:
+    """``decompose``'s ``depth_edges``: ``None`` = on when depth is measured (issue 33)."""
+    return (cameras is not None or camera == "auto") if depth_edges is None else bool(depth_edges)
+
+
 def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
     """``"A-B"`` / ``"A-"`` / ``"A"`` -> ``(first, last or None)``, inclusive *source*
     frame numbers (a movie's frames are 1..N; an image sequence's are the numbers in its
@@ -305,20 +310,18 @@ def decompose(
         FootageError, JobError, JobCancelled, ValueError (bad arguments, e.g. a negative
         ``warmup``), KeyError (unknown estimator).
     """
-    if processing_resolution is None and max_size is not None:
-        processing_resolution = max_size
+    processing_resolution = max_size if processing_resolution is None else processing_resolution  # old name
     with events.reporting(progress if progress is not None else stream):
         first, last = parse_frames(frames)
         _check_arguments(camera, warmup, mesh, cameras, manifest_part)
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail,
-                          depth_edges=(cameras is not None or camera == "auto") if depth_edges is None else depth_edges)
+                          depth_edges=_edges(depth_edges, cameras, camera))
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
         src = open_footage(input_path, colorspace=colorspace)  # input errors before model loading
         with src:
             info = src.info
-            dec = Decomposer(estimator, estimator_options=estimator_options, device=device,
-                             sar=float(info.sar), **dec_kwargs)
+            dec = Decomposer(estimator, estimator_options=estimator_options, device=device, sar=info.sar, **dec_kwargs)
             plan = dec.plan(info.width, info.height)
             _warn_capped_resolution(processing_resolution, dec, estimator, info)
             total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
