@@ -46,10 +46,6 @@ MEDIAN_EPS = 1e-4
 BINS = 16
 #: weighted-median passes
 ITERATIONS = 2
-#: a pixel moves only where at least this share of its (guide-filtered) neighbourhood's
-#: vote weight is there: with measured depth (weight = Confidence^2) a region with no
-#: measurement near keeps its fill instead of being reshuffled (not tuned: a priori)
-MIN_SUPPORT = 0.1
 #: long side (pixels) of the grid the guided filters' coefficients are computed on
 WORK_SIZE = 320
 
@@ -63,7 +59,6 @@ class EdgeSettings:
     median_eps: float = MEDIAN_EPS
     bins: int = BINS
     iterations: int = ITERATIONS
-    min_support: float = MIN_SUPPORT
 
 
 def edge_settings(settings: Optional[EdgeSettings]) -> Optional[dict]:
@@ -150,9 +145,8 @@ def refine_depth(depth: np.ndarray, guide_rgb: np.ndarray, weight: Optional[np.n
         guide_rgb: ``H x W x 3`` float32 guide, display-referred in about [0, 1]
             (:func:`display_guide` of the scene-linear frame).
         weight: optional ``H x W`` vote weight in [0, 1] (e.g. the square of the
-            multi-view confidence); pixels with weight 0 take their depth from the others,
-            where the neighbourhood's filtered weight reaches ``settings.min_support``
-            (elsewhere they keep theirs). ``None``: all 1.
+            multi-view confidence); pixels with weight 0 take their depth from the
+            others. ``None``: all 1.
         mask: optional ``H x W`` bool, pixels to refine and to vote (``False``: sky / no
             surface; returned unchanged and never voting).
 
@@ -181,12 +175,11 @@ def refine_depth(depth: np.ndarray, guide_rgb: np.ndarray, weight: Optional[np.n
     gf = ColourGuide(guide_rgb, round(s.median_radius_frac * long_side), s.median_eps)
     out = ld
     for _ in range(max(1, s.iterations)):
-        out = _weighted_median(out, wt, gf, m, s.bins, s.min_support)
+        out = _weighted_median(out, wt, gf, m, s.bins)
     return np.where(m, np.exp(out), depth).astype(np.float32)
 
 
-def _weighted_median(ld: np.ndarray, wt: np.ndarray, gf: ColourGuide, m: np.ndarray, bins: int,
-                     min_support: float = 0.0) -> np.ndarray:
+def _weighted_median(ld: np.ndarray, wt: np.ndarray, gf: ColourGuide, m: np.ndarray, bins: int) -> np.ndarray:
     """Joint weighted median of ``ld`` (log depth) with guide-filtered weights, by slices
     (Ma et al. 2013). A pixel whose own value lies in its median slice or the next keeps it; another
     takes the filtered mean of the slice's values (the surface it votes with), or the
@@ -218,6 +211,6 @@ def _weighted_median(ld: np.ndarray, wt: np.ndarray, gf: ColourGuide, m: np.ndar
     hi_k = np.where(chosen == bins - 1, np.inf, edges[chosen + 1]).astype(np.float32)
     # a pixel within one slice of its median keeps its value: smooth slopes are not
     # terraced into slices, only jumps (a halo, a hole) move
-    keep = (np.abs(idx - chosen) <= 1) | (2.0 * half < min_support)
+    keep = np.abs(idx - chosen) <= 1
     moved = np.where(np.isfinite(mean), np.clip(mean, edges[chosen], edges[chosen + 1]), np.clip(ld, lo_k, hi_k))
     return np.where(m & ~keep, moved, ld).astype(np.float32)

@@ -136,13 +136,16 @@ OUT_MD = ROOT / "benchmarks" / "results" / "pot_test.md"
 SHEETS = ROOT / "benchmarks" / "results" / "depth_edges_sheets"
 FOCAL = 300.0  # phone_office: the focal that solves 36/36 frames (issue 33)
 RAMP_CLIPS = {"dolphins": "1-12", "bikes": "1-12", "boat": "1-16", "phone_office": "1-36"}
+#: (label, depth edges, embedded network size; None = its default 192 px)
+RAMP_VARIANTS = [("no edges", False, None), ("edges", True, None), ("384 px", False, 384)]
 
 
-def _decompose(clip: Path, out: Path, frames: str, cameras=None, depth_edges=True) -> float:
+def _decompose(clip: Path, out: Path, frames: str, cameras=None, depth_edges=True, size=None) -> float:
     import time
     from backend import decompose
     t = time.perf_counter()
-    decompose(clip, out, frames=frames, cameras=cameras, depth_edges=depth_edges, progress=lambda e: None)
+    decompose(clip, out, frames=frames, cameras=cameras, depth_edges=depth_edges, progress=lambda e: None,
+              processing_resolution=size, estimator_options={"max_size": size} if size else None)
     return time.perf_counter() - t
 
 
@@ -188,9 +191,9 @@ def run(work: Path, footage: Path = FOOTAGE) -> dict:
                         cv2.cvtColor(np.vstack(sheet), cv2.COLOR_RGB2BGR))
     for clip_name, frames in RAMP_CLIPS.items():
         doc["ramp"][clip_name] = {}
-        for edges in (False, True):
-            out = work / f"ramp_{clip_name}_{int(edges)}"
-            _decompose(footage / f"{clip_name}.mp4", out, frames, None, edges)
+        for label, edges, size in RAMP_VARIANTS:
+            out = work / f"ramp_{clip_name}_{int(edges)}_{size or 192}"
+            _decompose(footage / f"{clip_name}.mp4", out, frames, None, edges, size)
             vals = []
             sheet = []
             for i, p in enumerate(sorted(out.glob("gbuffer_*.exr"))):
@@ -199,8 +202,8 @@ def run(work: Path, footage: Path = FOOTAGE) -> dict:
                 vals.append(row_variance_share(f.depth, surf))
                 if i in (0, 5):
                     sheet.append(sheet_row(_srgb8(f), f.depth))
-            doc["ramp"][clip_name]["edges" if edges else "no edges"] = round(float(np.mean(vals)), 3)
-            cv2.imwrite(str(SHEETS / f"{clip_name}_default_{'edges' if edges else 'noedges'}.png"),
+            doc["ramp"][clip_name][label] = round(float(np.mean(vals)), 3)
+            cv2.imwrite(str(SHEETS / f"{clip_name}_default_{label.replace(' ', '')}.png"),
                         cv2.cvtColor(np.vstack(sheet), cv2.COLOR_RGB2BGR))
     OUT_JSON.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     lines = ["# phone_office pot test (issue 33)", "",
@@ -213,9 +216,9 @@ def run(work: Path, footage: Path = FOOTAGE) -> dict:
         lines.append(f"| {key} | {agg['pot_ok']:.1%} | {agg['halo_px']} | {agg['ring6']:.1%} | {agg['desk_holes']:.1%} | "
                      f"x{ratio} | {doc['runs'][key]['seconds']:.1f} |")
     lines += ["", "Share of log-depth variance explained by the image row alone (default estimator; 1 = a ramp):", "",
-              "| clip | no edges | edges |", "|---|---|---|"]
+              "| clip | 192 px (default) | 192 px + edges | network at 384 px |", "|---|---|---|---|"]
     for c, v in doc["ramp"].items():
-        lines.append(f"| {c} | {v['no edges']:.3f} | {v['edges']:.3f} |")
+        lines.append(f"| {c} | {v['no edges']:.3f} | {v['edges']:.3f} | {v['384 px']:.3f} |")
     OUT_MD.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return doc
