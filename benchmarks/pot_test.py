@@ -158,6 +158,11 @@ def _outline(mask: np.ndarray) -> np.ndarray:
     return mask & ~cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
 
 
+def _write_sheet(path: Path, rows) -> None:
+    """Contact sheet at full size (JPEG 90: the repository keeps them small)."""
+    cv2.imwrite(str(path), cv2.cvtColor(np.vstack(rows), cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
+
+
 def run(work: Path, footage: Path = FOOTAGE) -> dict:
     """Decompose, measure, write the table, JSON and contact sheets (module doc)."""
     from backend.contract import read_frame
@@ -187,8 +192,7 @@ def run(work: Path, footage: Path = FOOTAGE) -> dict:
             for n, m in masks.items():
                 f = read_frame(out / f"gbuffer_{n:04d}.exr")
                 sheet.append(sheet_row(_srgb8(f), f.depth, _outline(m["pot"]) | _outline(m["behind"])))
-            cv2.imwrite(str(SHEETS / f"phone_office_{name}_{'edges' if edges else 'noedges'}.png"),
-                        cv2.cvtColor(np.vstack(sheet), cv2.COLOR_RGB2BGR))
+            _write_sheet(SHEETS / f"phone_office_{name}_{'edges' if edges else 'noedges'}.jpg", sheet)
     for clip_name, frames in RAMP_CLIPS.items():
         doc["ramp"][clip_name] = {}
         for label, edges, size in RAMP_VARIANTS:
@@ -203,8 +207,7 @@ def run(work: Path, footage: Path = FOOTAGE) -> dict:
                 if i in (0, 5):
                     sheet.append(sheet_row(_srgb8(f), f.depth))
             doc["ramp"][clip_name][label] = round(float(np.mean(vals)), 3)
-            cv2.imwrite(str(SHEETS / f"{clip_name}_default_{label.replace(' ', '')}.png"),
-                        cv2.cvtColor(np.vstack(sheet), cv2.COLOR_RGB2BGR))
+            _write_sheet(SHEETS / f"{clip_name}_default_{label.replace(' ', '')}.jpg", sheet)
     OUT_JSON.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     lines = ["# phone_office pot test (issue 33)", "",
              f"Masks drawn by hand: `{doc['masks']}` (frames {', '.join(map(str, doc['frames']))}). "
