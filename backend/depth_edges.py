@@ -15,8 +15,9 @@ frame's own edge:
    ECCV 2010 / TPAMI 2013); each pixel takes the slice where the cumulative filtered weight
    crosses half. Pixels on either side of an image edge vote only with pixels of their own
    colour, so a halo band takes the depth of the surface it shows. A pixel keeps its own
-   depth when that lies in the median slice or next to it (smooth slopes are not
-   terraced), else it takes the filtered mean of the median slice's depths.
+   depth when that lies within two slices of the median one (slopes are not terraced),
+   else it takes the filtered mean of the median slice's depths. Pixels given as
+   ``fixed`` (measured depth) vote but never move.
 2. **Twice**: the guided filter's kernel is a tent twice the window wide, so one pass
    turns a wrong band only where it holds under about 40 % of the same-coloured
    neighbourhood; a second pass, on the first's result, finishes bands up to a window's
@@ -46,6 +47,9 @@ MEDIAN_EPS = 1e-4
 BINS = 16
 #: weighted-median passes
 ITERATIONS = 2
+#: a pixel this many slices or fewer from its median slice keeps its value (a slope
+#: spans slices within a window: on the ray-cast dolly of the tests, 1 terraced the floor)
+KEEP_SLICES = 2
 #: long side (pixels) of the grid the guided filters' coefficients are computed on
 WORK_SIZE = 320
 
@@ -137,7 +141,7 @@ def display_guide(rgb_linear: np.ndarray) -> np.ndarray:
 
 def refine_depth(depth: np.ndarray, guide_rgb: np.ndarray, weight: Optional[np.ndarray] = None,
                  mask: Optional[np.ndarray] = None,
-                 settings: EdgeSettings = EdgeSettings()) -> np.ndarray:
+                 settings: EdgeSettings = EdgeSettings(), fixed: Optional[np.ndarray] = None) -> np.ndarray:
     """Depth with its discontinuities moved onto the frame's edges (module doc).
 
     Args:
@@ -149,6 +153,9 @@ def refine_depth(depth: np.ndarray, guide_rgb: np.ndarray, weight: Optional[np.n
             others. ``None``: all 1.
         mask: optional ``H x W`` bool, pixels to refine and to vote (``False``: sky / no
             surface; returned unchanged and never voting).
+        settings: :class:`EdgeSettings`.
+        fixed: optional ``H x W`` bool, pixels that vote but keep their value (measured
+            depth: a measurement is never replaced by its neighbours' guess).
 
     Returns:
         ``H x W`` float32 depth > 0.
@@ -158,8 +165,7 @@ def refine_depth(depth: np.ndarray, guide_rgb: np.ndarray, weight: Optional[np.n
     """
     depth = np.asarray(depth, np.float32)
     h, w = depth.shape
-    if guide_rgb.shape[:2] != (h, w) or (weight is not None and weight.shape != (h, w)) \
-            or (mask is not None and mask.shape != (h, w)):
+    if guide_rgb.shape[:2] != (h, w) or any(a is not None and a.shape != (h, w) for a in (weight, mask, fixed)):
         raise ValueError(f"refine_depth: depth {depth.shape}, guide {guide_rgb.shape[:2]}, weight "
                          f"{None if weight is None else weight.shape}, mask {None if mask is None else mask.shape}")
     m = np.ones((h, w), bool) if mask is None else np.asarray(mask, bool)
@@ -176,12 +182,14 @@ def refine_depth(depth: np.ndarray, guide_rgb: np.ndarray, weight: Optional[np.n
     out = ld
     for _ in range(max(1, s.iterations)):
         out = _weighted_median(out, wt, gf, m, s.bins)
+        if fixed is not None:
+            out = np.where(fixed, ld, out)
     return np.where(m, np.exp(out), depth).astype(np.float32)
 
 
 def _weighted_median(ld: np.ndarray, wt: np.ndarray, gf: ColourGuide, m: np.ndarray, bins: int) -> np.ndarray:
     """Joint weighted median of ``ld`` (log depth) with guide-filtered weights, by slices
-    (Ma et al. 2013). A pixel whose own value lies in its median slice or the next keeps it; another
+    (Ma et al. 2013). A pixel whose own value lies within KEEP_SLICES of its median slice keeps it; another
     takes the filtered mean of the slice's values (the surface it votes with), or the
     slice's nearest end where that mean is undefined."""
     lo, hi = np.percentile(ld[m], [0.5, 99.5])
@@ -209,8 +217,8 @@ def _weighted_median(ld: np.ndarray, wt: np.ndarray, gf: ColourGuide, m: np.ndar
             break
     lo_k = np.where(chosen == 0, -np.inf, edges[chosen]).astype(np.float32)
     hi_k = np.where(chosen == bins - 1, np.inf, edges[chosen + 1]).astype(np.float32)
-    # a pixel within one slice of its median keeps its value: smooth slopes are not
-    # terraced into slices, only jumps (a halo, a hole) move
-    keep = np.abs(idx - chosen) <= 1
+    # a pixel within KEEP_SLICES of its median keeps its value: slopes are not terraced
+    # into slices, only jumps (a halo, a hole) move
+    keep = np.abs(idx - chosen) <= KEEP_SLICES
     moved = np.where(np.isfinite(mean), np.clip(mean, edges[chosen], edges[chosen + 1]), np.clip(ld, lo_k, hi_k))
     return np.where(m & ~keep, moved, ld).astype(np.float32)

@@ -346,8 +346,9 @@ class MultiViewShot:
         if self.decomposer.depth_edges is not None:  # issue 33: depth edges on the frame's edges
             # votes: Confidence^2 (held-out blocks of boat.mp4: median |log error| near depth
             # edges 0.054 with Confidence, 0.050 with its square; benchmarks/depth_edges_tune.py)
+            # measured pixels vote but keep their measurement
             fused.depth = refine_depth(fused.depth, np.clip(rgb_u[..., :3], 0, 1), fused.confidence ** 2, None,
-                                       self.decomposer.depth_edges)
+                                       self.decomposer.depth_edges, fixed=fused.measured)
         if self._fuse or opts.surface:
             self._integrate(fused.depth, fused.confidence, cam_u)
         if opts.surface and self.fusion is not None:
