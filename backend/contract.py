@@ -4,7 +4,8 @@ Every piece of G-Buffer Editor reads and writes exactly this (see
 ``docs/gbuffer-contract.md`` for the prose version; both carry
 :data:`CONTRACT_VERSION`).
 
-Layout of a frame file (single-part, scanline, ZIP compression)::
+Layout of a frame file (one part per pass, named ``GBuffer.<Pass>`` as Blender 5
+writes them; scanline, ZIP compression)::
 
     GBuffer.Combined.{R,G,B,A}   half   scene-linear Rec.709 source frame
     GBuffer.Depth.V              float  planar depth along the camera axis
@@ -15,7 +16,9 @@ Layout of a frame file (single-part, scanline, ZIP compression)::
     GBuffer.Confidence.V         half   0..1, 0 marks "no surface" (sky / background)
 
 The layer name ``GBuffer`` makes Blender treat the file as multilayer; each pass
-becomes its own socket of the Image node once that layer is selected.
+becomes its own socket of the Image node once that layer is selected. Each part states
+its colour space (``colorInteropID``, ``chromaticities``) and carries the camera
+(``worldToCamera``, ``worldToNDC``), rate and timecode when known.
 
 This module never imports ``bpy``.
 """
@@ -33,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import InputError
+from .extra_passes import EXTRA_PASSES
 
 CONTRACT_VERSION = "1.0"
 LAYER = "GBuffer"
@@ -95,6 +99,8 @@ class GBufferFrame:
         confidence: optional ``H x W`` in ``[0, 1]``; ``0`` marks pixels with no
             surface (sky / background), whose depth is the far value and normal (0,0,1).
         meta: header attributes (see :func:`make_meta`).
+        extras: optional passes by name (:data:`backend.extra_passes.EXTRA_PASSES`:
+            ``Vector`` ``H x W x 4``, ``Position`` ``H x W x 3``), written after the others.
     """
 
     combined: np.ndarray
@@ -105,6 +111,7 @@ class GBufferFrame:
     roughness: np.ndarray
     confidence: Optional[np.ndarray] = None
     meta: Dict[str, Any] = field(default_factory=dict)
+    extras: Dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple:
@@ -123,6 +130,7 @@ class GBufferFrame:
         }
         if self.confidence is not None:
             out["Confidence"] = self.confidence
+        out.update((k, v) for k, v in self.extras.items() if k in EXTRA_PASSES)
         return out
 
     def validate(self) -> None:
@@ -133,7 +141,7 @@ class GBufferFrame:
         """
         h, w = self.shape
         for name, arr in self.arrays().items():
-            chans = len(PASSES[name][0])
+            chans = len(_spec(name)[0])
             want = (h, w) if chans == 1 else (h, w, chans)
             if arr.shape != want:
                 raise ContractError(f"pass {name}: shape {arr.shape}, expected {want}")
@@ -148,6 +156,11 @@ class GBufferFrame:
             arr = self.arrays().get(name)
             if arr is not None and (arr.min() < -1e-3 or arr.max() > 1.0 + 1e-3):
                 raise ContractError(f"pass {name}: values must lie in [0, 1]")
+
+
+def _spec(name: str) -> tuple:
+    """``(channel suffixes, dtype on disk, Blender socket)`` of a contract or extra pass."""
+    return PASSES.get(name) or EXTRA_PASSES[name]
 
 
 def all_finite(a: np.ndarray) -> bool:
@@ -303,7 +316,7 @@ def half_to_float32(arr: np.ndarray) -> np.ndarray:
 def _channel_dict(frame: GBufferFrame) -> Dict[str, np.ndarray]:
     chans = {}
     for name, arr in frame.arrays().items():
-        suffixes, dtype, _ = PASSES[name]
+        suffixes, dtype, _ = _spec(name)
         conv = to_half if dtype == np.float16 else (lambda a, dt=dtype: np.ascontiguousarray(a, dtype=dt))
         if len(suffixes) == 1:
             chans[f"{LAYER}.{name}.{suffixes[0]}"] = conv(arr)
@@ -319,11 +332,11 @@ def as_stored(frame: GBufferFrame) -> GBufferFrame:
     """A copy of ``frame`` whose arrays hold exactly what :func:`write_frame` stores
     (each pass rounded through its on-disk dtype, returned as float32), i.e. what
     :func:`read_frame` will give back."""
-    arrays = {name.lower(): (half_to_float32(to_half(arr)) if PASSES[name][1] == np.float16
-                             else np.asarray(arr, dtype=PASSES[name][1]).astype(np.float32))
+    arrays = {name: (half_to_float32(to_half(arr)) if _spec(name)[1] == np.float16
+                     else np.asarray(arr, dtype=_spec(name)[1]).astype(np.float32))
               for name, arr in frame.arrays().items()}
-    arrays.setdefault("confidence", None)
-    return GBufferFrame(meta=dict(frame.meta), **arrays)
+    std = {n.lower(): arrays.get(n) for n in PASSES}
+    return GBufferFrame(meta=dict(frame.meta), extras={n: arrays[n] for n in EXTRA_PASSES if n in arrays}, **std)
 
 
 _EXR_THREADS_SET = False
@@ -374,22 +387,57 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     if validate:
         frame.validate()
     path = Path(path)
-    header = {
-        "compression": OpenEXR.ZIP_COMPRESSION,
-        "type": OpenEXR.scanlineimage,
-    }
-    meta = dict(frame.meta)
-    meta.setdefault("contract_version", CONTRACT_VERSION)
-    for k, v in meta.items():
-        header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
-    channels = _channel_dict(frame)
+    parts = _parts(frame)
+    args = parts if isinstance(parts, tuple) else (parts,)  # (header, channels): one unnamed part
     if not atomic:
-        with OpenEXR.File(header, channels) as f:
+        with OpenEXR.File(*args) as f:
             f.write(str(path))
         return path
-    with atomic_path(path) as tmp, OpenEXR.File(header, channels) as f:
+    with atomic_path(path) as tmp, OpenEXR.File(*args) as f:
         f.write(tmp)
     return path
+
+
+#: passes holding colour (tagged with the working space); the others are data
+COLOUR_PASSES = ("Combined", "Albedo")
+
+
+def _parts(frame: GBufferFrame):
+    """One OpenEXR part per pass, named ``GBuffer.<Pass>`` as Blender 5 writes them, each
+    stating its colour space (``colorInteropID``: the working space on colour passes,
+    ``data`` on the others; ``chromaticities``) and the frame's camera, lens, rate and
+    timecode (:mod:`backend.exr_attrs`); the ``gbuffer/*`` attributes on the first part."""
+    import OpenEXR
+
+    from . import exr_attrs, exr_colour, layouts
+
+    meta = dict(frame.meta)
+    meta.setdefault("contract_version", CONTRACT_VERSION)
+    ws = exr_colour.working_space(meta.get("working_space"))
+    frame = exr_colour.to_working(frame, ws)
+    common = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    common.update(exr_attrs.standard_attributes(meta, frame.shape))
+    if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
+        common.update(exr_colour.colour_attributes(ws))
+        common.update((HEADER_PREFIX + k, v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items())
+        chans = {}  # one unnamed part: a part name would make Blender show one pass named after it
+        for name, arr in frame.arrays().items():
+            dtype = _spec(name)[1]
+            stored = to_half(arr) if dtype == np.float16 else np.asarray(arr, dtype)
+            chans.update((k, np.ascontiguousarray(v)) for k, v in layouts.nuke_channels(name, stored).items())
+        return common, chans
+    channels = _channel_dict(frame)
+    parts = []
+    for name in frame.arrays():
+        header = dict(common)
+        header.update(exr_colour.colour_attributes(ws, data=name not in COLOUR_PASSES))
+        if not parts:
+            for k, v in meta.items():
+                header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
+        prefix = f"{LAYER}.{name}."
+        chans = {k: v for k, v in channels.items() if k.startswith(prefix)}
+        parts.append(OpenEXR.Part(header, chans, f"{LAYER}.{name}"))
+    return parts
 
 
 def _decode_meta(header: Dict[str, Any]) -> Dict[str, Any]:
@@ -516,6 +564,10 @@ def read_channels(path: os.PathLike) -> tuple:
                 # be read (a truncated or corrupt file)
                 raise ContractError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
                                     file=path)
+            if len(f.parts) < _part_count(path):
+                # a truncated multi-part file: OpenEXR gives the parts it could read
+                raise ContractError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
+                                    file=path)
             chans = {}
             header = {}
             for i, part in enumerate(f.parts):
@@ -530,8 +582,26 @@ def read_channels(path: os.PathLike) -> tuple:
         raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
 
 
+def _part_count(path) -> int:
+    """Parts a file's headers declare (OpenEXR reads them even when pixel data is cut)."""
+    import OpenEXR
+
+    with OpenEXR.File(str(path), header_only=True) as f:
+        return len(f.parts)
+
+
 def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
-    """Find a pass regardless of the layer prefix (Blender may rename the view layer)."""
+    """Find a pass regardless of the layer prefix (Blender may rename the view layer), in
+    either layout (:mod:`backend.layouts`)."""
+    arr = _find_layered(chans, name, suffixes)
+    if arr is None and tuple(suffixes) == _spec(name)[0]:
+        from .layouts import find_nuke
+
+        arr = find_nuke(chans, name)
+    return arr
+
+
+def _find_layered(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
     found = []
     for s in suffixes:
         hit = None
@@ -612,7 +682,11 @@ def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:
         roughness=arrays["roughness"],
         confidence=arrays["confidence"],
         meta=_decode_meta(header),
+        extras={n: a for n, spec in EXTRA_PASSES.items() if (a := _find_pass(chans, n, spec[0])) is not None},
     )
+    from .exr_colour import from_stated_working
+
+    from_stated_working(frame, header)  # colour passes in another working space -> Rec.709
     if validate:
         try:
             frame.validate()

@@ -14,8 +14,8 @@ The command line for it is :mod:`backend.jobs.decompose_cli`.
 """
 from __future__ import annotations
 
+import functools
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -26,66 +26,22 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
 )
 from ..errors import JobError
+from ..exr_colour import working_space as exr_working_space
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
-    _job_manifest, _job_settings, flicker_summary, provenance_summary, record_summary,
+    _job_manifest, flicker_summary, provenance_summary, record_summary,
 )
 from .decompose_shots import (_Shot, _WindowedShot, _camera_settings, _multiview_shot, _multiview_summary,
                               _windows_summary)
 from .history import note_stale_history
 from .mesh import check_mesh_path, write_mesh
 from .options import key_values
+from .request import DecomposeRequest, parse_frames  # noqa: F401  (parse_frames: its former home)
 from .runner import JobResult, run_job
 
 
 #: deprecated name of :data:`backend.decomposer.MIN_RESOLUTION`
 MIN_MAX_SIZE = MIN_RESOLUTION
-
-
-def _edges(depth_edges: Optional[bool], cameras, camera: str) -> bool:
-    """``decompose``'s ``depth_edges``: ``None`` = on when depth is measured (issue 33)."""
-    return (cameras is not None or camera == "auto") if depth_edges is None else bool(depth_edges)
-
-
-def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
-    """``"A-B"`` / ``"A-"`` / ``"A"`` -> ``(first, last or None)``, inclusive *source*
-    frame numbers (a movie's frames are 1..N; an image sequence's are the numbers in its
-    file names, e.g. 1001-1100; output ``gbuffer_NNNN.exr`` carries the same number).
-    ``None`` -> ``(0, None)``: every frame.
-
-    Only ASCII digits ``0-9`` are numbers here (docs/reliability.md, "Decisions"): full-width
-    or Arabic-Indic digits, ``1_002`` and ``+1002`` (which Python's ``int`` accepts) are
-    refused, and so is an empty or blank ``spec`` (``--frames ""`` from an empty shell
-    variable in a farm script means a mistake, not "the whole shot").
-
-    Raises:
-        ValueError: empty, malformed or reversed range (``""``, ``"-5"``, ``"5-3"``, ``"x"``,
-            ``"+1"``, ``"1_0"``), negative numbers.
-    """
-    if spec is None:
-        return 0, None
-    s = str(spec).strip()
-    if not s:
-        raise ValueError(f"--frames {spec!r}: empty (an empty shell variable?); give A-B, A- or A, "
-                         "or leave --frames out for the whole shot")
-    m = _FRAMES_RE.fullmatch(s)
-    if m is None:
-        if s.startswith("-") and _FRAMES_RE.fullmatch(s[1:]):
-            raise ValueError(f"--frames {spec!r}: frame numbers are >= 0")
-        raise ValueError(f"--frames {spec!r}: expected A-B, A- or A with source frame numbers >= 0 in "
-                         "ASCII digits 0-9 (e.g. 1-24, or 1001-1100 for a sequence numbered from 1001)")
-    first = int(m.group(1))
-    if m.group(2) is None:
-        last = first
-    else:
-        last = int(m.group(3)) if m.group(3) else None
-    if last is not None and last < first:
-        raise ValueError(f"--frames {spec!r}: expected A <= B")
-    return first, last
-
-
-#: ``A``, ``A-`` or ``A-B`` in ASCII digits, blanks allowed around the numbers
-_FRAMES_RE = re.compile(r"([0-9]+)\s*(-\s*([0-9]*))?", re.ASCII)
 
 
 def read_settings_hash(path: Path) -> Optional[str]:
@@ -238,6 +194,11 @@ def decompose(
     warmup: Optional[int] = None,
     manifest_part: bool = False,
     depth_anchors: Optional[os.PathLike] = None,
+    start_frame: Optional[int] = None,
+    handles: int = 0,
+    passes: Optional[str] = None,
+    layout: Optional[str] = None,
+    working_space: Optional[str] = None,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -302,6 +263,24 @@ def decompose(
             so chunks and an unchunked run with the same file agree exactly
             (:mod:`backend.depth_anchors`). It must cover every frame written and match the
             source, estimator and processing size. Enters the settings hash (its digest).
+        start_frame: a movie's first frame number (``--start-frame``, e.g. 1001 for a
+            studio plate): frame numbers, file names and ``--frames`` count from it;
+            ``None``: 1. Refused for image sequences (their file names number them).
+            Enters the settings hash when given.
+        handles: ``--handles N``: the first and last N frames of the range written are
+            handles: the manifest's ``cut`` gives ``in``/``out`` inside them, each
+            frame's header ``handle`` says whether it is one. Default 0.
+        passes: optional passes, comma-separated (``--passes vector,position``):
+            motion vectors in Blender's ``Vector`` convention from DIS optical flow, the
+            ``Position`` pass (:mod:`backend.extra_passes`). Enters the settings hash.
+        layout: channel layout, ``"gbuffer"`` (default) or ``"nuke"`` (``--layout nuke``:
+            ``R G B A``, ``depth.Z``, ``normal.XYZ``, ``albedo.RGB`` ... in one part, read by
+            Nuke, Blender and OpenImageIO without shuffling; :mod:`backend.layouts`).
+            Enters the settings hash when not the default.
+        working_space: the colour passes' space in the files: ``"rec709"`` (default,
+            ``lin_rec709_scene``) or ``"acescg"`` (``lin_ap1_scene``): Combined and Albedo
+            are converted on writing and stated (``colorInteropID``, ``chromaticities``);
+            readers convert back. Enters the settings hash when not the default.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -310,89 +289,109 @@ def decompose(
         FootageError, JobError, JobCancelled, ValueError (bad arguments, e.g. a negative
         ``warmup``), KeyError (unknown estimator).
     """
-    processing_resolution = max_size if processing_resolution is None else processing_resolution  # old name
-    with events.reporting(progress if progress is not None else stream):
-        first, last = parse_frames(frames)
-        _check_arguments(camera, warmup, mesh, cameras, manifest_part)
-        dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
-                          hfov_deg=hfov_deg, albedo_detail=albedo_detail,
-                          depth_edges=_edges(depth_edges, cameras, camera))
-        Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
-        src = open_footage(input_path, colorspace=colorspace)  # input errors before model loading
+    if processing_resolution is None and max_size is not None:
+        processing_resolution = max_size
+    request = DecomposeRequest(
+        input_path, out_dir, frames=frames, estimator=estimator, estimator_options=estimator_options,
+        processing_resolution=processing_resolution, device=device, stabilize=stabilize, strength=strength,
+        colorspace=colorspace, hfov_deg=hfov_deg, albedo_detail=albedo_detail, depth_edges=depth_edges,
+        overwrite=overwrite,
+        cameras=cameras, camera=camera, multiview=multiview, mesh=mesh, warmup=warmup,
+        manifest_part=manifest_part, depth_anchors=depth_anchors, start_frame=start_frame, handles=handles,
+        passes=passes, layout=layout, working_space=working_space)
+    return run_decompose(request, progress=progress if progress is not None else stream, cancel=cancel)
+
+
+def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None,
+                  cancel: Optional[threading.Event] = None) -> JobResult:
+    """Run the decompose ``request`` (:class:`backend.jobs.request.DecomposeRequest`, already
+    validated); ``progress`` and ``cancel`` as for :func:`decompose`, which documents the
+    settings, the result and the errors."""
+    with request.running(progress) as r:
+        first, last = parse_frames(r.frames)
+        if r.mesh is not None:
+            check_mesh_path(r.mesh, r.cameras)
+        footage = functools.partial(open_footage, r.input, colorspace=r.colorspace, start_frame=r.start_frame)
+        src = footage()  # input errors before model loading
         with src:
             info = src.info
-            dec = Decomposer(estimator, estimator_options=estimator_options, device=device, sar=info.sar, **dec_kwargs)
+            dec = Decomposer(r.estimator, sar=float(info.sar), **r.decomposer_options())
             plan = dec.plan(info.width, info.height)
-            _warn_capped_resolution(processing_resolution, dec, estimator, info)
-            total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
-            settings = _job_settings(dec, plan, info, albedo_detail)
-            if depth_anchors is not None:
-                if cameras is not None:
-                    raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
-                                     "consistent across frames by construction)")
-                settings["depth_anchors"] = _use_anchors(depth_anchors, dec, info, first, last)
-            manifest = _job_manifest(dec, plan, info, processing_resolution, first)
-            if camera == "auto" and cameras is None and not (warmup is not None or manifest_part):
+            _warn_capped_resolution(r.processing_resolution, dec, r.estimator, info)
+            total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, r.frames)
+            anchors = _use_anchors(r.depth_anchors, dec, info, first, last) if r.depth_anchors is not None else None
+            manifest = _job_manifest(dec, plan, info, r.processing_resolution, first)
+            cameras = r.cameras
+            if r.camera == "auto" and cameras is None and not (r.warmup is not None or r.manifest_part):
                 from ..multiview.autosolve import auto_cameras
 
-                cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace)
+                cameras = auto_cameras(r.input, r.out, first=first, last=last, colorspace=r.colorspace,
+                                       start_frame=r.start_frame)
                 manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
-            shot = _make_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
-                              lambda: open_footage(input_path, colorspace=colorspace), settings, manifest,
-                              mesh=mesh, stabilize=stabilize)
-            shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
+            shot, camera_block = _make_shot(src, dec, Path(r.out), first, last, r, cameras, footage)
+            if camera_block is not None:
+                manifest["cameras"] = camera_block
+            cut = _apply_studio(r, shot, info, first, last, manifest)
+            settings = r.settings(dec, plan, info, anchors=anchors, cameras=camera_block, cut=cut)
+            shot.input_for, manifest["inputs"] = _input_fingerprints(info, r.out)
             chunk, part = None, None
-            if warmup is not None or manifest_part:
-                chunk, part = _chunk_frames(info, first, last, frames)
-            if warmup is not None:
-                settings["warmup"] = warmup
-                shot.warm_from = _warm_from(info, chunk[0] if chunk else first, warmup)
-                shot.warm_needed = not _is_current(contract.frame_path(out_dir, chunk[0] if chunk else first),
+            if r.warmup is not None or r.manifest_part:
+                chunk, part = _chunk_frames(info, first, last, r.frames)
+            if r.warmup is not None:
+                shot.warm_from = _warm_from(info, chunk[0] if chunk else first, r.warmup)
+                shot.warm_needed = not _is_current(contract.frame_path(r.out, chunk[0] if chunk else first),
                                                    settings, shot.input_for)
             result = run_job(
-                out_dir, shot.tasks(), settings=settings, total=total,
+                r.out, shot.tasks(), settings=settings, total=total,
                 inputs=[info.path] + list(info.files[:1]) + ([cameras] if cameras is not None else []),
                 job="decompose", manifest=manifest,
-                read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
+                read_hash=read_settings_hash, overwrite=r.overwrite, cancel=cancel,
                 input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
-                numbers=chunk, part=part if manifest_part else None, read_entry=read_manifest_entry,
+                numbers=chunk, part=part if r.manifest_part else None, read_entry=read_manifest_entry,
             )
-            note_stale_history(result, stabilize and cameras is None, write_manifest=not manifest_part)
-            if not manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
-                _summaries(result, shot, dec, stabilize=stabilize, measured=cameras is not None, mesh=mesh)
+            note_stale_history(result, r.stabilize and cameras is None, write_manifest=not r.manifest_part)
+            if not r.manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
+                _summaries(result, shot, dec, stabilize=r.stabilize, measured=cameras is not None, mesh=r.mesh)
             return result
 
 
-def _check_arguments(camera: str, warmup, mesh, cameras, manifest_part: bool) -> None:
-    """:func:`decompose`'s argument checks that need no footage (``ValueError``)."""
-    if camera not in ("none", "auto"):
-        raise ValueError(f"--camera {camera!r}: expected 'auto' or 'none'")
-    if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
-        raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
-                         "computed before the chunk)")
-    if mesh is not None:
-        check_mesh_path(mesh, cameras)
-    if cameras is not None and (warmup is not None or manifest_part):
-        raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
-                         "run camera-tracked shots on one machine")
-
-
-def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int], estimator: str, cameras,
-               multiview, reopen, settings: Dict[str, Any], manifest: Dict[str, Any], *, mesh, stabilize: bool):
-    """The shot kind for this job: measured from cameras, windowed (a video estimator) or
-    frame by frame; records the cameras' settings in ``settings`` and ``manifest``."""
+def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int], r: DecomposeRequest, cameras,
+               reopen):
+    """``(shot, cameras block or None)``: the shot kind for this job, measured from ``cameras``,
+    windowed (a video estimator) or frame by frame; the block records the cameras' settings."""
     if cameras is not None:
-        shot = _multiview_shot(src, dec, out, first, last, estimator, cameras, multiview, reopen)
-        settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
-        if mesh is not None:
+        shot = _multiview_shot(src, dec, out, first, last, r.estimator, cameras, r.multiview, reopen)
+        if r.mesh is not None:
             shot.mv.enable_fusion()
-        if stabilize:
+        if r.stabilize:
             events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                            "across frames by construction")
-        return shot
+        return shot, _camera_settings(shot.camset, shot.mv.options)
     if getattr(dec.estimator, "windowed", False):
-        return _WindowedShot(src, dec, out, first, last, estimator, reopen=reopen)
-    return _Shot(src, dec, out, first, last, estimator)
+        return _WindowedShot(src, dec, out, first, last, r.estimator, reopen=reopen), None
+    return _Shot(src, dec, out, first, last, r.estimator), None
+
+
+def _apply_studio(r: DecomposeRequest, shot, info, first: int, last: Optional[int],
+                  manifest: Dict[str, Any]) -> Optional[list]:
+    """The studio-convention settings (issue 38) on the shot: optional passes, layout,
+    working space; ``--handles`` gives ``[cut_in, cut_out]`` (also the manifest's ``cut``),
+    returned for the settings block (``None`` without handles)."""
+    shot.passes, shot.layout, shot.working_space = r.extra_passes(), r.layout, exr_working_space(r.working_space)
+    if not r.handles:
+        return None
+    manifest["cut"] = shot.cut = _cut(info, first, last, r.handles)
+    return list(shot.cut)
+
+
+def _cut(info, first: int, last: Optional[int], handles: int) -> list:
+    """``[cut_in, cut_out]``: the range ``first..last`` of the clip less ``handles`` frames
+    on each side (``ValueError`` when nothing is left between the handles)."""
+    nums = [n for n in (info.frame_numbers() or []) if n >= first and (last is None or n <= last)]
+    if len(nums) <= 2 * handles:
+        raise ValueError(f"--handles {handles}: the range has {len(nums)} frames, nothing is left between "
+                         f"{handles} handle frames on each side")
+    return [nums[handles], nums[-1 - handles]]
 
 
 def _summaries(result, shot, dec: Decomposer, *, stabilize: bool, measured: bool, mesh) -> None:
