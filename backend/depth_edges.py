@@ -23,8 +23,10 @@ frame's own edge:
    neighbourhood; a second pass, on the first's result, finishes bands up to a window's
    radius wide (a 6 px halo at 320 px: the issue's phone_office halo).
 
-No smoothing follows: a pixel in its own median slice keeps its value, so measured depth
-is not blurred and edges stay one pixel sharp.
+No smoothing follows: a pixel near its median keeps its value, so depth is not blurred
+and edges stay one pixel sharp. What it cannot do: invent a silhouette the depth does not
+have, or correct a surface measured at the wrong depth (it then puts that wrong depth on
+the right pixels). Measured: benchmarks/results/pot_test.md, docs/benchmarks.md.
 
 Sizes are fractions of the frame's long side, so the result does not depend on the
 processing size. numpy + OpenCV box filters only (the extension's wheels have no
@@ -56,8 +58,10 @@ WORK_SIZE = 320
 
 @dataclass(frozen=True)
 class EdgeSettings:
-    """Parameters of :func:`refine_depth` (see the module doc); defaults tuned on
-    bikes.mp4 / boat.mp4 (issue 33), reported on phone_office.mp4 and dolphins.mp4."""
+    """Parameters of :func:`refine_depth` (see the module doc). Window and eps from
+    held-out blocks of boat.mp4 with cameras (benchmarks/depth_edges_tune.py; the window
+    kept at 4 %, wider than that sweep's best 1 %, to span a 6 px halo at 320 px);
+    reported on phone_office.mp4 and dolphins.mp4, never tuned on them."""
 
     median_radius_frac: float = MEDIAN_RADIUS_FRAC
     median_eps: float = MEDIAN_EPS
