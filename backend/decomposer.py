@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import contract, geometry, temporal
+from . import contract, geometry, sky as sky_mod, temporal
 from .depth_edges import EdgeSettings, display_guide, edge_settings, refine_depth
 from .estimators.base import PROVENANCE_PASSES, Estimator, EstimatorOutput, get_estimator
 from .footage import fit_long_side
@@ -42,6 +42,8 @@ DEFAULT_STRENGTH = 0.5
 FALLBACK_ROUGHNESS = 0.5
 FALLBACK_METALLIC = 0.0
 SKY_CONFIDENCE = contract.NO_SURFACE  # confidence at or below this marks "no surface"
+#: how the sky detector is named in ``pass_models["confidence"]``
+SKY_METHOD = "sky detector (smooth, bright, top-connected; backend/sky.py)"
 MIN_RESOLUTION = 16  # smallest processing resolution (long side) accepted; 0 / None = full size
 
 ALBEDO_DETAIL_RANGE = (0.25, 4.0)
@@ -237,6 +239,8 @@ class Decomposer:
         depth_edges: refine the full-size depth so its discontinuities lie on the frame's
             edges (:func:`backend.depth_edges.refine_depth`; issue 33). Default off
             (:func:`backend.jobs.decompose.decompose` turns it on for measured depth).
+        detect_sky: add the sky found by :func:`backend.sky.detect_sky` on the full frame
+            to the estimator's no-surface mask (Confidence 0, depth far, normal (0, 0, 1)).
 
     Raises:
         KeyError: unknown estimator name. ValueError: a bad option.
@@ -248,7 +252,7 @@ class Decomposer:
                  stabilize: bool = False, strength: float = DEFAULT_STRENGTH,
                  hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
                  intrinsics: Optional[Tuple[float, float, float, float]] = None, sar: float = 1.0,
-                 albedo_detail: bool = True, depth_edges: bool = False):
+                 albedo_detail: bool = True, detect_sky: bool = True, depth_edges: bool = False):
         self._check_options(processing_resolution=processing_resolution, stabilize=stabilize,
                             strength=strength, hfov_deg=hfov_deg)
         if isinstance(estimator, Estimator):
@@ -269,6 +273,9 @@ class Decomposer:
         self.albedo_detail = bool(albedo_detail)
         #: :class:`backend.depth_edges.EdgeSettings` of the edge refinement, ``None``: off
         self.depth_edges = EdgeSettings() if depth_edges else None
+        self.detect_sky = bool(detect_sky)
+        #: the last frame's full-size sky mask from :mod:`backend.sky` (``None``: none found / off)
+        self.last_sky: Optional[np.ndarray] = None
         self.report = FrameReport()
         self.last_disparity: Optional[np.ndarray] = None
         self._hist = _History()
@@ -308,7 +315,8 @@ class Decomposer:
         return {"estimator": self.estimator.settings(), "max_size": self.resolution,
                 "stabilize": self.stabilize, "strength": self.strength if self.stabilize else None,
                 "hfov_deg": self.hfov_deg, "intrinsics": None if self.intrinsics is None else list(self.intrinsics),
-                "depth_edges": edge_settings(self.depth_edges)}
+                **({} if self.detect_sky else {"detect_sky": False}),
+                **({} if self.depth_edges is None else {"depth_edges": edge_settings(self.depth_edges)})}
 
     @property
     def last_number(self) -> Optional[int]:
@@ -378,6 +386,7 @@ class Decomposer:
         small = resize(rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else rgb
         out = self.estimator.predict(np.ascontiguousarray(small, dtype=np.float32))
         check_estimator_output(out, plan.proc_height, plan.proc_width, self.estimator_name)
+        self._add_sky(out, rgb, plan)
         #: the estimator's affine-invariant disparity of this frame (``None``: it gave none, or
         #: metric depth), for a caller with metric evidence (the multi-view shot) to align
         self.last_disparity = out.disparity if out.depth_kind == "relative" else None
@@ -414,6 +423,29 @@ class Decomposer:
         self.seed(contract.as_stored(frame) if self.stabilize else frame,  # depth is stored exactly
                   number if number is not None else (self._hist.number or 0) + 1)
         return frame
+
+    def _add_sky(self, out: EstimatorOutput, rgb: np.ndarray, plan: FramePlan) -> None:
+        """Add the detected sky (:mod:`backend.sky`) to the estimator's no-surface mask:
+        ``out.confidence`` becomes 0 where the sky covers half a processing pixel or more
+        (1 elsewhere when the estimator gave none); :attr:`last_sky` keeps the full-size mask,
+        which :meth:`_full_size` uses for the frame's sky edges."""
+        self.last_sky = None
+        if not self.detect_sky:
+            return
+        found = sky_mod.detect_sky(rgb)
+        if not found.mask.any():
+            return
+        self.last_sky = found.mask
+        small = _resample(found.mask.astype(np.float32), plan.proc_width, plan.proc_height) > 0.5
+        out.pass_models = dict(out.pass_models or {})
+        if out.confidence is None:  # every pixel a surface, but the sky
+            out.provenance = dict(out.provenance or {}, confidence="estimated")
+            out.pass_models["confidence"] = SKY_METHOD
+            conf = np.ones(small.shape, np.float32)
+        else:
+            out.pass_models["confidence"] = out.pass_models.get("confidence", self.estimator_name) + " + " + SKY_METHOD
+            conf = np.asarray(out.confidence, np.float32)
+        out.confidence = np.where(small, 0.0, conf).astype(np.float32)
 
     def _passes(self, out: EstimatorOutput, small: np.ndarray, plan: FramePlan,
                 surface: Optional[np.ndarray]) -> Tuple[Dict[str, np.ndarray], float, float]:
@@ -486,6 +518,7 @@ class Decomposer:
         small = resize(rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else rgb
         out = self.estimator.predict(np.ascontiguousarray(small, dtype=np.float32))
         check_estimator_output(out, plan.proc_height, plan.proc_width, self.estimator_name)
+        self._add_sky(out, rgb, plan)
         self._hist.number = number
         if out.depth_kind != "relative":
             return None
@@ -552,6 +585,10 @@ class Decomposer:
             confidence = np.clip(_resample(out.confidence, W, H), 0, 1)
             # bilinear mask at the 0.5 level: smooth sky edges when upsampling
             sky = _resample((~surface).astype(np.float32), W, H) > 0.5
+            if self.last_sky is not None:  # the detector's edge, on the image edge, at full size
+                small_sky = _resample(self.last_sky.astype(np.float32), plan.proc_width, plan.proc_height) > 0.5
+                est_sky = _resample((~(surface | small_sky)).astype(np.float32), W, H) > 0.5
+                sky = est_sky | self.last_sky
             confidence[sky] = 0.0
             confidence[~sky] = np.maximum(confidence[~sky], 2 * SKY_CONFIDENCE)
             depth[sky] = far

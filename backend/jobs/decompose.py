@@ -302,6 +302,30 @@ def decompose(
     return run_decompose(request, progress=progress if progress is not None else stream, cancel=cancel)
 
 
+def _without_sky_for_older_folder(dec: Decomposer, out: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """A folder written before the sky detector, with otherwise the same settings, resumes
+    as it was written: the sky detector is turned off for it (with a warning), so its frames
+    are never mixed with frames of another kind. ``settings`` is returned unchanged when the
+    folder holds no such frame."""
+    if "sky" not in settings or not Path(out).is_dir():
+        return settings
+    from .job_types import settings_hash
+
+    older = {k: v for k, v in settings.items() if k != "sky"}
+    want = settings_hash(older)
+    for path in sorted(Path(out).glob("gbuffer_*.exr"))[:8]:
+        try:
+            found = read_settings_hash(path) if path.is_file() else None
+        except Exception:  # an unreadable frame: the runner reports it
+            found = None
+        if found == want:
+            dec.detect_sky = False
+            events.warning(f"{out}: written before the sky detector; it resumes without it "
+                           f"(--overwrite redoes the folder with sky marked)", file=path)
+            return older
+    return settings
+
+
 def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None,
                   cancel: Optional[threading.Event] = None) -> JobResult:
     """Run the decompose ``request`` (:class:`backend.jobs.request.DecomposeRequest`, already
@@ -333,6 +357,7 @@ def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None
                 manifest["cameras"] = camera_block
             cut = _apply_studio(r, shot, info, first, last, manifest)
             settings = r.settings(dec, plan, info, anchors=anchors, cameras=camera_block, cut=cut)
+            settings = _without_sky_for_older_folder(dec, r.out, settings)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, r.out)
             chunk, part = None, None
             if r.warmup is not None or r.manifest_part:

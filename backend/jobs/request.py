@@ -286,6 +286,11 @@ class DecomposeRequest(_Request):
         }
         if dec.depth_edges is not None:  # absent when off: older folders keep resuming
             block["depth_edges"] = edge_settings(dec.depth_edges)
+        if getattr(dec, "detect_sky", False):
+            # the sky detector changes every frame's passes: a folder written without it
+            # is refused on resume (written with other settings), never continued mixed
+            from ..decomposer import SKY_METHOD
+            block["sky"] = SKY_METHOD
         if anchors is not None:
             block["depth_anchors"] = anchors
         if cameras is not None:

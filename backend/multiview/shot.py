@@ -56,6 +56,7 @@ from .cameras import Camera
 from .densify import densify_planes, upsample_densified
 from .depth_range import UNVERIFIED_CONFIDENCE, DepthRange, Features, RangeFinder, detect_features, wide_range
 from .fusion import fuse_depth
+from .order import contradicted, visibility_violations
 from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
@@ -66,6 +67,9 @@ FILL_CONFIDENCE = 0.45
 #: a frame that falls back to the single-image path gets at most this share of the
 #: confidence threshold (it is not measured)
 FALLBACK_CONFIDENCE = 0.9
+#: a measured pixel whose depth order contradicts the prior keeps at most this share of the
+#: confidence threshold (filled from the prior)
+CONTRADICTED_CONFIDENCE = 0.5
 
 
 @dataclass
@@ -100,6 +104,10 @@ class MultiViewOptions:
         consistency: the multi-view photometric consistency check
             (:mod:`backend.multiview.consistency`): pixels the other views do not
             confirm (moving objects, reflections, false matches) lose confidence.
+        order_check: measured pixels whose depth order contradicts the single-image
+            prior's (an object moving along the epipolar lines, e.g. a boat the camera
+            follows: :mod:`backend.multiview.order`) lose confidence and are filled from
+            the prior.
     """
 
     neighbours: int = 4
@@ -113,6 +121,7 @@ class MultiViewOptions:
     surface: bool = False
     plane_agreement: float = 0.02
     consistency: bool = True
+    order_check: bool = True
 
     def __post_init__(self):
         if self.neighbours < 1 or self.window < 1:
@@ -151,6 +160,8 @@ class MultiViewReport:
             previous frame was not computed in this run).
         depth_range: the frame's search range and its evidence
             (:meth:`backend.multiview.depth_range.DepthRange.as_dict`).
+        order_contradicted: share of the frame whose measured depth order contradicted
+            the prior's and was not trusted (``None``: check off or not run).
     """
 
     neighbours: List[int] = field(default_factory=list)
@@ -163,6 +174,7 @@ class MultiViewReport:
     prior_trust: Optional[float] = None
     temporal_disagreement: Optional[float] = None
     depth_range: Optional[Dict[str, Any]] = None
+    order_contradicted: Optional[float] = None
 
     def manifest_fields(self) -> Dict[str, Any]:
         return {"multiview": {k: v for k, v in self.__dict__.items() if v is not None}}
@@ -325,7 +337,12 @@ class MultiViewShot:
                               processing_width=self.width(cam), consistency=opts.consistency)
         if not verified:  # nothing confirmed where the scene is: never confident
             res.confidence = (res.confidence * UNVERIFIED_CONFIDENCE).astype(np.float32)
+        if prior.confidence is not None:  # sky is never measured (it would anchor the fusion)
+            sky_u = undistort_image((prior.confidence <= SKY_CONFIDENCE).astype(np.float32), cam)[0] > 0.5
+            res.confidence = np.where(sky_u, 0.0, res.confidence).astype(np.float32)
         prior_map, space = self._prior_map(prior, cam)
+        if opts.order_check:
+            self._order_check(res, prior_map, space, rgb_u, cam_u, nbs)
         dense = self._densify(rgb_u, res, cam_u) if opts.densify else None
         depth_in, conf_in = res.depth, res.confidence
         if dense is not None:
@@ -370,6 +387,24 @@ class MultiViewShot:
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
         return self._assemble(prior, cam, depth, normal, conf)
+
+    def _order_check(self, res, prior_map: np.ndarray, space: str, rgb_u: np.ndarray, cam_u: Camera,
+                     nbs: List[_View]) -> None:
+        """Lower the confidence of measured pixels whose depth order contradicts the prior's
+        where the views confirm it (:func:`backend.multiview.order.contradicted` with
+        :func:`~backend.multiview.order.visibility_violations` as evidence) below the threshold."""
+        w = self.width(cam_u)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        thr = self.options.confidence_threshold
+        small_z = resize(res.depth, (w, h), "nearest")
+        small_m = resize(res.confidence, (w, h), "nearest") >= thr
+        grey = resize(to_grey(rgb_u), (w, h), "area")
+        ev = visibility_violations(grey, cam_u.scaled(w, h), small_z, small_m,
+                                   [v.grey for v in nbs], [v.camera for v in nbs])
+        bad = contradicted(res.depth, res.confidence, prior_map, space, thr, evidence=ev)
+        cap = np.float32(CONTRADICTED_CONFIDENCE * self.options.confidence_threshold)
+        res.confidence = np.where(bad, np.minimum(res.confidence, cap), res.confidence).astype(np.float32)
+        self.report.order_contradicted = round(float(bad.mean()), 4)
 
     def _prior_map(self, prior: contract.GBufferFrame, cam: Camera) -> Tuple[np.ndarray, str]:
         """The prior to align to the measurement, undistorted, and its space for
