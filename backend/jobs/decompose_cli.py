@@ -82,8 +82,7 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
     edges = p.add_mutually_exclusive_group()
     edges.add_argument("--depth-edges", dest="depth_edges", action="store_true", default=None,
                        help="refine the depth at full size so its edges lie on the frame's edges "
-                            "(default: on with --cameras / --camera auto, off for single-image depth; "
-                            "docs/decompose.md)")
+                            "(opt-in, default off: mixed results on real footage; docs/decompose.md)")
     edges.add_argument("--no-depth-edges", dest="depth_edges", action="store_false",
                        help="keep the depth as estimated or measured")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,

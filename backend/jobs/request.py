@@ -256,10 +256,9 @@ class DecomposeRequest(_Request):
                     estimator_options=self.estimator_options, device=self.device, depth_edges=self.edges_on())
 
     def edges_on(self) -> bool:
-        """``depth_edges`` resolved: ``None`` = on when depth is measured (``cameras`` or
-        ``camera="auto"``), off for single-image depth (issue 33)."""
-        if self.depth_edges is None:
-            return self.cameras is not None or self.camera == "auto"
+        """``depth_edges`` resolved: ``None`` = off (opt-in: on phone_office with cameras it
+        shrinks the halo and the desk holes but lowers the pot's correct occlusion 78 -> 70 %,
+        and it worsens filled pixels on the ray-cast dolly; benchmarks/results/pot_test.md)."""
         return bool(self.depth_edges)
 
     def settings(self, dec, plan, info, *, anchors: Optional[str] = None,
