@@ -381,7 +381,7 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     meta = dict(frame.meta)
     meta.setdefault("contract_version", CONTRACT_VERSION)
     for k, v in meta.items():
-        header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
+        header[HEADER_PREFIX + k] = encode_header_value(k, v)
     channels = _channel_dict(frame)
     if not atomic:
         with OpenEXR.File(header, channels) as f:
@@ -392,26 +392,54 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     return path
 
 
+#: header attributes that are text whatever they look like (hashes, ids, paths, names):
+#: a file written before text that looks like JSON was stored quoted (see
+#: :func:`encode_header_value`) keeps them raw, and a digest such as ``75942e4171335134``
+#: must not come back as the float ``inf`` (issue 36, item 10)
+TEXT_KEYS = frozenset({
+    "settings_hash", "input_hash", "source", "source_real_path", "source_file", "estimator",
+    "source_colorspace", "contract_version", "depth_kind", "relative_depth", "sar", "frames_spec",
+    "depth_source",
+})
+
+
+def encode_header_value(key: str, v: Any) -> str:
+    """One ``gbuffer/*`` header value of attribute ``key`` (without prefix) as text. A
+    string of :data:`TEXT_KEYS` is stored as it is (``1.0``, ``75942e4171335134``), other
+    strings too unless they would read back as JSON (``'true'``, ``'12'``): those are
+    JSON-quoted, as is a text value ``'null'`` or one starting with ``"``, so every string
+    reads back as the same string (:func:`decode_header_value`); anything else as JSON."""
+    if isinstance(v, str):
+        if key in TEXT_KEYS:
+            return json.dumps(v) if v == "null" or v.startswith('"') else v
+        try:
+            json.loads(v)
+        except (ValueError, RecursionError):
+            return v
+    return json.dumps(v)
+
+
+def decode_header_value(key: str, v: Any) -> Any:
+    """The inverse of :func:`encode_header_value` for attribute ``key`` (without prefix):
+    text stays text. A value of :data:`TEXT_KEYS` is kept as written (files of every
+    version store them raw), unless JSON-quoted or ``null``; anything else is
+    JSON-decoded where it parses (files written before issue 36 stored all strings raw,
+    so an untyped string there that looks like a number still reads as one)."""
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    if not isinstance(v, str):
+        return v
+    if key in TEXT_KEYS and not v.startswith('"'):
+        return None if v == "null" else v
+    try:
+        return json.loads(v)
+    except (ValueError, TypeError, RecursionError):
+        return v
+
+
 def _decode_meta(header: Dict[str, Any]) -> Dict[str, Any]:
-    meta = {}
-    for k, v in header.items():
-        if not k.startswith(HEADER_PREFIX):
-            continue
-        key = k[len(HEADER_PREFIX):]
-        if isinstance(v, bytes):
-            v = v.decode("utf-8")
-        if isinstance(v, str):
-            try:
-                v = json.loads(v)
-            except (ValueError, TypeError):
-                pass
-        meta[key] = v
-    # plain strings that happen to look like JSON numbers stay as decoded; keep
-    # text-typed keys as text
-    for key in ("estimator", "source", "source_colorspace", "contract_version", "depth_kind"):
-        if key in meta and not isinstance(meta[key], str):
-            meta[key] = str(meta[key])
-    return meta
+    return {k[len(HEADER_PREFIX):]: decode_header_value(k[len(HEADER_PREFIX):], v)
+            for k, v in header.items() if k.startswith(HEADER_PREFIX)}
 
 
 def read_meta(path: os.PathLike) -> Dict[str, Any]:
