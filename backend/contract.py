@@ -474,10 +474,19 @@ def frame_size(path: os.PathLike) -> Tuple[int, int]:
     return int(x1) - int(x0) + 1, int(y1) - int(y0) + 1
 
 
+def _check_regular(path: os.PathLike) -> None:
+    """A FIFO, device or folder in place of a frame file is refused (naming it) before
+    OpenEXR opens the path, which would block on a FIFO (issue 36)."""
+    from .input_files import refuse_special
+
+    refuse_special(path, "the OpenEXR file", ContractError)
+
+
 def _read_header(path: os.PathLike) -> Dict[str, Any]:
     """The first part's header attributes, raw (``{}`` for a file without parts)."""
     import OpenEXR
 
+    _check_regular(path)
     try:
         with OpenEXR.File(str(path), header_only=True) as f:
             return dict(f.parts[0].header) if f.parts else {}
@@ -537,6 +546,7 @@ def read_channels(path: os.PathLike) -> tuple:
     import OpenEXR
 
     exr_threads()
+    _check_regular(path)
     try:
         with OpenEXR.File(str(path), separate_channels=True) as f:
             if not f.parts:
@@ -672,6 +682,8 @@ def read_parts(out_dir: os.PathLike) -> List[Tuple[Path, Dict[str, Any]]]:
     Raises:
         ContractError: a part that is not a JSON object (naming it).
     """
+    from .input_files import read_text
+
     d = Path(out_dir) / PARTS_DIR
     if not d.is_dir():
         return []
@@ -681,9 +693,12 @@ def read_parts(out_dir: os.PathLike) -> List[Tuple[Path, Dict[str, Any]]]:
         if not m:
             continue
         try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ContractError(f"{f}: not a valid manifest part ({e}); remove it and re-run its chunk",
+            data = _loads_bounded(read_text(f, "the manifest part", ContractError))
+        except ContractError:
+            raise
+        except (OSError, ValueError, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else e
+            raise ContractError(f"{f}: not a valid manifest part ({why}); remove it and re-run its chunk",
                                 file=f) from None
         if not isinstance(data, dict):
             raise ContractError(f"{f}: not a valid manifest part (not a JSON object)", file=f)
@@ -718,6 +733,17 @@ def assemble_parts(parts: List[Tuple[Path, Dict[str, Any]]], base: Optional[Dict
     return out
 
 
+def _loads_bounded(text: str) -> Any:
+    """``json.loads`` that raises RecursionError for nesting past
+    :data:`backend.input_files.MAX_JSON_DEPTH` (and for what the decoder cannot nest)."""
+    from .input_files import MAX_JSON_DEPTH, json_depth
+
+    data = json.loads(text)
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise RecursionError("nested too deeply")
+    return data
+
+
 def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
     """Read ``manifest.json`` of a contract folder; ``{}`` when absent. A farm job's
     folder with manifest parts but no merged ``manifest.json`` yet is read "on read":
@@ -727,15 +753,17 @@ def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
         ContractError: the file is not JSON, or not a JSON object (naming it).
         OSError: it cannot be read.
     """
+    from .input_files import MAX_JSON_DEPTH, read_text
+
     p = Path(out_dir) / "manifest.json"
     if not p.exists():
         return assemble_parts(read_parts(out_dir)) if (Path(out_dir) / PARTS_DIR).is_dir() else {}
-    with open(p, encoding="utf-8") as f:
-        text = f.read()
+    text = read_text(p, "the manifest", ContractError)
     try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ContractError(f"{p}: not a valid manifest (not JSON: {e}); fix it or move it away",
+        data = _loads_bounded(text)
+    except (ValueError, RecursionError) as e:
+        why = f"nested deeper than {MAX_JSON_DEPTH} levels" if isinstance(e, RecursionError) else e
+        raise ContractError(f"{p}: not a valid manifest (not JSON: {why}); fix it or move it away",
                             file=p) from None
     if not isinstance(data, dict):
         raise ContractError(f"{p}: not a valid manifest (a JSON {type(data).__name__}, not an object); "

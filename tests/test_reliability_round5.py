@@ -92,3 +92,105 @@ def test_an_input_fingerprint_that_looks_like_a_number_resumes(tmp_path, monkeyp
     (out / "manifest.json").unlink()  # the header is all that is left to compare with
     r = _dec(src, out)
     assert r.skipped == [1, 2] and r.written == []
+
+
+# ------------------------------------- item 1: a FIFO (or device, folder) wherever a file is read
+
+
+def _cli(*args, timeout=120):
+    """The CLI with the tiny estimators, bounded in time: a read that blocks fails the test."""
+    import subprocess
+
+    from cli_util import cli_cmd, cli_env
+
+    return subprocess.run(cli_cmd(*args, tiny=True), env=cli_env(), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _fifo(path: Path) -> Path:
+    import os
+
+    if path.exists():
+        path.unlink()
+    os.mkfifo(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def fifo_base(tmp_path_factory):
+    """A sequence and its decompose folder, copied by each FIFO case."""
+    base = tmp_path_factory.mktemp("fifo")
+    src = _sequence(base / "seq", range(1, 3))
+    _dec(src, base / "gb")
+    return base
+
+
+_FIFO_CASES = {
+    # name: (file made a FIFO, relative to the case folder; argv)
+    "manifest on resume": ("gb/manifest.json", ["decompose", "{seq}", "--estimator", "tiny", "--max-size", "32",
+                                                "--out", "{gb}"]),
+    "manifest with --overwrite": ("gb/manifest.json", ["decompose", "{seq}", "--estimator", "tiny", "--max-size",
+                                                       "32", "--out", "{gb}", "--overwrite"]),
+    "manifest of restyle's input": ("gb/manifest.json", ["restyle", "{gb}", "--out", "{case}/rs", "--no-mp4"]),
+    "a G-buffer frame of restyle's input": ("gb/gbuffer_0002.exr", ["restyle", "{gb}", "--out", "{case}/rs",
+                                                                    "--no-mp4"]),
+    "a frame in the output folder": ("gb/gbuffer_0002.exr", ["decompose", "{seq}", "--estimator", "tiny",
+                                                             "--max-size", "32", "--out", "{gb}"]),
+    "cameras file": ("cams.json", ["decompose", "{seq}", "--estimator", "tiny", "--max-size", "32",
+                                   "--out", "{case}/o", "--cameras", "{case}/cams.json"]),
+    "depth anchors": ("anchors.npz", ["decompose", "{seq}", "--estimator", "tiny", "--max-size", "32",
+                                      "--out", "{case}/o", "--depth-anchors", "{case}/anchors.npz"]),
+    "a manifest part": ("gb/.gbuffer_parts/1-2.json", ["farm", "merge", "{gb}"]),
+    "the input image": ("one.png", ["decompose", "{case}/one.png", "--estimator", "tiny", "--out", "{case}/o"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_FIFO_CASES))
+def test_a_fifo_where_a_file_is_read_is_refused_not_waited_on(tmp_path, fifo_base, case):
+    import shutil
+
+    rel, argv = _FIFO_CASES[case]
+    shutil.copytree(fifo_base / "seq", tmp_path / "seq")
+    shutil.copytree(fifo_base / "gb", tmp_path / "gb")
+    fifo = tmp_path / rel
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    _fifo(fifo)
+    r = _cli(*[a.format(seq=tmp_path / "seq", gb=tmp_path / "gb", case=tmp_path) for a in argv], timeout=90)
+    assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    if case == "a frame in the output folder":  # a file with our name we did not write: the one rule
+        assert r.returncode == 1 and "never replaced or removed" in r.stderr and fifo.name in r.stderr, r.stderr
+        return
+    assert r.returncode == 2, (case, r.returncode, r.stderr[-2000:])
+    assert str(fifo) in r.stderr and "FIFO" in r.stderr, r.stderr
+    assert fifo.exists()  # never removed
+
+
+# --------------------------------------------------- item 2: deep JSON nesting names the file
+
+_DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("case", ["manifest on resume", "manifest of restyle's input", "cameras file",
+                                  "a manifest part"])
+def test_deeply_nested_json_is_one_line_naming_the_file(tmp_path, fifo_base, case):
+    import shutil
+
+    rel, argv = _FIFO_CASES[case]
+    shutil.copytree(fifo_base / "seq", tmp_path / "seq")
+    shutil.copytree(fifo_base / "gb", tmp_path / "gb")
+    bad = tmp_path / rel
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text(_DEEP if "manifest" not in rel else '{"a": ' + _DEEP + "}")
+    r = _cli(*[a.format(seq=tmp_path / "seq", gb=tmp_path / "gb", case=tmp_path) for a in argv], timeout=90)
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().count("\n") == 0 and str(bad) in r.stderr and "nested" in r.stderr, r.stderr[-2000:]
+    # a damaged file in the output folder is a run-time failure (1), an input's is a bad argument (2)
+    assert r.returncode == (1 if case in ("manifest on resume", "a manifest part") else 2), (r.returncode, r.stderr)
+
+
+def test_json_nested_past_the_bound_is_refused_and_a_manifest_is_not(tmp_path):
+    from backend.input_files import MAX_JSON_DEPTH, InputError, loads_json
+
+    assert loads_json("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH, "x.json") is not None
+    with pytest.raises(InputError, match=r"x.json: .*nested deeper than"):
+        loads_json("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1), "x.json")

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from .. import contract, events
 from ..errors import JobError
+from ..input_files import is_special_file_error
 from ..jobs.outputs import read_own_manifest
 from ..jobs.parts import PARTS_DIR, parse_ranges, ranges
 
@@ -59,6 +60,8 @@ def _merge(out: Path, wanted: Optional[List[int]]) -> Dict[str, Any]:
     try:
         parts = contract.read_parts(out)
     except contract.ContractError as e:
+        if is_special_file_error(e):  # a FIFO: refused as the input it is (exit 2)
+            raise
         raise JobError(str(e), file=getattr(e, "file", None)) from None
     if not parts:
         raise JobError(f"no manifest parts in {out / PARTS_DIR}: nothing to merge (chunks run with "

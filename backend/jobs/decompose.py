@@ -406,10 +406,13 @@ def _use_anchors(path, dec: Decomposer, info, first: int, last: Optional[int]) -
             missing a frame of ``first..last`` (naming the file and the frame).
     """
     from ..depth_anchors import DepthAnchors, compatible
+    from ..input_files import is_special_file_error
 
     try:
         anchors = DepthAnchors.load(path)
     except ValueError as e:
+        if is_special_file_error(e):  # a FIFO given as --depth-anchors: a bad argument (exit 2)
+            raise
         raise JobError(str(e), file=str(path)) from None
     why = compatible(anchors, dec, info)
     if why is not None:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import contract, events
 from ..errors import JobError
+from ..input_files import is_special_file_error, load_json, refuse_special
 from .fingerprint import file_sha256
 
 #: the ``producer`` field of every manifest this product writes
@@ -81,8 +82,10 @@ def read_own_manifest(out: Path) -> Dict[str, Any]:
         return {}
     why = None
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        data = load_json(p, "the output folder's manifest")  # a FIFO: InputError, never waited on
+    except (OSError, ValueError) as e:
+        if is_special_file_error(e):
+            raise
         data, why = None, f"not readable as JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
     if why is None and not (isinstance(data, dict) and (
             data.get("producer") == PRODUCER or ("job" in data and "settings_hash" in data))):
@@ -208,6 +211,7 @@ def _stamped_number(p: Path) -> Optional[int]:
     def text(v):
         return v.decode() if isinstance(v, bytes) else v
 
+    refuse_special(p, "the frame file")
     with OpenEXR.File(str(p), header_only=True) as f:  # the header reads only while open
         h = f.header()
         number, source = text(h.get(contract.HEADER_PREFIX + "frame_number")), text(h.get("restyle/source_frame"))

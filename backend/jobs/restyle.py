@@ -50,6 +50,7 @@ import numpy as np
 
 from . import flicker as flick
 from .. import contract, events
+from ..input_files import load_json
 from ..look_match import ColourStats, LookMatch, reference_stats
 from ..renderers.base import DEFAULT_RENDERER
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
@@ -145,7 +146,7 @@ class RestyleJob:
             lm = self.out_dir / LOOK_MATCH_NAME
             if lm.exists() or lm.is_symlink():  # never replace a file this product did not write
                 try:
-                    ours = json.loads(lm.read_text()).get("method") == "monge-kantorovich-linear-log2"
+                    ours = load_json(lm).get("method") == "monge-kantorovich-linear-log2"
                 except (OSError, ValueError, AttributeError):
                     ours = False
                 if not ours or lm.is_symlink():
@@ -337,7 +338,7 @@ class RestyleJob:
         path = self.out_dir / LOOK_MATCH_NAME
         ref = self._ref_stats.to_dict()
         try:
-            old = json.loads(path.read_text())
+            old = load_json(path)
             if old.get("reference") == ref:
                 self._matcher = LookMatch.from_dict(old)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):

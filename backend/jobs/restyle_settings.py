@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..input_files import refuse_special
 from .. import contract, events
 from ..errors import InputError
 from ..renderers.base import Renderer, get_renderer, read_prompt
@@ -77,6 +78,8 @@ class RestyleInputs:
             raise JobError(f"no G-buffer frames ({contract.FILE_PREFIX}NNNN.exr) in {gbuffer_dir}",
                            file=gbuffer_dir)
         files = {n: p for n, p in all_files.items() if n >= first and (last is None or n <= last)}
+        for n, p in sorted(files.items()) + sorted(ref_files.items()):  # a FIFO is refused, never waited on
+            refuse_special(p, f"G-buffer frame {n}", contract.ContractError)
         _check_range(gbuffer_dir, all_files, files, frames, first, last)
         try:
             size = exr_size(files[min(files)])
