@@ -194,3 +194,23 @@ def test_json_nested_past_the_bound_is_refused_and_a_manifest_is_not(tmp_path):
     assert loads_json("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH, "x.json") is not None
     with pytest.raises(InputError, match=r"x.json: .*nested deeper than"):
         loads_json("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1), "x.json")
+
+
+# ------------------------------------------- item 4: restyle --frames clipped at either end warns
+
+
+@pytest.mark.parametrize("frames, used", [("0-2", "1-2"), ("3-99", "3-4"), ("0-99", "1-4"), ("0-", "1-4")])
+def test_restyle_frames_clipped_at_either_end_warn_the_same_way(tmp_path, frames, used):
+    import io
+
+    from backend.jobs.restyle import restyle
+    from cli_util import events
+
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    _dec(src, tmp_path / "gb")
+    log = io.StringIO()
+    r = restyle(tmp_path / "gb", tmp_path / "rs", "fog", frames=frames, mp4=False, progress=log)
+    warn = [e["message"] for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert len(warn) == 1 and f"--frames {frames}:" in warn[0] and f"clipped to {used}" in warn[0], warn
+    assert "frames 1-4" in warn[0]
+    assert r.written == list(range(int(used[0]), int(used[-1]) + 1))

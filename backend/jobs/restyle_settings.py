@@ -129,9 +129,11 @@ def _check_range(gbuffer_dir: Path, all_files: Dict[int, Path], files: Dict[int,
     if not files:
         raise InputError(f"--frames {frames}: no frames in range; {gbuffer_dir} has {lo}-{hi}",
                          file=gbuffer_dir)
-    if last is not None and last > hi:
-        events.warning(f"--frames {frames}: {gbuffer_dir} ends at frame {hi}; clipped to "
-                       f"{max(first, lo)}-{hi}", file=gbuffer_dir)
+    if (last is not None and last > hi) or (frames and first < lo):  # either end: said, never silent
+        end = hi if last is None or last > hi else last
+        where = f"ends at frame {hi}" if last is not None and last > hi else f"starts at frame {lo}"
+        events.warning(f"--frames {frames}: {gbuffer_dir} {where} (frames {lo}-{hi}); clipped to "
+                       f"{max(first, lo)}-{end}", file=gbuffer_dir)
     gaps = [n for n in range(min(files), max(files) + 1) if n not in files]
     if gaps:
         events.warning(f"{gbuffer_dir} has no G-buffer frame {_ranges(gaps)} between {min(files)} and "
