@@ -8,6 +8,7 @@ in time.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -214,3 +215,126 @@ def test_restyle_frames_clipped_at_either_end_warn_the_same_way(tmp_path, frames
     assert len(warn) == 1 and f"--frames {frames}:" in warn[0] and f"clipped to {used}" in warn[0], warn
     assert "frames 1-4" in warn[0]
     assert r.written == list(range(int(used[0]), int(used[-1]) + 1))
+
+
+# ------------------------------------------ item 5: the Python API checks every argument
+
+
+def _rgb(h=24, w=32):
+    from footage_util import gradient_rgb
+
+    return gradient_rgb(h, w).astype(np.float32) / 255.0
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("nan_rgb", "frame 3: 1 NaN/Inf value(s) in RGB"), ("inf_rgb", "frame 3: 1 NaN/Inf value(s) in RGB"),
+    ("nan_alpha", "frame 3: 1 NaN/Inf value(s) in alpha"), ("complex", "real numbers"),
+    ("object", "real numbers"), ("alpha_range", "alpha must be in [0, 1]"), ("shape", "H x W x 3")])
+def test_decomposer_frame_refuses_bad_pixels_naming_the_frame(bad, words):
+    from backend import Decomposer
+    from backend.arguments import ArgumentError
+
+    dec = Decomposer("tiny", processing_resolution=32)
+    rgb, alpha = _rgb(), None
+    if bad == "nan_rgb":
+        rgb[3, 4, 1] = np.nan
+    elif bad == "inf_rgb":
+        rgb[0, 0, 0] = np.inf
+    elif bad == "nan_alpha":
+        alpha = np.ones(rgb.shape[:2], np.float32)
+        alpha[2, 2] = np.nan
+    elif bad == "complex":
+        rgb = rgb.astype(np.complex64)
+    elif bad == "object":
+        rgb = rgb.astype(object)
+    elif bad == "alpha_range":
+        alpha = np.full(rgb.shape[:2], 1.5, np.float32)
+    elif bad == "shape":
+        rgb = rgb[..., :2]
+    with pytest.raises(ArgumentError, match=re.escape(words)) as e:
+        dec.frame(rgb, alpha=alpha, number=3)
+    assert isinstance(e.value, ValueError) and isinstance(e.value, TypeError)
+    assert dec.frame(_rgb(), number=3).combined.shape == (24, 32, 4)  # nothing left behind
+
+
+@pytest.mark.parametrize("number", ["x", "3", 2.0, True, -1])
+def test_decomposer_frame_number_must_be_a_whole_number_and_leaves_no_state(number):
+    from backend import Decomposer
+    from backend.arguments import ArgumentError
+
+    dec = Decomposer("tiny", processing_resolution=32)
+    with pytest.raises(ArgumentError, match="number must be"):
+        dec.frame(_rgb(), number=number)
+    f1 = dec.frame(_rgb(), number=1)  # the Decomposer still works
+    f2 = dec.frame(_rgb())
+    assert f1.meta and f2.combined.shape == (24, 32, 4) and dec.last_number == 2
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(processing_resolution="64"), "processing_resolution"), (dict(processing_resolution="６４"),
+                                                                   "processing_resolution"),
+    (dict(processing_resolution=64.0), "processing_resolution"), (dict(stabilize="yes"), "stabilize"),
+    (dict(strength="0.5"), "strength"), (dict(hfov_deg=float("nan")), "hfov_deg"), (dict(sar="1"), "sar"),
+    (dict(intrinsics=(1, 2)), "intrinsics"), (dict(estimator_options=[1]), "estimator_options"),
+    (dict(estimator=3), "estimator")])
+def test_decomposer_arguments_are_checked_by_type(kw, name):
+    from backend import Decomposer
+    from backend.arguments import ArgumentError
+
+    kw = dict({"estimator": "tiny"}, **kw)
+    with pytest.raises(ArgumentError, match=f"^{name}"):
+        Decomposer(kw.pop("estimator"), **kw)
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(cancel="yes"), "cancel"), (dict(cancel=True), "cancel"), (dict(processing_resolution="64"),
+                                                                    "processing_resolution"),
+    (dict(frames=5), "frames"), (dict(overwrite="no"), "overwrite"), (dict(warmup="2"), "warmup"),
+    (dict(progress=5), "progress"), (dict(estimator_options="x"), "estimator_options"),
+    (dict(cameras=5), "cameras"), (dict(stabilize=1), "stabilize")])
+def test_decompose_arguments_are_checked_before_anything_is_written(tmp_path, kw, name):
+    from backend.arguments import ArgumentError
+    from backend.jobs.decompose import decompose
+
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    with pytest.raises(ArgumentError, match=f"^{name}"):
+        decompose(src, tmp_path / "out", estimator="tiny", **kw)
+    with pytest.raises(ArgumentError, match="^out_dir"):
+        decompose(src, 123, estimator="tiny")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cancel_callable_is_accepted_and_cancels(tmp_path):
+    from backend.errors import JobCancelled
+
+    src = _sequence(tmp_path / "seq", range(1, 4))
+    r = _dec(src, tmp_path / "a", cancel=lambda: False)
+    assert r.written == [1, 2, 3]
+    with pytest.raises(JobCancelled):
+        _dec(src, tmp_path / "b", cancel=lambda: True)
+
+
+@pytest.mark.parametrize("pos, kw, name", [
+    ((123,), {}, "prompt"), (("fog",), dict(cancel="yes"), "cancel"), (("fog",), dict(frames=2), "frames"),
+    (("fog",), dict(mp4="no"), "mp4"), (("fog",), dict(renderer_options=["a"]), "renderer_options"),
+    (("fog",), dict(reference_dir=7), "reference_dir")])
+def test_restyle_arguments_are_checked_before_anything_is_written(tmp_path, fifo_base, pos, kw, name):
+    from backend.arguments import ArgumentError
+    from backend.jobs.restyle import restyle
+
+    with pytest.raises(ArgumentError, match=f"^{name}"):
+        restyle(fifo_base / "gb", tmp_path / "rs", *pos, **kw)
+    assert not (tmp_path / "rs").exists()
+
+
+# ------------------------------------------------ item 7: an unknown --option is exit 2, one line
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["restyle", "{gb}", "--out", "{case}/rs", "--no-mp4", "--option", "nonsense_key=1"], "nonsense_key"),
+    (["decompose", "{seq}", "--estimator", "tiny", "--out", "{case}/o", "--estimator-option", "bogus=2"], "bogus")])
+def test_an_unknown_option_key_is_exit_2_in_one_line(tmp_path, fifo_base, argv, flag):
+    r = _cli(*[a.format(seq=fifo_base / "seq", gb=fifo_base / "gb", case=tmp_path) for a in argv], timeout=90)
+    assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
+    assert r.stderr.strip().count("\n") == 0 and flag in r.stderr and "takes no option" in r.stderr, r.stderr
+    assert "TypeError" not in r.stderr

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import contract, events, geometry
+from .. import arguments as args, contract, events, geometry
 from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, FALLBACK_METALLIC, FALLBACK_ROUGHNESS, MIN_RESOLUTION,
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
@@ -301,9 +301,12 @@ def decompose(
     """
     if processing_resolution is None and max_size is not None:
         processing_resolution = max_size
-    with events.reporting(progress if progress is not None else stream):
+    a = _api_arguments(dict(locals(), progress=progress if progress is not None else stream))
+    input_path, out_dir, cameras, mesh, depth_anchors, cancel = (a[k] for k in (
+        "input_path", "out_dir", "cameras", "mesh", "depth_anchors", "cancel"))
+    with events.reporting(a["progress"]):
         first, last = parse_frames(frames)
-        _check_arguments(camera, warmup, mesh, cameras, manifest_part)
+        _check_arguments(camera, warmup, mesh, cameras, manifest_part, depth_anchors)
         dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
                           hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
@@ -317,9 +320,6 @@ def decompose(
             total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
             settings = _job_settings(dec, plan, info, albedo_detail)
             if depth_anchors is not None:
-                if cameras is not None:
-                    raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
-                                     "consistent across frames by construction)")
                 settings["depth_anchors"] = _use_anchors(depth_anchors, dec, info, first, last)
             manifest = _job_manifest(dec, plan, info, processing_resolution, first)
             if camera == "auto" and cameras is None and not (warmup is not None or manifest_part):
@@ -353,8 +353,23 @@ def decompose(
             return result
 
 
-def _check_arguments(camera: str, warmup, mesh, cameras, manifest_part: bool) -> None:
+def _api_arguments(values: Dict[str, Any]) -> Dict[str, Any]:
+    """:func:`decompose`'s keyword arguments checked by type (:mod:`backend.arguments`,
+    ``ArgumentError`` naming the argument) before anything is opened; converted."""
+    return args.job_arguments(
+        {k: values[k] for k in ("input_path", "out_dir", "frames", "estimator", "device", "estimator_options",
+                                "colorspace", "overwrite", "cameras", "multiview", "mesh", "cancel", "progress",
+                                "manifest_part", "depth_anchors", "camera", "warmup")},
+        paths=("input_path", "out_dir"), optional_paths=("cameras", "mesh", "depth_anchors"),
+        texts=("camera",), optional_texts=("device", "colorspace"), flags=("overwrite", "manifest_part"),
+        mappings=("estimator_options", "multiview"), whole=("warmup",))
+
+
+def _check_arguments(camera: str, warmup, mesh, cameras, manifest_part: bool, depth_anchors=None) -> None:
     """:func:`decompose`'s argument checks that need no footage (``ValueError``)."""
+    if depth_anchors is not None and cameras is not None:
+        raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
+                         "consistent across frames by construction)")
     if camera not in ("none", "auto"):
         raise ValueError(f"--camera {camera!r}: expected 'auto' or 'none'")
     if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):

@@ -50,6 +50,7 @@ import numpy as np
 
 from . import flicker as flick
 from .. import contract, events
+from .. import arguments as args
 from ..input_files import load_json
 from ..look_match import ColourStats, LookMatch, reference_stats
 from ..renderers.base import DEFAULT_RENDERER
@@ -500,7 +501,14 @@ def restyle(
             past the last frame is clipped, with a ``warning`` event.
         KeyError: unknown renderer.
     """
-    with events.reporting(progress if progress is not None else stream):
+    a = args.job_arguments(
+        dict(locals(), progress=progress if progress is not None else stream),
+        paths=("gbuffer_dir", "out_dir"), optional_paths=("reference_dir", "match_look"), texts=("prompt", "renderer"),
+        flags=("previews", "mp4", "flicker", "overwrite", "manifest_part"), mappings=("renderer_options",),
+        whole=("warmup",))
+    gbuffer_dir, out_dir, reference_dir, match_look, cancel = (a[k] for k in (
+        "gbuffer_dir", "out_dir", "reference_dir", "match_look", "cancel"))
+    with events.reporting(a["progress"]):
         out_dir = Path(out_dir)
         inputs = RestyleInputs.scan(gbuffer_dir, out_dir, frames, reference_dir)
         if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
