@@ -56,6 +56,19 @@ class Registry:
         """``factory(**options)`` of ``name``.
 
         Raises:
-            KeyError: unknown name. Whatever the factory raises.
+            KeyError: unknown name.
+            ValueError: an option the factory does not take (one line naming it and the
+                options it takes; issue 36: was a ``TypeError``, exit 1 on the CLI).
+            Whatever else the factory raises.
         """
-        return self.factory(name)(**options)
+        factory = self.factory(name)
+        try:
+            return factory(**options)
+        except TypeError as e:  # a factory's own words for an option it does not take
+            text = str(e).splitlines()[0] if str(e) else ""
+            if options and ("unexpected keyword" in text or "unknown option" in text
+                            or any(repr(k) in text for k in options)):
+                raise ValueError(f"{self.kind} {name!r} takes no option "
+                                 f"{', '.join(k for k in options if k in text) or ', '.join(options)}: "
+                                 f"{text}") from None
+            raise
