@@ -20,8 +20,10 @@ gives the same values, so the same checks run for both.
 """
 from __future__ import annotations
 
+import argparse
 import numbers
 import os
+import re
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -241,3 +243,52 @@ def job_arguments(values: Mapping[str, Any], *, paths=(), optional_paths=(), fla
     if "progress" in values:
         out["progress"] = progress(values["progress"])
     return out
+
+
+_INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def int_text(text: str, minimum: Optional[int] = None) -> int:
+    """A command-line whole number in ASCII digits ``0-9`` (full-width ``６４``,
+    Arabic-Indic digits and ``1_000``, which Python's ``int`` accepts, are refused; the
+    same rule as ``--frames``).
+
+    Raises:
+        argparse.ArgumentTypeError: naming the text (argparse: exit 2, one line).
+    """
+    s = str(text).strip()
+    if not _INT_RE.fullmatch(s):
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits 0-9, got {text!r}")
+    v = int(s)
+    if minimum is not None and v < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {v}")
+    return v
+
+
+def float_text(text: str) -> float:
+    """A command-line number in ASCII (``1.5``, ``2e-3``), finite: ``nan``, ``inf``,
+    full-width digits and ``1_0`` are refused.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the text.
+    """
+    s = str(text).strip()
+    if not _FLOAT_RE.fullmatch(s):
+        raise argparse.ArgumentTypeError(f"expected a finite number in ASCII digits (e.g. 1.5), got {text!r}")
+    return float(s)
+
+
+def cli_int(text: str) -> int:
+    """argparse ``type=`` of a whole-number option (:func:`int_text`)."""
+    return int_text(text)
+
+
+def cli_count(text: str) -> int:
+    """argparse ``type=`` of a whole-number option >= 0 (:func:`int_text`)."""
+    return int_text(text, minimum=0)
+
+
+def cli_float(text: str) -> float:
+    """argparse ``type=`` of a number option (:func:`float_text`)."""
+    return float_text(text)

@@ -338,3 +338,25 @@ def test_an_unknown_option_key_is_exit_2_in_one_line(tmp_path, fifo_base, argv, 
     assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
     assert r.stderr.strip().count("\n") == 0 and flag in r.stderr and "takes no option" in r.stderr, r.stderr
     assert "TypeError" not in r.stderr
+
+
+# ------------------------------------------- item 8: ASCII digits for every number option
+
+
+@pytest.mark.parametrize("argv", [
+    ["decompose", "{seq}", "--out", "{case}/o", "--processing-resolution", "６４"],
+    ["decompose", "{seq}", "--out", "{case}/o", "--max-size", "٦٤"],
+    ["decompose", "{seq}", "--out", "{case}/o", "--warmup", "２", "--manifest-part", "--frames", "1-2"],
+    ["decompose", "{seq}", "--out", "{case}/o", "--mv-neighbours", "３"],
+    ["decompose", "{seq}", "--out", "{case}/o", "--hfov", "６０"],
+    ["decompose", "{seq}", "--out", "{case}/o", "--stabilize-strength", "nan"],
+    ["decompose", "{seq}", "--out", "{case}/o", "--processing-resolution", "1_000"],
+    ["restyle", "{gb}", "--out", "{case}/rs", "--seed", "７"],
+    ["restyle", "{gb}", "--out", "{case}/rs", "--steps", "２"],
+    ["farm", "local", "decompose", "{seq}", "--out", "{case}/f", "--chunk", "２"],
+    ["farm", "local", "decompose", "{seq}", "--out", "{case}/f", "--chunk", "2", "--overlap", "１"]])
+def test_number_options_take_ascii_digits_only(tmp_path, fifo_base, argv):
+    r = _cli(*[a.format(seq=fifo_base / "seq", gb=fifo_base / "gb", case=tmp_path) for a in argv], timeout=90)
+    assert r.returncode == 2, (argv, r.returncode, r.stderr[-1500:])
+    assert "Traceback" not in r.stderr and "ASCII" in r.stderr, r.stderr
+    assert not any(tmp_path.iterdir())

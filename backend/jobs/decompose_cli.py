@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .. import geometry
+from ..arguments import cli_float, cli_int, int_text
 from ..decomposer import DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, MIN_RESOLUTION
 from ..multiview.shot import MultiViewOptions
 from .decompose import decompose, parse_options
@@ -11,10 +12,7 @@ from .decompose import decompose, parse_options
 
 def resolution_arg(text: str) -> int:
     """argparse type of ``--processing-resolution``: 0 (full size) or an integer >= 16."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    v = int_text(text)  # ASCII digits only: '６４' is refused as --frames refuses it
     if v != 0 and v < MIN_RESOLUTION:
         raise argparse.ArgumentTypeError(
             f"{v} is too small: use 0 (full size) or at least {MIN_RESOLUTION} pixels")
@@ -28,7 +26,7 @@ max_size_arg = resolution_arg
 def add_farm_chunk_args(p: argparse.ArgumentParser) -> None:
     """``--warmup K`` and ``--manifest-part`` (farm chunks; decompose and restyle)."""
     g = p.add_argument_group("farm chunk", "How a farm runs one chunk of a shot (see docs/farm_ray.md)")
-    g.add_argument("--warmup", type=int, default=None, metavar="K",
+    g.add_argument("--warmup", type=cli_int, default=None, metavar="K",
                    help="temporal state starts fresh K frames before the first of --frames (clamped to the "
                         "clip's first frame); they are computed, never written; never seeds from another "
                         "chunk's file. Enters the settings hash. Default: off (continue from the previous "
@@ -70,7 +68,7 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                         "(e.g. depth=/models/marigold-depth)")
     p.add_argument("--stabilize", action="store_true",
                    help="temporal stabilisation with optical flow (flicker metric in manifest.json)")
-    p.add_argument("--stabilize-strength", type=float, default=DEFAULT_STRENGTH, metavar="W",
+    p.add_argument("--stabilize-strength", type=cli_float, default=DEFAULT_STRENGTH, metavar="W",
                    help="history weight for --stabilize, in [0, 1) (default: %(default)s)")
     p.add_argument("--colorspace", default=None,
                    help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
@@ -81,7 +79,7 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
     p.add_argument("--no-albedo-detail", dest="albedo_detail", action="store_false",
                    help="keep the estimator's upsampled albedo as is (default: restore the "
                         "source's fine detail in it when the estimator ran below full size)")
-    p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
+    p.add_argument("--hfov", type=cli_float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
     add_farm_chunk_args(p)
     add_anchor_args(p)
@@ -99,11 +97,11 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                          "determined focal length; written as OUT_cameras.json next to --out), else the "
                          "single-image path with a one-line note. none (default): single-image unless "
                          "--cameras")
-    mv.add_argument("--mv-neighbours", type=int, default=MultiViewOptions.neighbours, metavar="K",
+    mv.add_argument("--mv-neighbours", type=cli_int, default=MultiViewOptions.neighbours, metavar="K",
                     help="frames each frame is matched against (default: %(default)s)")
-    mv.add_argument("--mv-window", type=int, default=MultiViewOptions.window, metavar="N",
+    mv.add_argument("--mv-window", type=cli_int, default=MultiViewOptions.window, metavar="N",
                     help="frames searched for neighbours on each side (default: %(default)s)")
-    mv.add_argument("--mv-resolution", type=int, default=MultiViewOptions.processing_width, metavar="W",
+    mv.add_argument("--mv-resolution", type=cli_int, default=MultiViewOptions.processing_width, metavar="W",
                     help="width in pixels of the stereo matching (default: %(default)s)")
     mv.add_argument("--mv-densify", action="store_true",
                     help="piecewise-planar densification of the measured depth along image segments "
