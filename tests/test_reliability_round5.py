@@ -360,3 +360,22 @@ def test_number_options_take_ascii_digits_only(tmp_path, fifo_base, argv):
     assert r.returncode == 2, (argv, r.returncode, r.stderr[-1500:])
     assert "Traceback" not in r.stderr and "ASCII" in r.stderr, r.stderr
     assert not any(tmp_path.iterdir())
+
+
+# -------------------------------- item 6: a clean stabilised farm run warns of no missing fields
+
+
+@pytest.mark.parametrize("overlap", ["chain", "2"])
+def test_a_clean_stabilized_farm_run_reports_no_incomplete_entries(tmp_path, overlap):
+    from cli_util import events
+
+    src = _sequence(tmp_path / "seq", range(1, 6))
+    out = tmp_path / "f"
+    r = _cli("farm", "local", "decompose", src, "--estimator", "tiny", "--max-size", "32", "--stabilize",
+             "--chunk", "2", "--overlap", overlap, "--out", out, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    warn = [e["message"] for e in events(r.stdout) if e["event"] == "warning"]
+    assert not any("lack fields" in w for w in warn), warn
+    man = json.loads((out / "manifest.json").read_text())
+    assert "frames_incomplete_entries" not in man and man["complete"] is True
+    assert "flicker" not in man["frames"][0] and "flicker" in man["frames"][1]  # frame 1 has no previous frame

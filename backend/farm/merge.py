@@ -114,13 +114,19 @@ def _merge(out: Path, wanted: Optional[List[int]]) -> Dict[str, Any]:
             "settings_hash": man.get("settings_hash")}
 
 
+#: per-frame fields measured against the previous frame (``--stabilize``): a shot's first
+#: frame and the frame after a gap have none, in a run nothing interrupted (issue 36)
+PAIR_FIELDS = frozenset({"flicker_raw", "flicker", "consistent_fraction"})
+
+
 def _incomplete_entries(frames: List[Dict[str, Any]]) -> List[int]:
-    """Frame numbers whose entry lacks a field that most entries have."""
+    """Frame numbers whose entry lacks a field that most entries have (fields measured
+    against the previous frame, :data:`PAIR_FIELDS`, are not required)."""
     from collections import Counter
 
     if len(frames) < 2:
         return []
-    count = Counter(k for e in frames for k in e)
+    count = Counter(k for e in frames for k in e if k not in PAIR_FIELDS)
     common = {k for k, c in count.items() if 2 * c > len(frames)}
     return [int(e["frame"]) for e in frames if not common <= set(e)]
 
