@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import InputError
+from .input_files import native_path
 
 CONTRACT_VERSION = "1.0"
 LAYER = "GBuffer"
@@ -385,10 +386,10 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     channels = _channel_dict(frame)
     if not atomic:
         with OpenEXR.File(header, channels) as f:
-            f.write(str(path))
+            f.write(native_path(path))
         return path
     with atomic_path(path) as tmp, OpenEXR.File(header, channels) as f:
-        f.write(tmp)
+        f.write(native_path(tmp))
     return path
 
 
@@ -403,6 +404,14 @@ TEXT_KEYS = frozenset({
 })
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def encode_header_value(key: str, v: Any) -> str:
     """One ``gbuffer/*`` header value of attribute ``key`` (without prefix) as text. A
     string of :data:`TEXT_KEYS` is stored as it is (``1.0``, ``75942e4171335134``), other
@@ -410,6 +419,8 @@ def encode_header_value(key: str, v: Any) -> str:
     JSON-quoted, as is a text value ``'null'`` or one starting with ``"``, so every string
     reads back as the same string (:func:`decode_header_value`); anything else as JSON."""
     if isinstance(v, str):
+        if not _utf8(v):  # a path with bytes that are not UTF-8 (surrogates): JSON escapes, ASCII
+            return json.dumps(v)
         if key in TEXT_KEYS:
             return json.dumps(v) if v == "null" or v.startswith('"') else v
         try:
@@ -488,7 +499,7 @@ def _read_header(path: os.PathLike) -> Dict[str, Any]:
 
     _check_regular(path)
     try:
-        with OpenEXR.File(str(path), header_only=True) as f:
+        with OpenEXR.File(native_path(path), header_only=True) as f:
             return dict(f.parts[0].header) if f.parts else {}
     except Exception as e:  # noqa: BLE001 - OpenEXR raises plain RuntimeError variants
         raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
@@ -548,7 +559,7 @@ def read_channels(path: os.PathLike) -> tuple:
     exr_threads()
     _check_regular(path)
     try:
-        with OpenEXR.File(str(path), separate_channels=True) as f:
+        with OpenEXR.File(native_path(path), separate_channels=True) as f:
             if not f.parts:
                 # OpenEXR prints a warning and gives no parts when the pixel data cannot
                 # be read (a truncated or corrupt file)

@@ -162,3 +162,33 @@ def load_json(path: os.PathLike, what: str = "the file", error: Type[Exception] 
         OSError: it cannot be read.
     """
     return loads_json(read_text(path, what, error), path, what, error)
+
+
+def native_path(path: os.PathLike):
+    """``path`` for a library that takes a ``str`` path it encodes as UTF-8 (OpenEXR): the
+    ``str`` when it is valid UTF-8, else its bytes (``os.fsencode``: a name with bytes that
+    are not UTF-8, such as ``bad\\xff\\xfe name``, read by Python as surrogates; issue 36)."""
+    p = os.fspath(path)
+    if isinstance(p, bytes):
+        return p
+    try:
+        p.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(p)
+    return p
+
+
+def read_image_bgr(path: os.PathLike):
+    """An 8-bit image file decoded by OpenCV (BGR), read through Python's ``open`` so any
+    path works (``cv2.imread`` crashes on a path with non-UTF-8 bytes); ``None`` when
+    it cannot be decoded.
+
+    Raises:
+        OSError: it cannot be read.
+    """
+    import cv2
+    import numpy as np
+
+    with open_regular(path) as f:
+        data = np.frombuffer(f.read(), np.uint8)
+    return cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None

@@ -379,3 +379,46 @@ def test_a_clean_stabilized_farm_run_reports_no_incomplete_entries(tmp_path, ove
     man = json.loads((out / "manifest.json").read_text())
     assert "frames_incomplete_entries" not in man and man["complete"] is True
     assert "flicker" not in man["frames"][0] and "flicker" in man["frames"][1]  # frame 1 has no previous frame
+
+
+# ------------------------------------------- item 3: path bytes that are not UTF-8
+
+
+def _bytes_cli(*args, timeout=180):
+    import os
+    import subprocess
+
+    from cli_util import cli_cmd, cli_env
+
+    cmd = [os.fsencode(a) for a in cli_cmd(tiny=True)] + [a if isinstance(a, bytes) else os.fsencode(str(a))
+                                                           for a in args]
+    return subprocess.run(cmd, env=cli_env(), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_non_utf8_bytes_in_footage_out_and_prompt_paths_work_end_to_end(tmp_path, fifo_base, footage):
+    import os
+    import shutil
+
+    from cli_util import events
+
+    root = os.fsencode(str(tmp_path))
+    seq = root + b"/bad\xff\xfe name"
+    shutil.copytree(os.fsencode(str(fifo_base / "seq")), seq)
+    out, rs = root + b"/out\xff", root + b"/rs\xfe"
+    for _ in range(2):  # the second run resumes: headers read back from the non-UTF-8 folder
+        r = _bytes_cli(b"decompose", seq, b"--estimator", b"tiny", b"--max-size", b"32", b"--out", out)
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-1500:]
+    assert events(r.stdout.decode())[-1]["skipped"] == 2
+    man = json.loads(open(out + b"/manifest.json", "rb").read())
+    assert os.fsencode(man["source"]["path"]) == seq
+    assert os.fsencode(contract.read_meta(os.fsdecode(out + b"/gbuffer_0001.exr"))["source"]) == seq
+    r = _bytes_cli(b"restyle", out, b"--out", rs, b"--prompt", b"fog \xff")
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-1500:]
+    assert sorted(os.listdir(rs)) == [b"manifest.json", b"preview", b"preview.mp4", b"restyle_0001.exr",
+                                      b"restyle_0002.exr"]
+    clip = root + b"/clip\xff dir"
+    os.mkdir(clip)
+    shutil.copy(os.fsencode(str(footage("boat"))), clip + b"/boat\xfe.mp4")
+    r = _bytes_cli(b"decompose", clip + b"/boat\xfe.mp4", b"--estimator", b"tiny", b"--max-size", b"32",
+                   b"--frames", b"1-2", b"--out", root + b"/mv\xff")
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-1500:]

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from .. import contract, events
 from ..errors import JobError
-from ..input_files import is_special_file_error
+from ..input_files import is_special_file_error, read_image_bgr
 from ..jobs.outputs import read_own_manifest
 from ..jobs.parts import PARTS_DIR, parse_ranges, ranges
 
@@ -157,13 +157,11 @@ def _restyle_summaries(out: Path, man: Dict[str, Any], done: List[int], parts) -
     outputs = man.setdefault("outputs", {})
     pngs = [rs.preview_path(out, n) for n in done if rs.preview_path(out, n).exists()]
     if wanted_mp4 and pngs and len(pngs) == len(done):
-        import cv2
-
         fps = Fraction((man.get("output") or {}).get("fps") or rs.DEFAULT_FPS)
         enc = Mp4Encoder.temporary(out, fps=fps)
         try:
             for p in pngs:
-                enc.add(cv2.imread(str(p), cv2.IMREAD_COLOR)[..., ::-1])
+                enc.add(read_image_bgr(p)[..., ::-1])
             enc.close()
             with open(enc.path, "rb") as f:
                 outputs[rs.MP4_NAME] = hashlib.sha256(f.read()).hexdigest()

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import colour, events
 from ..imaging import resize
+from ..input_files import native_path
 from .frames import (Footage, FootageError, FootageInfo, SEQUENCE_FPS, SourceFrame, _check_finite,
     _unreadable, _warn_once, check_frame_size, fit_long_side)
 from .naming import sequence_numbers
@@ -23,7 +24,7 @@ def _header_size(path: str) -> Optional[Tuple[int, int]]:
         if Path(path).suffix.lower() == ".exr":
             import OpenEXR
 
-            with OpenEXR.File(path, header_only=True) as f:
+            with OpenEXR.File(native_path(path), header_only=True) as f:
                 # the decoded frame fills the display window; the data window is read too:
                 # the larger of the two is what memory must hold (fresh-eyes trial: a
                 # 100000^2 display window around a 16x16 data window got past the limit)
@@ -61,7 +62,7 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     import OpenEXR
 
     try:
-        with OpenEXR.File(path, separate_channels=True) as f:
+        with OpenEXR.File(native_path(path), separate_channels=True) as f:
             if not f.parts:  # OpenEXR gives no parts when the pixel data cannot be read
                 raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
                                    file=path)

@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import contract, events
 from ..errors import JobError
-from ..input_files import is_special_file_error, load_json, refuse_special
+from ..input_files import is_special_file_error, load_json, native_path, refuse_special
 from .fingerprint import file_sha256
 
 #: the ``producer`` field of every manifest this product writes
@@ -212,7 +212,7 @@ def _stamped_number(p: Path) -> Optional[int]:
         return v.decode() if isinstance(v, bytes) else v
 
     refuse_special(p, "the frame file")
-    with OpenEXR.File(str(p), header_only=True) as f:  # the header reads only while open
+    with OpenEXR.File(native_path(p), header_only=True) as f:  # the header reads only while open
         h = f.header()
         number, source = text(h.get(contract.HEADER_PREFIX + "frame_number")), text(h.get("restyle/source_frame"))
     if number is not None:
