@@ -422,3 +422,84 @@ def test_non_utf8_bytes_in_footage_out_and_prompt_paths_work_end_to_end(tmp_path
     r = _bytes_cli(b"decompose", clip + b"/boat\xfe.mp4", b"--estimator", b"tiny", b"--max-size", b"32",
                    b"--frames", b"1-2", b"--out", root + b"/mv\xff")
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-1500:]
+
+
+# ----------------------------------- item 9: decided (docs/reliability.md, Rules and decisions)
+
+
+def _exr(path: Path, chans, **header) -> Path:
+    import OpenEXR
+
+    hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage, **header}
+    with OpenEXR.File(hdr, chans) as f:
+        f.write(str(path))
+    return path
+
+
+_Z = np.full((4, 6), 0.5, np.float32)
+
+
+@pytest.mark.parametrize("chans, words", [
+    ({"R": _Z}, "has only R of R, G, B"), ({"R": _Z, "G": _Z}, "has only R, G of R, G, B"),
+    ({"X": _Z, "Y": _Z, "Z": _Z}, "CIE XYZ"), ({"Y": _Z, "RY": _Z, "BY": _Z}, "luminance/chroma"),
+    ({c: np.ones((4, 6), np.uint32) for c in "RGB"}, "UINT")])
+def test_exr_channels_that_are_not_a_colour_image_are_refused_naming_them(tmp_path, chans, words):
+    from backend.footage import FootageError, open_footage
+
+    p = _exr(tmp_path / "odd.exr", chans)
+    with pytest.raises(FootageError, match=re.escape(words)):
+        with open_footage(p) as src:
+            next(iter(src))
+
+
+def test_lowercase_rgb_and_greyscale_y_exr_are_read(tmp_path):
+    from backend.footage import open_footage
+
+    p = _exr(tmp_path / "lower.exr", {"r": _Z, "g": _Z * 0.5, "b": _Z * 0.2, "a": np.ones_like(_Z)})
+    with open_footage(p) as src:
+        f = next(iter(src))
+    np.testing.assert_allclose(f.rgb[0, 0], [0.5, 0.25, 0.1], rtol=1e-3)
+    assert src.info.has_alpha
+    with open_footage(_exr(tmp_path / "grey.exr", {"Y": _Z})) as src:
+        np.testing.assert_allclose(next(iter(src)).rgb[0, 0], [0.5, 0.5, 0.5], rtol=1e-3)
+
+
+def test_exr_pixel_aspect_ratio_is_recorded_and_honoured(tmp_path):
+    import io
+
+    from backend.jobs.decompose import decompose
+
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    for n in (1, 2):
+        _exr(seq / f"shot_{n:04d}.exr", {"R": _Z, "G": _Z, "B": _Z}, pixelAspectRatio=2.0)
+    r = decompose(seq, tmp_path / "o", estimator="tiny", max_size=32, progress=io.StringIO())
+    assert r.manifest["source"]["sar"] == "2"
+    square = decompose(_sequence(tmp_path / "sq", range(1, 2), h=4, w=6), tmp_path / "o2", estimator="tiny",
+                       max_size=32, progress=io.StringIO())
+    fx, fy = r.manifest["output"]["intrinsics"][:2]
+    sfx, sfy = square.manifest["output"]["intrinsics"][:2]
+    assert sfx == pytest.approx(sfy) and fx != pytest.approx(fy)  # non-square pixels change the intrinsics
+
+
+def test_a_sequence_with_alpha_on_some_frames_records_mixed(tmp_path):
+    import io
+
+    from backend.jobs.decompose import decompose
+    from cli_util import events
+    from footage_util import gradient_rgb, write_image
+
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    for n in (1, 2, 3):
+        img = gradient_rgb(24, 32, n)
+        if n == 2:
+            img = np.concatenate([img, np.full((24, 32, 1), 200, np.uint8)], -1)
+        write_image(seq / f"shot_{n:04d}.png", img)
+    log = io.StringIO()
+    r = decompose(seq, tmp_path / "o", estimator="tiny", max_size=32, progress=log)
+    warn = [e for e in events(log.getvalue()) if e["event"] == "warning"]
+    assert len(warn) == 1 and warn[0]["frame"] == 2 and "carries alpha" in warn[0]["message"]
+    man = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert man["source"]["has_alpha"] == "mixed" and man["source"]["alpha_frames"] == "2"
+    assert r.written == [1, 2, 3]

@@ -28,7 +28,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 from ..errors import JobError
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
-    _job_manifest, _job_settings, flicker_summary, provenance_summary, record_summary,
+    _job_manifest, _job_settings, alpha_summary, flicker_summary, provenance_summary, record_summary,
 )
 from .decompose_shots import (_Shot, _WindowedShot, _camera_settings, _multiview_shot, _multiview_summary,
                               _windows_summary)
@@ -403,6 +403,7 @@ def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int],
 def _summaries(result, shot, dec: Decomposer, *, stabilize: bool, measured: bool, mesh) -> None:
     """The shot-level summaries in ``result.manifest`` after the frames (and the mesh)."""
     record_summary(result, provenance_summary)
+    record_summary(result, lambda frames: alpha_summary(result.manifest, getattr(shot, "src", None)))
     if stabilize and not measured:
         record_summary(result, flicker_summary)
     if measured:
