@@ -503,3 +503,30 @@ def test_a_sequence_with_alpha_on_some_frames_records_mixed(tmp_path):
     man = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert man["source"]["has_alpha"] == "mixed" and man["source"]["alpha_frames"] == "2"
     assert r.written == [1, 2, 3]
+
+
+def test_a_manifest_entry_records_the_input_its_frame_was_computed_from(tmp_path):
+    """A G-buffer frame replaced while restyle runs: the entry of the frame rendered from
+    the old file says the old fingerprint, as its header does (it said the new one, or
+    none after an error), so a resume sees the change instead of taking the frame as current."""
+    import shutil
+
+    from backend.jobs import restyle_files
+    from backend.jobs.restyle import restyle
+
+    src = _sequence(tmp_path / "seq", range(1, 5))
+    gb = tmp_path / "gb"
+    _dec(src, gb)
+    swapped = []
+
+    def on_event(e):
+        if e.get("event") == "progress" and e.get("frame") == 1 and not swapped:
+            swapped.append(1)  # frame 2 is rendered already, its entry not yet recorded
+            data = (gb / "gbuffer_0002.exr").read_bytes()
+            (gb / "gbuffer_0002.exr").unlink()
+            (gb / "gbuffer_0002.exr").write_bytes(data + b"\0")
+    r = restyle(gb, tmp_path / "rs", "fog", mp4=False, progress=on_event)
+    assert swapped and r.written == [1, 2, 3, 4]
+    man = json.loads((tmp_path / "rs" / "manifest.json").read_text())
+    for e in man["frames"]:
+        assert e.get("input") == restyle_files.read_input_hash(tmp_path / "rs" / e["file"]), e["frame"]
