@@ -530,3 +530,41 @@ def test_a_manifest_entry_records_the_input_its_frame_was_computed_from(tmp_path
     man = json.loads((tmp_path / "rs" / "manifest.json").read_text())
     for e in man["frames"]:
         assert e.get("input") == restyle_files.read_input_hash(tmp_path / "rs" / e["file"]), e["frame"]
+
+
+def _read_only_cli(folder: Path, *args, timeout=120):
+    """The CLI in a mount namespace where ``folder`` is a read-only bind mount of itself."""
+    import shlex
+    import shutil
+    import subprocess
+
+    from cli_util import cli_cmd, cli_env
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a read-only bind mount")
+    f = shlex.quote(str(folder))
+    script = (f"mount --bind {f} {f} && mount -o remount,bind,ro {f} && "
+              + " ".join(shlex.quote(str(a)) for a in cli_cmd(*args, tiny=True)))
+    r = subprocess.run(["unshare", "-Urm", "sh", "-c", script], env=cli_env(), capture_output=True, text=True,
+                       timeout=timeout, stdin=subprocess.DEVNULL)
+    if "mount:" in r.stderr and r.returncode != 0 and "Traceback" not in r.stderr:
+        pytest.skip(f"no read-only bind mount here: {r.stderr.strip()[:200]}")
+    return r
+
+
+def test_resuming_a_complete_folder_on_a_read_only_mount_reports_complete(tmp_path):
+    from cli_util import events
+
+    src = _sequence(tmp_path / "seq", range(1, 4))
+    out = tmp_path / "gb"
+    _dec(src, out)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    r = _read_only_cli(out, "decompose", src, "--estimator", "tiny", "--max-size", "32", "--out", out)
+    assert r.returncode == 0, r.stderr[-1500:]
+    done = events(r.stdout)[-1]
+    assert done["event"] == "done" and done["skipped"] == 3 and done["written"] == 0 and done["read_only"]
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    # an incomplete folder there is still refused (something would have to be written)
+    (out / "gbuffer_0003.exr").unlink()
+    r = _read_only_cli(out, "decompose", src, "--estimator", "tiny", "--max-size", "32", "--out", out)
+    assert r.returncode != 0 and "not writable" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr

@@ -107,6 +107,6 @@ def record_summary(result: JobResult, summarise) -> None:
     to the job's ``manifest.json`` when it says anything."""
     man = result.manifest
     summary = summarise(man.get("frames", []))
-    if summary:
+    if summary and any(man.get(k) != v for k, v in summary.items()):  # unchanged: nothing written
         man.update(summary)
         contract.write_manifest(result.out_dir, man)

@@ -57,6 +57,7 @@ from .frame_run import FrameRun, _cleanup_tmp
 # the runner's parts (one 1,000-line file before); every name stays importable from here
 from .job_types import MANIFEST_INTERVAL_S, Deferred, JobResult, WorkFn, settings_hash  # noqa: F401
 from .output_folder import check_output_safe, prepare_output_dir
+from .read_only import complete_read_only
 from .outputs import check_previous_outputs, read_own_manifest
 from .run_lock import RUN_LOCK, _manifest_lock, _RunLock, run_lock  # noqa: F401
 from .signals import CANCEL_SIGNALS, SignalCancel  # noqa: F401
@@ -167,18 +168,22 @@ def run_job(
             stay on disk).
     """
     t0 = time.monotonic()
-    out = prepare_output_dir(check_output_safe(out_dir, inputs))
-    path_for = path_for or (lambda n: contract.frame_path(out, n))
     shash = settings_hash(settings)
+    chk = dict(read_hash=read_hash, companions=companions, extra_outputs=extra_outputs, read_input=read_input,
+               input_for=input_for)
     with events.reporting(progress if progress is not None else stream):
+        done = part is None and not overwrite and complete_read_only(  # a finished folder, read-only mount
+            out_dir, inputs, shash=shash, job=job, path_for=path_for, expected=expected, total=total, t0=t0, **chk)
+        if done:
+            return done
+        out = prepare_output_dir(check_output_safe(out_dir, inputs))
+        path_for = path_for or (lambda n: contract.frame_path(out, n))
         if part is not None:
             return _run_part(out, tasks, part, settings=settings, shash=shash, total=total, job=job,
-                             path_for=path_for, manifest=manifest, read_hash=read_hash, cancel=cancel,
-                             on_frame=on_frame, overwrite=overwrite, companions=companions,
-                             extra_outputs=extra_outputs, input_for=input_for, read_input=read_input,
-                             expected=expected, throttle=throttle, t0=t0,
+                             path_for=path_for, manifest=manifest, cancel=cancel, on_frame=on_frame,
+                             overwrite=overwrite, expected=expected, throttle=throttle, t0=t0,
                              numbers=numbers if numbers is not None else expected, before_done=before_done,
-                             read_entry=read_entry)
+                             read_entry=read_entry, **chk)
         with _manifest_lock(out):
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
@@ -191,10 +196,8 @@ def run_job(
                     f"another {old.get('job') or job} job with other settings (settings hash "
                     f"{old.get('settings_hash')}) is writing into {out} right now; one folder holds one "
                     f"set of settings: wait for it to finish, or choose another --out", file=out)
-            check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
-                                   overwrite=overwrite, companions=companions, extra_outputs=extra_outputs,
-                                   read_input=read_input, input_for=input_for,
-                                   numbers=numbers if numbers is not None else expected)
+            check_previous_outputs(out, shash, old, job=job, path_for=path_for, overwrite=overwrite,
+                                   numbers=numbers if numbers is not None else expected, **chk)
             if overwrite:
                 old = read_own_manifest(out)
             run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
