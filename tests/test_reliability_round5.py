@@ -568,3 +568,29 @@ def test_resuming_a_complete_folder_on_a_read_only_mount_reports_complete(tmp_pa
     (out / "gbuffer_0003.exr").unlink()
     r = _read_only_cli(out, "decompose", src, "--estimator", "tiny", "--max-size", "32", "--out", out)
     assert r.returncode != 0 and "not writable" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+
+
+@pytest.mark.parametrize("edit, words", [
+    ("translation", "camera position"), ("bottom_row", "bottom row is [0.0, 0.0, 1.0, 1.0]"),
+    ("cx", "principal point cx=500"), ("fx", "over 1000 image widths")])
+def test_absurd_camera_values_are_refused_naming_the_value(tmp_path, edit, words):
+    from backend.multiview.camera_files import read_cameras, save_cameras_json
+    from backend.multiview.cameras import Camera, CameraError
+
+    cams = {n: Camera(64, 48, 60.0, 60.0, 32.0, 24.0, t=np.array([-0.1 * n, 0.0, 0.0])) for n in (1, 2)}
+    p = tmp_path / "cams.json"
+    save_cameras_json(p, cams)
+    read_cameras(p)  # the good file reads
+    doc = json.loads(p.read_text())
+    f = doc["frames"][1]
+    if edit == "translation":
+        f["camera_to_world"][0][3] = 1e308
+    elif edit == "bottom_row":
+        f["camera_to_world"][3] = [0, 0, 1, 1]
+    elif edit in ("cx", "fx"):
+        doc.setdefault("intrinsics", {})
+        f["intrinsics"] = dict(doc["intrinsics"], **({"cx": 500.0} if edit == "cx" else {"fx": 1e9}))
+    p.write_text(json.dumps(doc))
+    with pytest.raises(CameraError, match=re.escape(words)) as e:
+        read_cameras(p)
+    assert "frame 2" in str(e.value) and str(p) in str(e.value)

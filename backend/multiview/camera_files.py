@@ -96,6 +96,10 @@ def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
         if not np.all(np.isfinite(m)):
             raise CameraError(f"{path}, frame {frame}: camera_to_world has non-finite values",
                               file=path, frame=frame)
+        if not np.allclose(m[3], (0.0, 0.0, 0.0, 1.0), atol=1e-9):
+            raise CameraError(f"{path}, frame {frame}: camera_to_world's bottom row is {m[3].tolist()}, not "
+                              f"[0, 0, 0, 1]: not a rigid camera pose (a projection or a transposed matrix?)",
+                              file=path, frame=frame)
         cam = make(m, w, h, *fi, distortion_model=model, distortion=coeffs, name=str(frame))
         cams[frame] = validate_camera(cam, path, frame)
     if not cams:
