@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import InputError
+from . import arguments as args
 from .input_files import native_path
 
 CONTRACT_VERSION = "1.0"
@@ -258,7 +259,7 @@ def list_frames(folder: os.PathLike, prefix: str = FILE_PREFIX) -> Dict[int, Pat
             silently dropped.
     """
     out: Dict[int, Path] = {}
-    for p in sorted(Path(folder).iterdir()):
+    for p in sorted(Path(args.path("folder", folder)).iterdir()):
         m = _FRAME_RE.match(p.name)
         if m and m.group("prefix") == prefix and not p.name.startswith("."):
             n = int(m.group("num"))
@@ -349,6 +350,11 @@ def exr_threads() -> None:
         OpenEXR.set_global_thread_count(n)
 
 
+def _check_frame_arg(frame: Any) -> None:
+    if not isinstance(frame, GBufferFrame):
+        raise args.ArgumentError(f"frame must be a GBufferFrame, got {type(frame).__name__}")
+
+
 def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True,
                 atomic: bool = True) -> Path:
     """Write one contract frame atomically (temporary file in the same folder, then rename).
@@ -371,6 +377,8 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     """
     import OpenEXR
 
+    args.path("path", path)
+    _check_frame_arg(frame)
     exr_threads()
     if validate:
         frame.validate()
@@ -468,7 +476,7 @@ def read_meta(path: os.PathLike) -> Dict[str, Any]:
     Raises:
         ContractError: the file cannot be opened as OpenEXR.
     """
-    return _decode_meta(_read_header(path))
+    return _decode_meta(_read_header(args.path("path", path)))
 
 
 def frame_size(path: os.PathLike) -> Tuple[int, int]:
@@ -517,6 +525,7 @@ def sanitize(frame: GBufferFrame, passes: Optional[Sequence[str]] = None) -> GBu
         passes: lower-case names of the passes to treat (e.g. ``["roughness"]``, the
             ones an edit changed); ``None``: all of them.
     """
+    _check_frame_arg(frame)
     todo = set(PASS_ATTRS if passes is None else passes)
     for name in PASS_ATTRS:
         arr = getattr(frame, name)
@@ -641,7 +650,7 @@ def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:
         ContractError: unreadable file, or a required pass missing (the message
         names the file and the pass).
     """
-    chans, header = read_channels(path)
+    chans, header = read_channels(args.path("path", path))
     arrays = {}
     for name, (suffixes, _, _) in PASSES.items():
         arr = _find_pass(chans, name, suffixes)
@@ -766,6 +775,7 @@ def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
     """
     from .input_files import MAX_JSON_DEPTH, read_text
 
+    out_dir = args.path("out_dir", out_dir)
     p = Path(out_dir) / "manifest.json"
     if not p.exists():
         return assemble_parts(read_parts(out_dir)) if (Path(out_dir) / PARTS_DIR).is_dir() else {}

@@ -44,6 +44,10 @@ class Registry:
         Raises:
             KeyError: unknown name (the message lists the known ones).
         """
+        if not isinstance(name, str):
+            from .arguments import ArgumentError
+
+            raise ArgumentError(f"{self.kind} must be a name (str), got {name!r} ({type(name).__name__})")
         if name not in self._factories:
             raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         f = self._factories[name]

@@ -594,3 +594,38 @@ def test_absurd_camera_values_are_refused_naming_the_value(tmp_path, edit, words
     with pytest.raises(CameraError, match=re.escape(words)) as e:
         read_cameras(p)
     assert "frame 2" in str(e.value) and str(p) in str(e.value)
+
+
+# ------------------------------- own hostile pass: every public function with wrong types
+
+
+@pytest.mark.parametrize("name", ["read_frame", "read_meta", "read_manifest", "list_frames", "sanitize",
+                                  "open_footage", "read_prompt", "parse_prompt", "renderer_class",
+                                  "resolution_of"])
+@pytest.mark.parametrize("value", [None, 1.5, [1], {"a": 1}, object(), True])
+def test_public_functions_refuse_wrong_types_in_one_line(name, value):
+    """A ValueError (InputError; ArgumentError is also a TypeError), KeyError or a refused
+    path, never an AttributeError or an unhashable-type TypeError from inside."""
+    import backend
+    from backend.errors import InputError
+
+    fn = getattr(backend, name)
+    if name in ("read_prompt", "parse_prompt") and value is None:
+        return  # None is the empty prompt
+    try:
+        fn(value)
+    except (InputError, KeyError):
+        pass
+    else:
+        if name not in ("resolution_of",):
+            pytest.fail(f"{name}({value!r}) accepted")
+
+
+def test_write_frame_refuses_what_is_not_a_frame(tmp_path):
+    from backend.arguments import ArgumentError
+
+    with pytest.raises(ArgumentError, match="frame must be a GBufferFrame"):
+        contract.write_frame(tmp_path / "gbuffer_0001.exr", "not a frame")
+    with pytest.raises(ArgumentError, match="^path"):
+        contract.write_frame(None, random_frame())
+    assert not any(tmp_path.iterdir())

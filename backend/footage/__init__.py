@@ -47,7 +47,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Optional
 
-from .. import colour
+from .. import arguments, colour
 from ..input_files import kind_of
 # the submodules' public names stay importable as ``backend.footage.NAME``
 from .frames import (BYTES_PER_PIXEL_PEAK, IMAGE_EXTS, MAX_PIXELS, MOVIE_EXTS,  # noqa: F401
@@ -81,7 +81,7 @@ def open_footage(
             unsupported codec, NaN/Inf pixels; the message names the file (and frame).
         backend.colour.ColourError: unknown colour space.
     """
-    p = str(Path(path).absolute())
+    p = str(Path(arguments.path("path", path)).absolute())
     if max_size is not None and int(max_size) < 1:
         raise FootageError(f"max_size must be >= 1, got {max_size}")
     if colorspace is not None:
