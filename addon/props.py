@@ -185,8 +185,9 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
         description="Compute at the estimator's own processing resolution (embedded: 192 px, "
                     "marigold: 768 px), as the command line does; off: set it below",
     )
-    # saved in scenes as "max_size" (its old name); one meaning from here to the estimator
-    max_size: IntProperty(
+    # one name from here to the estimator (scenes saved with its old name "max_size" are
+    # migrated on load: migrate_old_names)
+    processing_resolution: IntProperty(
         name="Processing Resolution",
         default=768,
         min=0,
@@ -288,14 +289,49 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
 
 _classes = (GBufferEditorSettings,)
 
+#: settings saved in scenes under an old name -> their name now
+OLD_NAMES = {"max_size": "processing_resolution"}
+
+
+def processing_resolution(settings):
+    """The processing resolution Decompose asks for: ``None`` (the estimator's own) while
+    *Estimator's Default* is on, else the field's value (0: full size)."""
+    return None if settings.use_estimator_resolution else settings.processing_resolution
+
+
+def stored_settings(scene):
+    """The ID properties ``scene.gbuffer_editor`` is stored in (Blender 5 keeps add-on
+    properties apart from the user's, :meth:`bl_system_properties_get`), or ``None``."""
+    get = getattr(scene, "bl_system_properties_get", None)
+    group = get() if get is not None else scene
+    return group.get("gbuffer_editor") if group is not None else None
+
+
+@bpy.app.handlers.persistent
+def migrate_old_names(*_args) -> None:
+    """Move settings a scene saved under an old name (:data:`OLD_NAMES`) to the new one
+    (a ``load_post`` handler; the stored value is an ID property of the old name)."""
+    for scene in bpy.data.scenes:
+        s = stored_settings(scene)
+        if s is None:
+            continue
+        for old, new in OLD_NAMES.items():
+            if old in s.keys():
+                value = s[old]
+                del s[old]
+                setattr(scene.gbuffer_editor, new, value)
+
 
 def register():
     for cls in _classes:
         bpy.utils.register_class(cls)
     bpy.types.Scene.gbuffer_editor = PointerProperty(type=GBufferEditorSettings)
+    bpy.app.handlers.load_post.append(migrate_old_names)
 
 
 def unregister():
+    if migrate_old_names in bpy.app.handlers.load_post:
+        bpy.app.handlers.load_post.remove(migrate_old_names)
     del bpy.types.Scene.gbuffer_editor
     for cls in reversed(_classes):
         bpy.utils.unregister_class(cls)

@@ -272,7 +272,7 @@ class Decomposer:
             self.estimator = _make_estimator(estimator, estimator_options, device)
         self.estimator_name = getattr(self.estimator, "name", str(estimator)) if isinstance(estimator, Estimator) \
             else str(estimator)
-        self.requested_resolution = processing_resolution
+        self.processing_resolution = processing_resolution
         #: the long side actually used (``None``: the full frame)
         self.resolution = self.estimator.resolution(processing_resolution)
         self.estimator.use_resolution(self.resolution)

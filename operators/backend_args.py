@@ -75,7 +75,8 @@ def worker_environment(prefs=None) -> Dict[str, str]:
       :func:`..backend.sitepaths.append_extra_site_paths` (``python -m backend``, the
       download worker);
     * ``GBUFFER_EDITOR_MODEL_DIR`` and ``HF_HUB_CACHE``: the models folder, where the
-      preferences' Download buttons put models; ``GBUFFER_EDITOR_PRECISION``;
+      preferences' Download buttons put models (the Precision preference travels in
+      the job's request file, :func:`decompose_request`, :func:`request_from_cli`);
     * ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1 in offline mode or when Blender's
       online access is off.
     """
@@ -96,18 +97,10 @@ def worker_environment(prefs=None) -> Dict[str, str]:
         extra["HF_HUB_CACHE"] = extra["GBUFFER_EDITOR_MODEL_DIR"]
     else:
         extra.pop("GBUFFER_EDITOR_MODEL_DIR", None)
-    extra["GBUFFER_EDITOR_PRECISION"] = str(getattr(prefs, "precision", "fp32")).lower()
     if getattr(prefs, "offline_mode", True) or not bpy.app.online_access:
         extra["HF_HUB_OFFLINE"] = "1"
         extra["TRANSFORMERS_OFFLINE"] = "1"
     return worker.worker_env(external_python=external, extra=extra)
-
-
-def device_args(prefs=None) -> List[str]:
-    """``["--device", D]`` unless the preference is ``auto``."""
-    prefs = prefs or preferences()
-    dev = (getattr(prefs, "device", "") or "auto").lower()
-    return [] if dev == "auto" else ["--device", dev]
 
 
 def output_root(settings) -> Path:
@@ -144,46 +137,72 @@ def frames_arg(first: int, last: int) -> List[str]:
     return ["--frames", f"{first}-{last}"]
 
 
-def decompose_argv(
-    source: str,
-    out_dir: os.PathLike,
-    *,
-    estimator: str,
-    max_size: Optional[int],
-    frames: Optional[tuple] = None,
-    stabilize: bool = False,
-    overwrite: bool = False,
-    prefs=None,
-) -> List[str]:
-    """Full command line for ``python -m backend decompose`` (``max_size``: the sidebar's
-    Processing Resolution, 0 = full size, ``None`` = the estimator's own default, as on the
-    command line; ``overwrite``: replace frames an earlier run with other settings left in
-    ``out_dir``, see the backend's ``--overwrite``)."""
-    args = [source, "--out", str(out_dir), "--estimator", estimator]
-    if max_size is not None:
-        args += ["--processing-resolution", str(max_size)]
-    if frames is not None:
-        args += frames_arg(*frames)
-    if stabilize:
-        args.append("--stabilize")
-    if overwrite:
-        args.append("--overwrite")
-    args += device_args(prefs)
-    py, _ = worker_python(prefs)
-    return worker.backend_command("decompose", args, python=py)
+def precision(prefs=None) -> str:
+    """The Precision preference (``fp16``/``fp32``) every request carries."""
+    return str(getattr(prefs or preferences(), "precision", "fp32")).lower()
 
 
-def restyle_argv(
-    gbuffer_dir: os.PathLike,
-    out_dir: os.PathLike,
-    *,
-    prompt: str,
-    extra: Optional[List[str]] = None,
-    prefs=None,
-) -> List[str]:
-    """Full command line for ``python -m backend restyle`` (``--renderer`` etc. in ``extra``)."""
-    args = [str(gbuffer_dir), "--prompt", prompt, "--out", str(out_dir)]
-    args += list(extra or [])
-    args += device_args(prefs)
-    py, _ = worker_python(prefs)
-    return worker.backend_command("restyle", args, python=py)
+def device(prefs=None) -> Optional[str]:
+    """The Device preference as the backend names it (``None``: auto)."""
+    dev = (getattr(prefs or preferences(), "device", "") or "auto").lower()
+    return None if dev == "auto" else dev
+
+
+def decompose_request(source: str, out_dir: os.PathLike, *, estimator: str, processing_resolution: Optional[int],
+                      frames: Optional[tuple] = None, stabilize: bool = False, overwrite: bool = False,
+                      cameras: Optional[Dict[str, str]] = None, prefs=None):
+    """The :class:`..backend.jobs.request.DecomposeRequest` of the Decompose button.
+
+    Args:
+        processing_resolution: the sidebar's Processing Resolution (0 = full size, ``None`` =
+            the estimator's own default, as on the command line).
+        frames: ``(first, last)`` source frame numbers, inclusive.
+        overwrite: replace frames an earlier run with other settings left in ``out_dir``.
+        cameras: ``{"cameras": PATH}`` or ``{"camera": "auto"}`` (:func:`.camera_solve.decompose_cameras`).
+
+    Raises:
+        ValueError: a bad setting (one line).
+    """
+    from ..backend.jobs.request import DecomposeRequest
+
+    return DecomposeRequest(
+        source, str(out_dir), estimator=estimator, processing_resolution=processing_resolution,
+        frames=frames_arg(*frames)[1] if frames is not None else None, stabilize=stabilize, overwrite=overwrite,
+        device=device(prefs), precision=precision(prefs), **(cameras or {}))
+
+
+def request_from_cli(sub: str, args: List[str], prefs=None):
+    """The request of backend command line arguments ``args`` of ``decompose`` / ``restyle``
+    (the headless ``--command``'s pass-through options, Restyle's extra options), read by
+    the backend's own parser, with the preferences' device (unless given) and precision.
+
+    Raises:
+        ValueError: arguments the backend's parser refuses (one line).
+    """
+    import contextlib
+    import io
+
+    import argparse
+
+    from ..backend.jobs import decompose_cli, restyle_cli
+
+    mod = decompose_cli if sub == "decompose" else restyle_cli
+    parser = argparse.ArgumentParser(prog="python -m backend")
+    p = mod.add_parser(parser.add_subparsers(dest="command"))
+    p.add_argument("--json", action="store_true")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parsed = parser.parse_args([sub, *map(str, args)])
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        raise ValueError(f"{sub}: {lines[-1] if lines else 'bad arguments'}") from None
+    with contextlib.redirect_stderr(io.StringIO()):  # notes about options the renderer ignores
+        req = mod.request(parsed)
+    changes = {"precision": precision(prefs)}
+    if sub == "decompose" and req.device is None:
+        changes["device"] = device(prefs)
+    if sub == "restyle" and "device" not in req.renderer_options and device(prefs) is not None \
+            and req.renderer != "embedded":
+        changes["renderer_options"] = {**req.renderer_options, "device": device(prefs)}
+    return req.replace(**changes)

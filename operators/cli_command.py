@@ -121,7 +121,8 @@ def _progress(ctl) -> None:
             job = step.job
             if job is not None and job.on_event is None:
                 argv = step.argv
-                stage = argv[argv.index("backend") + 1] if "backend" in argv[:-1] else step.label
+                stage = step.request.JOB if step.request is not None else \
+                    argv[argv.index("backend") + 1] if "backend" in argv[:-1] else step.label
 
                 def forward(ev, stage=stage):
                     if ev.get("event") in _FORWARDED:
@@ -201,12 +202,11 @@ def _run_job(sub: str, opts, passthrough: List[str]) -> int:
     out = Path(os.path.abspath(opts.out))
     prefs = backend_args.preferences()
     env = backend_args.worker_environment(prefs)
-    python, _ = backend_args.worker_python(prefs)
     try:
         if sub == "decompose":
             out.mkdir(parents=True, exist_ok=True)
-            argv_full = worker.backend_command("decompose", [*passthrough, "--out", str(out)], python=python)
-            ctl = decompose.decompose_job(scene, argv_full, out, wire=opts.setup, env=env)
+            request = backend_args.request_from_cli("decompose", [*passthrough, "--out", str(out)], prefs)
+            ctl = decompose.decompose_job(scene, request, out, wire=opts.setup, env=env, prefs=prefs)
         else:
             if not passthrough or passthrough[0].startswith("-"):
                 return _fail("restyle: GBUFFER_DIR is required", 2)

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List
 
 import bpy
 
-from ..addon import compositor
+from ..addon import compositor, props
 from ..backend import contract
 from . import backend_args, camera_solve, footage
 from .jobs import CallStep, JobController, JobFailed, ModalJobMixin, WorkerStep, idle_settings
@@ -54,13 +53,14 @@ def wire_gbuffers(scene, gbuffer_dir: os.PathLike):
     return node
 
 
-def decompose_job(scene, argv: List[str], out_dir: os.PathLike, *, wire: bool = True, env=None,
-                  solve: bool = False) -> JobController:
-    """Controller running ``argv`` (a backend decompose command) then wiring the result;
-    with ``solve`` (``argv`` has ``--cameras``), the scene camera then follows the camera
-    solve and the compositor gets the Z-combine setup."""
+def decompose_job(scene, request, out_dir: os.PathLike, *, wire: bool = True, env=None,
+                  solve: bool = False, prefs=None) -> JobController:
+    """Controller running the decompose ``request`` (:class:`..backend.jobs.request.DecomposeRequest`)
+    in a worker, then wiring the result; with ``solve`` (the request has ``cameras``), the
+    scene camera then follows the camera solve and the compositor gets the Z-combine setup."""
     out_dir = Path(out_dir)
-    steps = [WorkerStep("Decomposing", argv, out_dir / "decompose.log", env=env)]
+    python, _ = backend_args.worker_python(prefs)
+    steps = [WorkerStep("Decomposing", [python], out_dir / "decompose.log", env=env, request=request)]
     if wire:
 
         def _wire(ctl):
@@ -127,20 +127,19 @@ class GBUFFER_OT_decompose(ModalJobMixin, bpy.types.Operator):
         else:
             out_dir = backend_args.next_numbered_dir(backend_args.output_root(s), "decompose")
         s.last_decompose_dir = str(out_dir)
-        argv = backend_args.decompose_argv(
-            footage.backend_input(source),
-            out_dir,
-            estimator=estimator,
-            max_size=None if s.use_estimator_resolution else s.max_size,
-            frames=frames,
-            stabilize=s.stabilize,
-            overwrite=self.resume,  # Resume continues in that folder even after a settings change
-            prefs=prefs,
-        )
         cameras = camera_solve.decompose_cameras(scene, out_dir)  # [] without a usable solve
-        argv += cameras
-        return decompose_job(scene, argv, out_dir, env=backend_args.worker_environment(prefs),
-                             solve=cameras[:1] == ["--cameras"])
+        try:
+            request = backend_args.decompose_request(
+                footage.backend_input(source), out_dir, estimator=estimator,
+                processing_resolution=props.processing_resolution(s),
+                frames=frames, stabilize=s.stabilize,
+                overwrite=self.resume,  # Resume continues in that folder even after a settings change
+                cameras={("cameras" if k == "--cameras" else "camera"): v for k, v in zip(cameras[::2], cameras[1::2])},
+                prefs=prefs)
+        except ValueError as e:
+            raise JobFailed(str(e)) from None
+        return decompose_job(scene, request, out_dir, env=backend_args.worker_environment(prefs),
+                             solve=request.cameras is not None, prefs=prefs)
 
 
 class GBUFFER_OT_load_gbuffers(bpy.types.Operator):

@@ -15,6 +15,7 @@ status bar show them. The one running controller per scene is kept in
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import bpy
@@ -122,17 +123,30 @@ class CallStep(Step):
 
 
 class WorkerStep(Step):
-    """Run a backend worker process; progress comes from its JSON lines."""
+    """Run a backend worker process; progress comes from its JSON lines.
 
-    def __init__(self, label: str, argv: List[str], log_path, env=None):
+    ``argv``: the worker's command line. With ``request`` (a
+    :class:`..backend.jobs.request.DecomposeRequest` / ``RestyleRequest``) the command is
+    ``python -m backend run <log>.request.json`` (``argv[0]`` is the Python) and the file is
+    written next to the log when the step starts, so ``step.request`` may be replaced
+    until then."""
+
+    def __init__(self, label: str, argv: List[str], log_path, env=None, request=None):
         self.label = label
-        self.argv = argv
         self.log_path = log_path
         self.env = env
+        self.request = request
+        if request is not None:
+            path = Path(log_path).with_suffix(".request.json")
+            argv = [argv[0], "-m", "backend", "run", str(path)]
+        self.argv = argv
         self.job: Optional[worker_mod.WorkerJob] = None
 
     def start(self, ctl):
         try:
+            if self.request is not None:
+                Path(self.argv[-1]).parent.mkdir(parents=True, exist_ok=True)
+                self.request.write(self.argv[-1])
             self.job = worker_mod.WorkerJob(self.argv, log_path=self.log_path, env=self.env).start()
         except OSError as e:
             raise JobFailed(f"{e}; log: {self.log_path}") from e

@@ -256,8 +256,10 @@ def restyle_job(
     log = (result_dir.parent if result_dir.name == RESULT_DIR else result_dir) / "restyle.log"
     if renderer:
         extra = ["--renderer", renderer] + extra
-    argv = backend_args.restyle_argv(source, result_dir, prompt=prompt, extra=extra, prefs=prefs)
-    steps.append(WorkerStep("Restyling", argv, log, env=backend_args.worker_environment(prefs)))
+    request = backend_args.request_from_cli("restyle", [source, "--prompt", prompt, "--out", result_dir, *extra],
+                                            prefs)
+    python, _ = backend_args.worker_python(prefs)
+    steps.append(WorkerStep("Restyling", [python], log, env=backend_args.worker_environment(prefs), request=request))
 
     def _load(ctl):
         s = ctl.scene.gbuffer_editor

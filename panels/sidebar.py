@@ -124,8 +124,10 @@ def draw_decompose(layout, context) -> None:
     col.prop(s, "use_estimator_resolution")
     sub = col.column()
     sub.active = not s.use_estimator_resolution
-    sub.prop(s, "max_size")
-    requested = None if s.use_estimator_resolution else s.max_size
+    sub.prop(s, "processing_resolution")
+    from ..addon.props import processing_resolution
+
+    requested = processing_resolution(s)
     from ..operators.backend_args import chosen_estimator
 
     chosen = chosen_estimator(s)

@@ -43,10 +43,9 @@ def _decompose(scene):
         return
     # same operator code builds the job; only the estimator name differs (tiny, see module doc)
     ctl = decompose.GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
-    argv = ctl.steps[0].argv
-    i = argv.index("--estimator")
-    assert argv[i + 1] == "embedded"
-    argv[i + 1] = "tiny"
+    step = ctl.steps[0]
+    assert step.request.estimator == "embedded"
+    step.request = step.request.replace(estimator="tiny")  # the request file is written when the step starts
     assert ctl.run_blocking() == "DONE", ctl.message
 
 
@@ -64,7 +63,7 @@ def test_import_decompose_edit_restyle(addon, footage, tmp_path):
     s = scene.gbuffer_editor
     scene.frame_end = 3
     s.output_dir = str(tmp_path) + os.sep
-    s.max_size, s.use_scene_range, s.stabilize = 64, True, False
+    s.processing_resolution, s.use_scene_range, s.stabilize = 64, True, False
     s.use_estimator_resolution = False
 
     # -- decompose -------------------------------------------------------------
@@ -258,10 +257,13 @@ def test_cancel_real_decompose_keeps_only_complete_frames(addon, footage, tmp_pa
 
     launcher = util.write_tiny_launcher(tmp_path)
     out = tmp_path / "gb"
-    argv = worker.backend_command("decompose", [str(footage("boat")), "--out", str(out), "--estimator",
-                                                "tiny_slow", "--max-size", "32", "--frames", "1-12"],
-                                  python=str(launcher))
-    ctl = decompose.decompose_job(bpy.context.scene, argv, out, wire=False).start()
+    from gbuffer_editor.backend.jobs.request import DecomposeRequest
+
+    req = DecomposeRequest(str(footage("boat")), str(out), estimator="tiny_slow", processing_resolution=32,
+                           frames="1-12")
+    ctl = decompose.decompose_job(bpy.context.scene, req, out, wire=False)
+    ctl.steps[0].argv[0] = str(launcher)  # the worker's Python: one that registers the tiny estimators
+    ctl.start()
     while ctl.step.progress()[0] < 2:
         assert ctl.tick() == worker.RUNNING, ctl.message
         time.sleep(0.05)

@@ -97,7 +97,7 @@ def test_panels_draw_only_existing_operators_and_properties(addon, scene, tmp_pa
                    "gbuffer.restyle", "gbuffer.cancel_job", "gbuffer.export_scene", "gbuffer.track_solve",
                    "gbuffer.show_result", "gbuffer.play_preview", "gbuffer.open_path", "gbuffer.look_preset",
                    "gbuffer.import_fused_mesh"}
-    assert {"output_dir", "estimator", "max_size", "use_scene_range", "frame_start", "frame_end",
+    assert {"output_dir", "estimator", "processing_resolution", "use_scene_range", "frame_start", "frame_end",
             "stabilize", "use_camera_solve", "camera_auto", "preview_pass", "prompt", "renderer", "log_path", "gbuffer.decompose.resume",
             "show_looks", "look_fog", "look_night", "look_rain", "look_snow", "look_underwater", "look_overcast",
             "look_golden_hour"} <= props
@@ -522,30 +522,37 @@ def test_decompose_job_arguments_and_resume(addon, footage, tmp_path):
     assert bpy.ops.gbuffer.import_footage(filepath=str(footage("boat"))) == {"FINISHED"}
     s = sc.gbuffer_editor
     s.output_dir = str(tmp_path) + "/"
-    s.max_size, s.stabilize, s.use_scene_range = 256, True, False
+    s.processing_resolution, s.stabilize, s.use_scene_range = 256, True, False
     s.use_estimator_resolution = False
     s.frame_start, s.frame_end = 3, 5
     ctl = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
-    argv = ctl.steps[0].argv
+    step = ctl.steps[0]
     out = tmp_path / "decompose_001"
-    assert argv[1:4] == ["-m", "backend", "decompose"]
-    assert argv[4:] == [str(footage("boat")), "--out", str(out), "--estimator", "embedded",
-                        "--processing-resolution", "256", "--frames", "3-5", "--stabilize"]
-    assert ctl.steps[0].log_path == out / "decompose.log"
+    # the worker runs the request file written next to the log, which carries every setting
+    assert step.argv[1:] == ["-m", "backend", "run", str(out / "decompose.request.json")]
+    req = step.request
+    assert (req.input, req.out, req.estimator, req.processing_resolution, req.frames, req.stabilize) == \
+        (str(footage("boat")), str(out), "embedded", 256, "3-5", True)
+    assert req.precision in ("fp16", "fp32") and not req.overwrite
+    assert step.log_path == out / "decompose.log"
     assert s.last_decompose_dir == str(out)
     ctl2 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
-    assert ctl2.steps[0].argv[6] == str(tmp_path / "decompose_002")  # never reuses a folder
+    assert ctl2.steps[0].request.out == str(tmp_path / "decompose_002")  # never reuses a folder
     s.last_decompose_dir = str(out)
     ctl3 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=True), bpy.context)
-    assert ctl3.steps[0].argv[6] == str(out)
+    assert ctl3.steps[0].request.out == str(out)
     # Resume continues in that folder even after a settings change: frames written there
     # with other settings are replaced (a fresh run gets a new, empty folder)
-    assert "--overwrite" in ctl3.steps[0].argv and "--overwrite" not in argv
-    # Estimator's Default (on in a new scene): no --processing-resolution, so the button
+    assert ctl3.steps[0].request.overwrite
+    # Estimator's Default (on in a new scene): no processing resolution, so the button
     # computes at the same size as the command line and the Python API
     s.use_estimator_resolution = True
-    argv4 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context).steps[0].argv
-    assert "--processing-resolution" not in argv4 and argv4[7:9] == ["--estimator", "embedded"]
+    req4 = GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context).steps[0].request
+    assert req4.processing_resolution is None and req4.estimator == "embedded"
+    # the file the worker reads is the same request (written when the step starts)
+    from gbuffer_editor.backend.jobs.request import read_request
+
+    assert read_request(req.write(tmp_path / "r.json")) == req
     env = ctl.steps[0].env
     assert env["PYTHONPATH"].split(":")[0] == str(util.REPO_ROOT)
     assert env["HF_HUB_OFFLINE"] == "1"  # bpy's online access is off
@@ -666,6 +673,25 @@ def test_sidebar_says_what_resolution_the_estimator_really_uses(addon):
     assert resolution_note("marigold", None) == "Computes at 768 px; G-buffers at full size"
     assert bpy.types.Scene.bl_rna.properties["gbuffer_editor"].fixed_type.properties[
         "use_estimator_resolution"].default is True
+
+
+def test_scene_saved_with_the_old_resolution_name_loads_into_the_new_one(addon, tmp_path):
+    """A scene saved when Processing Resolution was stored as ``max_size`` (an ID property of
+    that name in the .blend) opens with the value in ``processing_resolution``."""
+    from gbuffer_editor.addon import props
+
+    sc = bpy.context.scene
+    sc.gbuffer_editor.processing_resolution = 768
+    sc.gbuffer_editor.use_estimator_resolution = False
+    props.stored_settings(sc)["max_size"] = 320  # what the older add-on wrote
+    path = tmp_path / "old.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(path), copy=True)
+    bpy.ops.wm.open_mainfile(filepath=str(path))
+    s = bpy.context.scene.gbuffer_editor
+    assert s.processing_resolution == 320 and "max_size" not in props.stored_settings(bpy.context.scene).keys()
+    assert props.processing_resolution(s) == 320
+    s.use_estimator_resolution = True
+    assert props.processing_resolution(s) is None
 
 
 def test_sidebar_shows_which_passes_are_defaults(addon, scene, footage, tmp_path):

@@ -33,7 +33,7 @@ def addon():
     prefs.model_dir, prefs.offline_mode = "", False
     # later in-process tests get the scene's defaults back (the embedded estimator, ...)
     s = bpy.context.scene.gbuffer_editor
-    for key in ("estimator", "output_dir", "max_size", "use_scene_range", "stabilize"):
+    for key in ("estimator", "output_dir", "processing_resolution", "use_scene_range", "stabilize"):
         s.property_unset(key)
     util.disable_addon()
 
@@ -80,7 +80,7 @@ def test_blender_decompose_with_depth_anything_offline(addon, footage, tmp_path)
     s.estimator = NAME
     scene.frame_end = 2
     s.output_dir = str(tmp_path / "out") + os.sep
-    s.max_size, s.use_scene_range, s.stabilize = 64, True, False
+    s.processing_resolution, s.use_scene_range, s.stabilize = 64, True, False
     s.use_estimator_resolution = False
     assert bpy.ops.gbuffer.decompose() == {"FINISHED"}, s.status
     gb = tmp_path / "out" / "decompose_001"

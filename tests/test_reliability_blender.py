@@ -43,13 +43,13 @@ def test_sequence_from_1001_with_a_gap_keeps_its_numbers_in_the_scene(addon, tmp
     s.use_scene_range = True
     sc.frame_start = 1002
     ctl = dec_op.GBUFFER_OT_decompose.build_job(SimpleNamespace(resume=False), bpy.context)
-    argv = ctl.steps[0].argv
-    assert argv[argv.index("--frames") + 1] == "1002-1005"  # source numbers = scene frames
-    assert argv[4].endswith("shot_####.png")
+    req = ctl.steps[0].request
+    assert req.frames == "1002-1005"  # source numbers = scene frames
+    assert req.input.endswith("shot_####.png")
     # the backend run the button starts (in process here, with the tests' tiny estimator)
     register_tiny()
     gb = tmp_path / "gb"
-    decompose(argv[4], gb, frames="1002-1005", estimator="tiny", max_size=32, progress=io.StringIO())
+    decompose(req.input, gb, frames="1002-1005", estimator="tiny", max_size=32, progress=io.StringIO())
     assert sorted(contract.list_frames(gb)) == [1002, 1004, 1005]
     node = dec_op.wire_gbuffers(sc, gb)
     # scene frame 1002 shows gbuffer_1002.exr, 1005 shows gbuffer_1005.exr, 1003 (the gap) none

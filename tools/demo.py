@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     scene.frame_end = min(scene.frame_end, scene.frame_start + (last - first))
     n = scene.frame_end - scene.frame_start + 1
     if args.processing_resolution is not None:
-        s.max_size = args.processing_resolution
+        s.processing_resolution = args.processing_resolution
     s.estimator = "embedded"
 
     def run_stage(label: str, op, result_attr: str) -> Path:

@@ -15,7 +15,6 @@ The command line for it is :mod:`backend.jobs.decompose_cli`.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -28,59 +27,19 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
 from ..errors import JobError
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
-    _job_manifest, _job_settings, alpha_summary, flicker_summary, provenance_summary, record_summary,
+    _job_manifest, alpha_summary, flicker_summary, provenance_summary, record_summary,
 )
 from .decompose_shots import (_Shot, _WindowedShot, _camera_settings, _multiview_shot, _multiview_summary,
                               _windows_summary)
 from .history import note_stale_history
 from .mesh import check_mesh_path, write_mesh
 from .options import key_values
+from .request import DecomposeRequest, parse_frames  # noqa: F401  (parse_frames: its former home)
 from .runner import JobResult, run_job
 
 
 #: deprecated name of :data:`backend.decomposer.MIN_RESOLUTION`
 MIN_MAX_SIZE = MIN_RESOLUTION
-
-
-def parse_frames(spec: Optional[str]) -> Tuple[int, Optional[int]]:
-    """``"A-B"`` / ``"A-"`` / ``"A"`` -> ``(first, last or None)``, inclusive *source*
-    frame numbers (a movie's frames are 1..N; an image sequence's are the numbers in its
-    file names, e.g. 1001-1100; output ``gbuffer_NNNN.exr`` carries the same number).
-    ``None`` -> ``(0, None)``: every frame.
-
-    Only ASCII digits ``0-9`` are numbers here (docs/reliability.md, "Decisions"): full-width
-    or Arabic-Indic digits, ``1_002`` and ``+1002`` (which Python's ``int`` accepts) are
-    refused, and so is an empty or blank ``spec`` (``--frames ""`` from an empty shell
-    variable in a farm script means a mistake, not "the whole shot").
-
-    Raises:
-        ValueError: empty, malformed or reversed range (``""``, ``"-5"``, ``"5-3"``, ``"x"``,
-            ``"+1"``, ``"1_0"``), negative numbers.
-    """
-    if spec is None:
-        return 0, None
-    s = str(spec).strip()
-    if not s:
-        raise ValueError(f"--frames {spec!r}: empty (an empty shell variable?); give A-B, A- or A, "
-                         "or leave --frames out for the whole shot")
-    m = _FRAMES_RE.fullmatch(s)
-    if m is None:
-        if s.startswith("-") and _FRAMES_RE.fullmatch(s[1:]):
-            raise ValueError(f"--frames {spec!r}: frame numbers are >= 0")
-        raise ValueError(f"--frames {spec!r}: expected A-B, A- or A with source frame numbers >= 0 in "
-                         "ASCII digits 0-9 (e.g. 1-24, or 1001-1100 for a sequence numbered from 1001)")
-    first = int(m.group(1))
-    if m.group(2) is None:
-        last = first
-    else:
-        last = int(m.group(3)) if m.group(3) else None
-    if last is not None and last < first:
-        raise ValueError(f"--frames {spec!r}: expected A <= B")
-    return first, last
-
-
-#: ``A``, ``A-`` or ``A-B`` in ASCII digits, blanks allowed around the numbers
-_FRAMES_RE = re.compile(r"([0-9]+)\s*(-\s*([0-9]*))?", re.ASCII)
 
 
 def read_settings_hash(path: Path) -> Optional[str]:
@@ -301,103 +260,82 @@ def decompose(
     """
     if processing_resolution is None and max_size is not None:
         processing_resolution = max_size
-    a = _api_arguments(dict(locals(), progress=progress if progress is not None else stream))
-    input_path, out_dir, cameras, mesh, depth_anchors, cancel = (a[k] for k in (
-        "input_path", "out_dir", "cameras", "mesh", "depth_anchors", "cancel"))
-    with events.reporting(a["progress"]):
-        first, last = parse_frames(frames)
-        _check_arguments(camera, warmup, mesh, cameras, manifest_part, depth_anchors)
-        dec_kwargs = dict(processing_resolution=processing_resolution, stabilize=stabilize, strength=strength,
-                          hfov_deg=hfov_deg, albedo_detail=albedo_detail)
-        Decomposer._check_options(**dec_kwargs)  # bad arguments before decoding or loading a model
-        src = open_footage(input_path, colorspace=colorspace)  # input errors before model loading
+    request = DecomposeRequest(
+        input_path, out_dir, frames=frames, estimator=estimator, estimator_options=estimator_options,
+        processing_resolution=processing_resolution, device=device, stabilize=stabilize, strength=strength,
+        colorspace=colorspace, hfov_deg=hfov_deg, albedo_detail=albedo_detail, overwrite=overwrite,
+        cameras=cameras, camera=camera, multiview=multiview, mesh=mesh, warmup=warmup,
+        manifest_part=manifest_part, depth_anchors=depth_anchors)
+    return run_decompose(request, progress=progress if progress is not None else stream, cancel=cancel)
+
+
+def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None,
+                  cancel: Optional[threading.Event] = None) -> JobResult:
+    """Run the decompose ``request`` (:class:`backend.jobs.request.DecomposeRequest`, already
+    validated); ``progress`` and ``cancel`` as for :func:`decompose`, which documents the
+    settings, the result and the errors."""
+    cancel, progress = args.cancel(cancel), args.progress(progress)  # an Event or a callable; a callable or stream
+    with request.running(progress) as r:
+        first, last = parse_frames(r.frames)
+        if r.mesh is not None:
+            check_mesh_path(r.mesh, r.cameras)
+        src = open_footage(r.input, colorspace=r.colorspace)  # input errors before model loading
         with src:
             info = src.info
-            dec = Decomposer(estimator, estimator_options=estimator_options, device=device,
-                             sar=float(info.sar), **dec_kwargs)
+            dec = Decomposer(r.estimator, sar=float(info.sar), **r.decomposer_options())
             plan = dec.plan(info.width, info.height)
-            _warn_capped_resolution(processing_resolution, dec, estimator, info)
-            total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
-            settings = _job_settings(dec, plan, info, albedo_detail)
-            if depth_anchors is not None:
-                settings["depth_anchors"] = _use_anchors(depth_anchors, dec, info, first, last)
-            manifest = _job_manifest(dec, plan, info, processing_resolution, first)
-            if camera == "auto" and cameras is None and not (warmup is not None or manifest_part):
+            _warn_capped_resolution(r.processing_resolution, dec, r.estimator, info)
+            total = clip_frame_range(first, last, info.numbers or info.n_frames, info.path, r.frames)
+            anchors = _use_anchors(r.depth_anchors, dec, info, first, last) if r.depth_anchors is not None else None
+            manifest = _job_manifest(dec, plan, info, r.processing_resolution, first)
+            cameras = r.cameras
+            if r.camera == "auto" and cameras is None and not (r.warmup is not None or r.manifest_part):
                 from ..multiview.autosolve import auto_cameras
 
-                cameras = auto_cameras(input_path, out_dir, first=first, last=last, colorspace=colorspace)
+                cameras = auto_cameras(r.input, r.out, first=first, last=last, colorspace=r.colorspace)
                 manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
-            shot = _make_shot(src, dec, Path(out_dir), first, last, estimator, cameras, multiview,
-                              lambda: open_footage(input_path, colorspace=colorspace), settings, manifest,
-                              mesh=mesh, stabilize=stabilize)
-            shot.input_for, manifest["inputs"] = _input_fingerprints(info, out_dir)
+            shot, camera_block = _make_shot(src, dec, Path(r.out), first, last, r, cameras,
+                                            lambda: open_footage(r.input, colorspace=r.colorspace))
+            if camera_block is not None:
+                manifest["cameras"] = camera_block
+            settings = r.settings(dec, plan, info, anchors=anchors, cameras=camera_block)
+            shot.input_for, manifest["inputs"] = _input_fingerprints(info, r.out)
             chunk, part = None, None
-            if warmup is not None or manifest_part:
-                chunk, part = _chunk_frames(info, first, last, frames)
-            if warmup is not None:
-                settings["warmup"] = warmup
-                shot.warm_from = _warm_from(info, chunk[0] if chunk else first, warmup)
-                shot.warm_needed = not _is_current(contract.frame_path(out_dir, chunk[0] if chunk else first),
+            if r.warmup is not None or r.manifest_part:
+                chunk, part = _chunk_frames(info, first, last, r.frames)
+            if r.warmup is not None:
+                shot.warm_from = _warm_from(info, chunk[0] if chunk else first, r.warmup)
+                shot.warm_needed = not _is_current(contract.frame_path(r.out, chunk[0] if chunk else first),
                                                    settings, shot.input_for)
             result = run_job(
-                out_dir, shot.tasks(), settings=settings, total=total,
+                r.out, shot.tasks(), settings=settings, total=total,
                 inputs=[info.path] + list(info.files[:1]) + ([cameras] if cameras is not None else []),
                 job="decompose", manifest=manifest,
-                read_hash=read_settings_hash, overwrite=overwrite, cancel=cancel,
+                read_hash=read_settings_hash, overwrite=r.overwrite, cancel=cancel,
                 input_for=shot.input_for, read_input=read_input_hash, expected=info.frame_numbers(),
-                numbers=chunk, part=part if manifest_part else None, read_entry=read_manifest_entry,
+                numbers=chunk, part=part if r.manifest_part else None, read_entry=read_manifest_entry,
             )
-            note_stale_history(result, stabilize and cameras is None, write_manifest=not manifest_part)
-            if not manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
-                _summaries(result, shot, dec, stabilize=stabilize, measured=cameras is not None, mesh=mesh)
+            note_stale_history(result, r.stabilize and cameras is None, write_manifest=not r.manifest_part)
+            if not r.manifest_part:  # a chunk's shot-level summaries are the merge's (backend.farm.merge)
+                _summaries(result, shot, dec, stabilize=r.stabilize, measured=cameras is not None, mesh=r.mesh)
             return result
 
 
-def _api_arguments(values: Dict[str, Any]) -> Dict[str, Any]:
-    """:func:`decompose`'s keyword arguments checked by type (:mod:`backend.arguments`,
-    ``ArgumentError`` naming the argument) before anything is opened; converted."""
-    return args.job_arguments(
-        {k: values[k] for k in ("input_path", "out_dir", "frames", "estimator", "device", "estimator_options",
-                                "colorspace", "overwrite", "cameras", "multiview", "mesh", "cancel", "progress",
-                                "manifest_part", "depth_anchors", "camera", "warmup")},
-        paths=("input_path", "out_dir"), optional_paths=("cameras", "mesh", "depth_anchors"),
-        texts=("camera",), optional_texts=("device", "colorspace"), flags=("overwrite", "manifest_part"),
-        mappings=("estimator_options", "multiview"), whole=("warmup",))
-
-
-def _check_arguments(camera: str, warmup, mesh, cameras, manifest_part: bool, depth_anchors=None) -> None:
-    """:func:`decompose`'s argument checks that need no footage (``ValueError``)."""
-    if depth_anchors is not None and cameras is not None:
-        raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
-                         "consistent across frames by construction)")
-    if camera not in ("none", "auto"):
-        raise ValueError(f"--camera {camera!r}: expected 'auto' or 'none'")
-    if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
-        raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0 (frames of temporal state "
-                         "computed before the chunk)")
-    if mesh is not None:
-        check_mesh_path(mesh, cameras)
-    if cameras is not None and (warmup is not None or manifest_part):
-        raise ValueError("--cameras is not supported in farm chunks (--warmup, --manifest-part) yet: "
-                         "run camera-tracked shots on one machine")
-
-
-def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int], estimator: str, cameras,
-               multiview, reopen, settings: Dict[str, Any], manifest: Dict[str, Any], *, mesh, stabilize: bool):
-    """The shot kind for this job: measured from cameras, windowed (a video estimator) or
-    frame by frame; records the cameras' settings in ``settings`` and ``manifest``."""
+def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int], r: DecomposeRequest, cameras,
+               reopen):
+    """``(shot, cameras block or None)``: the shot kind for this job, measured from ``cameras``,
+    windowed (a video estimator) or frame by frame; the block records the cameras' settings."""
     if cameras is not None:
-        shot = _multiview_shot(src, dec, out, first, last, estimator, cameras, multiview, reopen)
-        settings["cameras"] = manifest["cameras"] = _camera_settings(shot.camset, shot.mv.options)
-        if mesh is not None:
+        shot = _multiview_shot(src, dec, out, first, last, r.estimator, cameras, r.multiview, reopen)
+        if r.mesh is not None:
             shot.mv.enable_fusion()
-        if stabilize:
+        if r.stabilize:
             events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                            "across frames by construction")
-        return shot
+        return shot, _camera_settings(shot.camset, shot.mv.options)
     if getattr(dec.estimator, "windowed", False):
-        return _WindowedShot(src, dec, out, first, last, estimator, reopen=reopen)
-    return _Shot(src, dec, out, first, last, estimator)
+        return _WindowedShot(src, dec, out, first, last, r.estimator, reopen=reopen), None
+    return _Shot(src, dec, out, first, last, r.estimator), None
 
 
 def _summaries(result, shot, dec: Decomposer, *, stabilize: bool, measured: bool, mesh) -> None:

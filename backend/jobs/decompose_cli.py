@@ -7,7 +7,8 @@ from .. import geometry
 from ..arguments import cli_float, cli_int, int_text
 from ..decomposer import DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, MIN_RESOLUTION
 from ..multiview.shot import MultiViewOptions
-from .decompose import decompose, parse_options
+from .decompose import decompose, parse_options, run_decompose  # noqa: F401  (decompose: its former import)
+from .request import DecomposeRequest
 
 
 def resolution_arg(text: str) -> int:
@@ -17,10 +18,6 @@ def resolution_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{v} is too small: use 0 (full size) or at least {MIN_RESOLUTION} pixels")
     return v
-
-
-#: deprecated name of :func:`resolution_arg`
-max_size_arg = resolution_arg
 
 
 def add_farm_chunk_args(p: argparse.ArgumentParser) -> None:
@@ -135,7 +132,13 @@ def kwargs(args) -> dict:
     )
 
 
+def request(args) -> DecomposeRequest:
+    """The :class:`backend.jobs.request.DecomposeRequest` of parsed ``decompose`` arguments
+    (validated: ``ValueError`` naming the option)."""
+    return DecomposeRequest(args.input, args.out, **kwargs(args))
+
+
 def run(args) -> int:
     """Run the parsed ``decompose`` command; returns the exit code (0)."""
-    decompose(args.input, args.out, cancel=getattr(args, "cancel", None), **kwargs(args))
+    run_decompose(request(args), cancel=getattr(args, "cancel", None))
     return 0

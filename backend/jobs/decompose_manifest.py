@@ -24,23 +24,6 @@ def _option_settings(mv_options) -> Dict[str, Any]:
             if not (k in _NEW_OPTION_DEFAULTS and v == _NEW_OPTION_DEFAULTS[k])}
 
 
-def _job_settings(dec: Decomposer, plan, info, albedo_detail: bool) -> Dict[str, Any]:
-    """What the resume hash covers (key names kept from earlier versions, so folders
-    written by them resume: ``max_size`` is the processing resolution used)."""
-    return {
-        "contract_version": contract.CONTRACT_VERSION,
-        "estimator": dec.estimator.settings(),
-        "max_size": dec.resolution,
-        "processing_size": [plan.proc_width, plan.proc_height],
-        "stabilize": dec.stabilize,
-        "strength": dec.strength if dec.stabilize else None,
-        "colorspace": info.colorspace,
-        "hfov_deg": dec.hfov_deg,
-        "albedo_detail": bool(albedo_detail) and plan.downscaled,
-        "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
-    }
-
-
 def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: int) -> Dict[str, Any]:
     """The top-level fields of the folder's ``manifest.json`` (the runner adds the rest)."""
     return {
@@ -49,7 +32,6 @@ def _job_manifest(dec: Decomposer, plan, info, requested: Optional[int], first: 
         "output": {"width": info.width, "height": info.height,
                    "processing_size": [plan.proc_width, plan.proc_height],
                    "processing_resolution_requested": requested,
-                   "max_size_requested": requested,  # the old name
                    "processing_resolution": dec.resolution,
                    "intrinsics": list(plan.intrinsics), "intrinsics_assumed": plan.intrinsics_assumed,
                    "hfov_deg": dec.hfov_deg, "first_frame": first},

@@ -58,6 +58,7 @@ from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVI
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
     _source_fps)
 from .restyle_frames import _Measured, _Previews, _Reader, _Rendered
+from .request import RestyleRequest
 from .restyle_settings import RestyleInputs, RestyleLook
 from .runner import Deferred, JobError, JobResult, run_job
 from .windows import WindowBlender
@@ -71,7 +72,7 @@ from .writers import (DEFAULT_FPS, Mp4Encoder, encode_png, exr_size, read_rgba_e
 
 
 class RestyleJob:
-    """One restyle run: ``RestyleJob(inputs, look, out_dir, ...).run(...)``.
+    """One restyle run: ``RestyleJob(inputs, look, request).run(...)``.
 
     Frames are rendered on the calling thread; input frames are read and PNG previews
     encoded on a two-thread I/O pool; each frame's EXR, MP4 frame and flicker sample are
@@ -81,14 +82,13 @@ class RestyleJob:
     Args:
         inputs: the checked input folders.
         look: the renderer and the parsed prompt.
-        out_dir: the output folder.
-        previews, mp4, flicker: write PNG previews / the MP4 / the flicker metric.
+        request: the job's settings (:class:`backend.jobs.request.RestyleRequest`).
     """
 
-    def __init__(self, inputs: RestyleInputs, look: RestyleLook, out_dir: Path, *,
-                 previews: bool = True, mp4: bool = True, flicker: bool = True,
-                 match_look: Optional[os.PathLike] = None, warmup: Optional[int] = None,
-                 manifest_part: bool = False):
+    def __init__(self, inputs: RestyleInputs, look: RestyleLook, request: RestyleRequest):
+        self.request = request
+        out_dir, previews, mp4, flicker = request.out, request.previews, request.mp4, request.flicker
+        match_look, warmup, manifest_part = request.match_look, request.warmup, request.manifest_part
         self.inputs, self.look, self.out_dir = inputs, look, Path(out_dir)
         #: farm chunk (see :func:`restyle`): warmup frames, and the manifest part instead
         #: of manifest.json (no MP4 and no flicker metric per chunk: the merge makes them)
@@ -131,19 +131,10 @@ class RestyleJob:
         Raises:
             JobError: the reference folder lacks a frame to render.
         """
-        inp, look = self.inputs, self.look
-        settings = {
-            "prompt": look.prompt,
-            "renderer": look.renderer.settings(),
-            "output_format": "rgba-half-v2",
-            "look": look.info.get("params"),  # every shader number (embedded): changes re-render
-            # the inputs are not here: each frame records the fingerprint of the G-buffer
-            # frame(s) it was rendered from (input_for), so an edited frame re-renders
-            # only itself and a merely touched one nothing
-            "reference": inp.reference_dir is not None,
-        }
-        if self._ref_stats is not None:  # another reference (or its content) re-renders
-            settings["match_look"] = self._ref_stats.to_dict()
+        inp = self.inputs
+        settings = self.request.settings(self.look, reference=inp.reference_dir is not None,
+                                         match_look=self._ref_stats.to_dict() if self._ref_stats is not None else None)
+        if self._ref_stats is not None:
             lm = self.out_dir / LOOK_MATCH_NAME
             if lm.exists() or lm.is_symlink():  # never replace a file this product did not write
                 try:
@@ -154,8 +145,6 @@ class RestyleJob:
                     raise JobError(f"{lm}: a file with this name that restyle did not write is in the output "
                                    f"folder; move it or choose another --out", file=lm)
         inp.reference_digest()  # a missing reference frame is refused before anything is written
-        if self.warmup is not None:
-            settings["warmup"] = self.warmup
         return settings
 
     def input_for(self, n: int) -> Optional[str]:
@@ -501,22 +490,18 @@ def restyle(
             past the last frame is clipped, with a ``warning`` event.
         KeyError: unknown renderer.
     """
-    a = args.job_arguments(
-        dict(locals(), progress=progress if progress is not None else stream),
-        paths=("gbuffer_dir", "out_dir"), optional_paths=("reference_dir", "match_look"), texts=("prompt", "renderer"),
-        flags=("previews", "mp4", "flicker", "overwrite", "manifest_part"), mappings=("renderer_options",),
-        whole=("warmup",))
-    gbuffer_dir, out_dir, reference_dir, match_look, cancel = (a[k] for k in (
-        "gbuffer_dir", "out_dir", "reference_dir", "match_look", "cancel"))
-    with events.reporting(a["progress"]):
-        out_dir = Path(out_dir)
-        inputs = RestyleInputs.scan(gbuffer_dir, out_dir, frames, reference_dir)
-        if warmup is not None and (not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0):
-            raise ValueError(f"--warmup {warmup!r}: expected an integer >= 0")
-        if match_look is not None and (warmup is not None or manifest_part):
-            raise ValueError("--match-look is not supported in farm chunks (--warmup, --manifest-part) yet: "
-                             "each chunk would estimate its own transform")
-        look = RestyleLook.create(prompt, renderer, renderer_options)
-        job = RestyleJob(inputs, look, out_dir, previews=previews, mp4=mp4, flicker=flicker,
-                         match_look=match_look, warmup=warmup, manifest_part=manifest_part)
-        return job.run(overwrite=overwrite, cancel=cancel)
+    request = RestyleRequest(gbuffer_dir, out_dir, prompt, renderer=renderer, renderer_options=renderer_options,
+                             frames=frames, previews=previews, mp4=mp4, flicker=flicker,
+                             reference_dir=reference_dir, overwrite=overwrite, match_look=match_look,
+                             warmup=warmup, manifest_part=manifest_part)
+    return run_restyle(request, progress=progress if progress is not None else stream, cancel=cancel)
+
+
+def run_restyle(request: RestyleRequest, *, progress: events.Progress = None,
+                cancel: Optional[threading.Event] = None) -> JobResult:
+    """:func:`restyle` of a :class:`backend.jobs.request.RestyleRequest` (settings, result, errors: see there)."""
+    cancel, progress = args.cancel(cancel), args.progress(progress)  # an Event or a callable; a callable or stream
+    with request.running(progress) as r:
+        inputs = RestyleInputs.scan(r.gbuffer_dir, Path(r.out), r.frames, r.reference_dir)
+        look = RestyleLook.create(r.prompt, r.renderer, r.renderer_options)
+        return RestyleJob(inputs, look, r).run(overwrite=r.overwrite, cancel=cancel)

@@ -8,7 +8,8 @@ from typing import Any, Tuple
 from ..arguments import cli_float, cli_int
 from ..renderers.base import DEFAULT_RENDERER
 from .options import key_value
-from .restyle import restyle
+from .request import RestyleRequest
+from .restyle import run_restyle
 
 #: options that only diffusion renderers take; the embedded renderer ignores them with a note
 DIFFUSION_OPTIONS = ("device", "seed", "steps", "strength")
@@ -80,7 +81,13 @@ def kwargs(args) -> dict:
                 warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False))
 
 
+def request(args) -> RestyleRequest:
+    """The :class:`backend.jobs.request.RestyleRequest` of parsed ``restyle`` arguments
+    (validated: ``ValueError`` naming the option)."""
+    return RestyleRequest(args.gbuffer_dir, args.out, args.prompt, **kwargs(args))
+
+
 def run(args) -> int:
     """Run the parsed ``restyle`` command; returns the exit code (0)."""
-    restyle(args.gbuffer_dir, args.out, args.prompt, cancel=getattr(args, "cancel", None), **kwargs(args))
+    run_restyle(request(args), cancel=getattr(args, "cancel", None))
     return 0
