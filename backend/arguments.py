@@ -216,35 +216,6 @@ def frames_spec(value: Any) -> Optional[str]:
     raise ArgumentError(f"frames must be text such as '1-24' (A-B, A- or A), got {_got(value)}")
 
 
-def job_arguments(values: Mapping[str, Any], *, paths=(), optional_paths=(), flags=(), texts=(),
-                  optional_texts=(), mappings=(), whole=()) -> dict:
-    """A job's keyword arguments checked by kind; returns them converted (paths as ``str``,
-    ``cancel`` wrapped, ``frames`` text). ``whole``: names of optional whole numbers >= 0."""
-    out = dict(values)
-    for name in paths:
-        out[name] = path(name, values[name])
-    for name in optional_paths:
-        out[name] = path(name, values[name], none=True)
-    for name in flags:
-        out[name] = flag(name, values[name])
-    for name in texts:
-        out[name] = text(name, values[name])
-    for name in optional_texts:
-        out[name] = text(name, values[name], none=True)
-    for name in mappings:
-        if values[name] is not None:
-            out[name] = mapping(name, values[name])
-    for name in whole:
-        out[name] = whole_number(name, values[name], minimum=0)
-    if "frames" in values:
-        out["frames"] = frames_spec(values["frames"])
-    if "cancel" in values:
-        out["cancel"] = cancel(values["cancel"])
-    if "progress" in values:
-        out["progress"] = progress(values["progress"])
-    return out
-
-
 _INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
@@ -282,11 +253,6 @@ def float_text(text: str) -> float:
 def cli_int(text: str) -> int:
     """argparse ``type=`` of a whole-number option (:func:`int_text`)."""
     return int_text(text)
-
-
-def cli_count(text: str) -> int:
-    """argparse ``type=`` of a whole-number option >= 0 (:func:`int_text`)."""
-    return int_text(text, minimum=0)
 
 
 def cli_float(text: str) -> float:
