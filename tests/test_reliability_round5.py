@@ -629,3 +629,24 @@ def test_write_frame_refuses_what_is_not_a_frame(tmp_path):
     with pytest.raises(ArgumentError, match="^path"):
         contract.write_frame(None, random_frame())
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("rel, argv", [
+    ("gb/.gbuffer_running.lock", ["decompose", "{seq}", "--estimator", "tiny", "--max-size", "32", "--out", "{gb}"]),
+    ("rs/preview.mp4", ["restyle", "{gb}", "--out", "{rs}", "--prompt", "fog"]),
+    ("rs/preview/restyle_0001.png", ["restyle", "{gb}", "--out", "{rs}", "--prompt", "fog"])])
+def test_a_fifo_with_one_of_our_names_in_the_output_is_never_waited_on_or_replaced(tmp_path, fifo_base, rel, argv):
+    """Own hostile pass: a FIFO as the run lock blocked the job forever; a FIFO named
+    preview.mp4 was replaced by the resumed restyle's movie (a user's file)."""
+    import io
+    import shutil
+
+    from backend.jobs.restyle import restyle
+
+    shutil.copytree(fifo_base / "gb", tmp_path / "gb")
+    restyle(tmp_path / "gb", tmp_path / "rs", "fog", progress=io.StringIO())
+    fifo = _fifo(tmp_path / rel)
+    r = _cli(*[a.format(seq=fifo_base / "seq", gb=tmp_path / "gb", rs=tmp_path / "rs") for a in argv], timeout=90)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert fifo.name in r.stderr
+    assert fifo.exists() and not fifo.is_file()  # still the user's FIFO

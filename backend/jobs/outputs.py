@@ -29,6 +29,7 @@ of these cases, decided by :func:`check_previous_outputs` before anything is wri
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -355,7 +356,7 @@ def _foreign_files(book: "Ledger", on_disk: Dict[int, Path], stale: Dict[int, Pa
     for n in sorted(set(numbers or ()) | set(on_disk)):
         for c in (companions(n) if companions else ()):
             c = Path(c)
-            if not (c.is_file() or c.is_symlink()):
+            if not os.path.lexists(c):  # a FIFO or folder with our name is the user's too (issue 36)
                 continue
             if (n in stale or n not in on_disk) and not book.file_is_ours(c, n):
                 foreign.append(c)
@@ -363,7 +364,7 @@ def _foreign_files(book: "Ledger", on_disk: Dict[int, Path], stale: Dict[int, Pa
                 foreign.append(c)
     for x in extra_outputs:
         x = Path(x)
-        if (x.is_file() or x.is_symlink()) and not book.file_is_ours(x):
+        if os.path.lexists(x) and not book.file_is_ours(x):
             foreign.append(x)
     return foreign
 

@@ -68,7 +68,8 @@ class RestyleInputs:
         if reference_dir is not None:
             reference_dir = Path(reference_dir)
             if not reference_dir.is_dir():
-                raise JobError(f"reference G-buffer folder {reference_dir} does not exist", file=reference_dir)
+                what = "is not a folder" if reference_dir.exists() else "does not exist"
+                raise JobError(f"reference G-buffer folder {reference_dir} {what}", file=reference_dir)
             inputs.append(reference_dir)
             ref_files = contract.list_frames(reference_dir)
         check_output_safe(out_dir, inputs)
