@@ -650,3 +650,17 @@ def test_a_fifo_with_one_of_our_names_in_the_output_is_never_waited_on_or_replac
     assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert fifo.name in r.stderr
     assert fifo.exists() and not fifo.is_file()  # still the user's FIFO
+
+
+def test_odd_bytes_in_text_arguments_are_one_line_exit_2(tmp_path, fifo_base):
+    """Own hostile pass: --colorspace with bytes that are not UTF-8 gave OpenColorIO's
+    TypeError (exit 1); --frames, --estimator and --option with such bytes are refused too."""
+    seq = str(fifo_base / "seq").encode()
+    out = str(tmp_path).encode() + b"/o\xff"
+    for extra in ([b"--colorspace", b"sRGB\xff"], [b"--frames", b"1-\xff"], [b"--estimator", b"ti\xffny"]):
+        r = _bytes_cli(b"decompose", seq, b"--max-size", b"32", b"--out", out,
+                       *([b"--estimator", b"tiny"] if extra[0] != b"--estimator" else []), *extra)
+        err = r.stderr.decode(errors="replace")
+        assert r.returncode == 2 and "Traceback" not in err and err.strip().count("\n") == 0, (extra, err)
+    r = _bytes_cli(b"restyle", str(fifo_base / "gb").encode(), b"--out", out + b"r", b"--option", b"\xff=1")
+    assert r.returncode == 2 and b"takes no option" in r.stderr, r.stderr
