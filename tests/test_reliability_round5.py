@@ -664,3 +664,12 @@ def test_odd_bytes_in_text_arguments_are_one_line_exit_2(tmp_path, fifo_base):
         assert r.returncode == 2 and "Traceback" not in err and err.strip().count("\n") == 0, (extra, err)
     r = _bytes_cli(b"restyle", str(fifo_base / "gb").encode(), b"--out", out + b"r", b"--option", b"\xff=1")
     assert r.returncode == 2 and b"takes no option" in r.stderr, r.stderr
+
+
+def test_an_unknown_multiview_option_is_refused_naming_it(tmp_path):
+    from backend.jobs.decompose import decompose
+
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    with pytest.raises(ValueError, match="multiview option.s. bogus unknown; known: .*neighbours"):
+        decompose(src, tmp_path / "o", estimator="tiny", cameras=tmp_path / "c.json", multiview={"bogus": 1})
+    assert not (tmp_path / "o").exists()

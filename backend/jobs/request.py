@@ -248,6 +248,13 @@ class DecomposeRequest(_Request):
         if self.depth_anchors is not None and self.cameras is not None:
             raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
                              "consistent across frames by construction)")
+        if self.multiview:  # an unknown key was a TypeError deep in the multi-view shot (issue 36)
+            from ..multiview.shot import MultiViewOptions
+
+            known = sorted(f.name for f in dataclasses.fields(MultiViewOptions))
+            unknown = sorted(set(self.multiview) - set(known))
+            if unknown:
+                raise ValueError(f"multiview option(s) {', '.join(unknown)} unknown; known: {', '.join(known)}")
         if self.mesh is not None and self.cameras is None:
             raise ValueError("--mesh needs --cameras: the mesh is fused from measured depth")
         Decomposer._check_options(processing_resolution=self.processing_resolution, stabilize=self.stabilize,
