@@ -702,7 +702,7 @@ def read_parts(out_dir: os.PathLike) -> List[Tuple[Path, Dict[str, Any]]]:
     Raises:
         ContractError: a part that is not a JSON object (naming it).
     """
-    from .input_files import read_text
+    from .input_files import loads_bounded, read_text
 
     d = Path(out_dir) / PARTS_DIR
     if not d.is_dir():
@@ -713,7 +713,7 @@ def read_parts(out_dir: os.PathLike) -> List[Tuple[Path, Dict[str, Any]]]:
         if not m:
             continue
         try:
-            data = _loads_bounded(read_text(f, "the manifest part", ContractError))
+            data = loads_bounded(read_text(f, "the manifest part", ContractError))
         except ContractError:
             raise
         except (OSError, ValueError, RecursionError) as e:
@@ -753,17 +753,6 @@ def assemble_parts(parts: List[Tuple[Path, Dict[str, Any]]], base: Optional[Dict
     return out
 
 
-def _loads_bounded(text: str) -> Any:
-    """``json.loads`` that raises RecursionError for nesting past
-    :data:`backend.input_files.MAX_JSON_DEPTH` (and for what the decoder cannot nest)."""
-    from .input_files import MAX_JSON_DEPTH, json_depth
-
-    data = json.loads(text)
-    if json_depth(data) > MAX_JSON_DEPTH:
-        raise RecursionError("nested too deeply")
-    return data
-
-
 def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
     """Read ``manifest.json`` of a contract folder; ``{}`` when absent. A farm job's
     folder with manifest parts but no merged ``manifest.json`` yet is read "on read":
@@ -773,7 +762,7 @@ def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
         ContractError: the file is not JSON, or not a JSON object (naming it).
         OSError: it cannot be read.
     """
-    from .input_files import MAX_JSON_DEPTH, read_text
+    from .input_files import MAX_JSON_DEPTH, loads_bounded, read_text
 
     out_dir = args.path("out_dir", out_dir)
     p = Path(out_dir) / "manifest.json"
@@ -781,7 +770,7 @@ def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
         return assemble_parts(read_parts(out_dir)) if (Path(out_dir) / PARTS_DIR).is_dir() else {}
     text = read_text(p, "the manifest", ContractError)
     try:
-        data = _loads_bounded(text)
+        data = loads_bounded(text)
     except (ValueError, RecursionError) as e:
         why = f"nested deeper than {MAX_JSON_DEPTH} levels" if isinstance(e, RecursionError) else e
         raise ContractError(f"{p}: not a valid manifest (not JSON: {why}); fix it or move it away",

@@ -134,6 +134,15 @@ def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
         level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
 
 
+def loads_bounded(text: str) -> Any:
+    """``json.loads`` that raises RecursionError for nesting past :data:`MAX_JSON_DEPTH`
+    (and for what the decoder cannot nest); ValueError for what is not JSON."""
+    data = json.loads(text)
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise RecursionError("nested too deeply")
+    return data
+
+
 def loads_json(text: str, path: os.PathLike, what: str = "the file", error: Type[Exception] = InputError) -> Any:
     """``json.loads(text)`` of ``path``'s text, nesting bounded by :data:`MAX_JSON_DEPTH`.
 
