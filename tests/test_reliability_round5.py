@@ -673,3 +673,12 @@ def test_an_unknown_multiview_option_is_refused_naming_it(tmp_path):
     with pytest.raises(ValueError, match="multiview option.s. bogus unknown; known: .*neighbours"):
         decompose(src, tmp_path / "o", estimator="tiny", cameras=tmp_path / "c.json", multiview={"bogus": 1})
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), [1.0, float("nan")]])
+def test_a_non_finite_renderer_option_is_refused_by_the_api_as_by_the_cli(tmp_path, fifo_base, value):
+    from backend.jobs.restyle import restyle
+
+    with pytest.raises(ValueError, match="--option exposure=.*finite"):
+        restyle(fifo_base / "gb", tmp_path / "rs", "fog", renderer_options={"exposure": value})
+    assert not (tmp_path / "rs").exists()

@@ -95,6 +95,17 @@ def _name(field: str) -> str:
     return _FLAGS.get(field, f"{field} (--{field.replace('_', '-')})")
 
 
+def _finite_json(v: Any) -> bool:
+    """No NaN or infinity anywhere in an option value (numbers, lists, dicts)."""
+    if isinstance(v, float):
+        return v == v and v not in (float("inf"), float("-inf"))
+    if isinstance(v, (list, tuple)):
+        return all(_finite_json(x) for x in v)
+    if isinstance(v, dict):
+        return all(_finite_json(x) for x in v.values())
+    return True
+
+
 def _check_types(req, *, paths=(), flags=(), texts=(), optional_texts=(), mappings=(), whole=()) -> None:
     """The request's fields checked by type before anything else (:mod:`backend.arguments`,
     ``ArgumentError`` naming the keyword argument and its flag: ``out_dir (--out) must be a
@@ -347,6 +358,9 @@ class RestyleRequest(_Request):
         parse_frames(self.frames)
         _check_warmup(self.warmup)
         _check_precision(self.precision)
+        for k, v in self.renderer_options.items():  # as the CLI's --option refuses NaN (issue 36)
+            if not _finite_json(v):
+                raise ValueError(f"--option {k}={v!r}: {k} must be a finite number")
         if self.match_look is not None and (self.warmup is not None or self.manifest_part):
             raise ValueError("--match-look is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "each chunk would estimate its own transform")
