@@ -682,3 +682,11 @@ def test_a_non_finite_renderer_option_is_refused_by_the_api_as_by_the_cli(tmp_pa
     with pytest.raises(ValueError, match="--option exposure=.*finite"):
         restyle(fifo_base / "gb", tmp_path / "rs", "fog", renderer_options={"exposure": value})
     assert not (tmp_path / "rs").exists()
+
+
+def test_a_non_finite_estimator_option_is_refused_by_the_api_as_by_the_cli(tmp_path):
+    from backend.jobs.decompose import decompose
+
+    src = _sequence(tmp_path / "seq", range(1, 2))
+    with pytest.raises(ValueError, match="--estimator-option seed=nan.*finite"):
+        decompose(src, tmp_path / "o", estimator="tiny", estimator_options={"seed": float("nan")})

@@ -259,6 +259,9 @@ class DecomposeRequest(_Request):
         if self.depth_anchors is not None and self.cameras is not None:
             raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
                              "consistent across frames by construction)")
+        for k, v in self.estimator_options.items():  # as the CLI's --estimator-option refuses NaN
+            if not _finite_json(v):
+                raise ValueError(f"--estimator-option {k}={v!r}: {k} must be a finite number")
         if self.multiview:  # an unknown key was a TypeError deep in the multi-view shot (issue 36)
             from ..multiview.shot import MultiViewOptions
 
