@@ -188,7 +188,7 @@ def setup_gbuffer(scene, gbuffer_dir: os.PathLike, preview_pass: str = "Combined
     fo_inputs = compat.file_output_inputs(output)
 
     for i, name in enumerate(PASS_TYPES):
-        src = image_node.outputs.get(name)
+        src = image_output(image_node, name)
         r_in = _node(tree, "in", "NodeReroute", name)
         r_out = _node(tree, "out", "NodeReroute", name)
         for r, x in ((r_in, 0), (r_out, 400)):
@@ -227,7 +227,7 @@ def changed_passes(tree) -> list:
             changed.append(name)
             continue
         links_out = r_out.inputs[0].links
-        src = image.outputs.get(name)
+        src = image_output(image, name)
         links_in = r_in.inputs[0].links
         if len(links_out) != 1 or links_out[0].from_node != r_in or \
                 (src is not None and (len(links_in) != 1 or links_in[0].from_socket != src)):
@@ -248,7 +248,14 @@ def pass_socket(tree, pass_name: str):
     if r_out is not None:
         return r_out.outputs[0]
     node = find_node(tree, ROLE_GBUFFER)
-    return node.outputs[pass_name] if node is not None else None
+    return image_output(node, pass_name) if node is not None else None
+
+
+def image_output(image_node, pass_name: str):
+    """The Image node's socket of a contract pass in either channel layout
+    (``backend.layouts``): ``Depth`` of the default layout, ``depth`` of ``--layout nuke``
+    (its unlayered R G B A are ``Combined`` in both); ``None`` when the file has neither."""
+    return image_node.outputs.get(pass_name) or image_node.outputs.get(pass_name.lower())
 
 
 #: the Preview pass entry that shows the last Restyle result instead of a G-buffer pass

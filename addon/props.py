@@ -245,6 +245,13 @@ class GBufferEditorSettings(bpy.types.PropertyGroup):
                                        "The embedded renderer understands a list of words: see Looks below")
     renderer: EnumProperty(name="Renderer", items=_renderer_items, description="Restyle renderer")
     result_dir: StringProperty(name="Result", subtype="DIR_PATH", description="Folder of the last Restyle result")
+    use_scene_lights: BoolProperty(
+        name="Scene Lights", default=False,
+        description="Add the direct light of the scene's point, spot, area and sun lights (colour, power in "
+                    "watts, transforms and keyframes, evaluated per frame) to the footage, with shadows from "
+                    "the depth; placed in the solved camera's world when the G-buffers carry a camera, else "
+                    "relative to the scene camera (docs/lights.md)")
+    look_relight: _look_slider("relight")
     look_golden_hour: _look_slider("golden_hour")
     look_overcast: _look_slider("overcast")
     look_rain: _look_slider("rain")

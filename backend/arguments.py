@@ -113,6 +113,13 @@ def path(name: str, value: Any, *, none: bool = False) -> Optional[str]:
     return p
 
 
+def instance(name: str, value: Any, cls: type) -> Any:
+    """``value`` if it is a ``cls`` (``ArgumentError`` naming ``name`` otherwise)."""
+    if not isinstance(value, cls):
+        raise ArgumentError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+    return value
+
+
 def mapping(name: str, value: Any) -> dict:
     """``value`` as a ``dict`` with text keys (``None``: ``{}``)."""
     if value is None:

@@ -28,7 +28,8 @@ from typing import List, Optional
 from . import events
 
 #: modules (relative to this package) that provide ``add_parser(subparsers)``
-SUBCOMMANDS = [".jobs.decompose_cli", ".jobs.restyle_cli", ".jobs.request_cli", ".jobs.metrics_cli", ".jobs.solve_cli", ".farm.cli"]
+SUBCOMMANDS = [".jobs.decompose_cli", ".jobs.restyle_cli", ".jobs.request_cli", ".jobs.metrics_cli", ".jobs.solve_cli",
+               ".jobs.stmap_cli", ".farm.cli"]
 
 
 def _wrap(text: str, indent: str = "  ") -> str:

@@ -4,7 +4,8 @@ Every piece of G-Buffer Editor reads and writes exactly this (see
 ``docs/gbuffer-contract.md`` for the prose version; both carry
 :data:`CONTRACT_VERSION`).
 
-Layout of a frame file (single-part, scanline, ZIP compression)::
+Layout of a frame file (one part per pass, named ``GBuffer.<Pass>`` as Blender 5
+writes them; scanline, ZIP compression)::
 
     GBuffer.Combined.{R,G,B,A}   half   scene-linear Rec.709 source frame
     GBuffer.Depth.V              float  planar depth along the camera axis
@@ -15,7 +16,9 @@ Layout of a frame file (single-part, scanline, ZIP compression)::
     GBuffer.Confidence.V         half   0..1, 0 marks "no surface" (sky / background)
 
 The layer name ``GBuffer`` makes Blender treat the file as multilayer; each pass
-becomes its own socket of the Image node once that layer is selected.
+becomes its own socket of the Image node once that layer is selected. Each part states
+its colour space (``colorInteropID``, ``chromaticities``) and carries the camera
+(``worldToCamera``, ``worldToNDC``), rate and timecode when known.
 
 This module never imports ``bpy``.
 """
@@ -34,7 +37,9 @@ import numpy as np
 
 from .errors import InputError
 from . import arguments as args
-from .input_files import native_path
+from .input_files import native_path, refuse_special
+from .extra_passes import EXTRA_PASSES
+from .header_text import TEXT_KEYS, decode_header_value, encode_header_value, utf8  # noqa: F401
 
 CONTRACT_VERSION = "1.0"
 LAYER = "GBuffer"
@@ -97,6 +102,8 @@ class GBufferFrame:
         confidence: optional ``H x W`` in ``[0, 1]``; ``0`` marks pixels with no
             surface (sky / background), whose depth is the far value and normal (0,0,1).
         meta: header attributes (see :func:`make_meta`).
+        extras: optional passes by name (:data:`backend.extra_passes.EXTRA_PASSES`:
+            ``Vector`` ``H x W x 4``, ``Position`` ``H x W x 3``), written after the others.
     """
 
     combined: np.ndarray
@@ -107,6 +114,7 @@ class GBufferFrame:
     roughness: np.ndarray
     confidence: Optional[np.ndarray] = None
     meta: Dict[str, Any] = field(default_factory=dict)
+    extras: Dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple:
@@ -125,6 +133,7 @@ class GBufferFrame:
         }
         if self.confidence is not None:
             out["Confidence"] = self.confidence
+        out.update((k, v) for k, v in self.extras.items() if k in EXTRA_PASSES)
         return out
 
     def validate(self) -> None:
@@ -135,7 +144,7 @@ class GBufferFrame:
         """
         h, w = self.shape
         for name, arr in self.arrays().items():
-            chans = len(PASSES[name][0])
+            chans = len(_spec(name)[0])
             want = (h, w) if chans == 1 else (h, w, chans)
             if arr.shape != want:
                 raise ContractError(f"pass {name}: shape {arr.shape}, expected {want}")
@@ -150,6 +159,11 @@ class GBufferFrame:
             arr = self.arrays().get(name)
             if arr is not None and (arr.min() < -1e-3 or arr.max() > 1.0 + 1e-3):
                 raise ContractError(f"pass {name}: values must lie in [0, 1]")
+
+
+def _spec(name: str) -> tuple:
+    """``(channel suffixes, dtype on disk, Blender socket)`` of a contract or extra pass."""
+    return PASSES.get(name) or EXTRA_PASSES[name]
 
 
 def all_finite(a: np.ndarray) -> bool:
@@ -305,7 +319,7 @@ def half_to_float32(arr: np.ndarray) -> np.ndarray:
 def _channel_dict(frame: GBufferFrame) -> Dict[str, np.ndarray]:
     chans = {}
     for name, arr in frame.arrays().items():
-        suffixes, dtype, _ = PASSES[name]
+        suffixes, dtype, _ = _spec(name)
         conv = to_half if dtype == np.float16 else (lambda a, dt=dtype: np.ascontiguousarray(a, dtype=dt))
         if len(suffixes) == 1:
             chans[f"{LAYER}.{name}.{suffixes[0]}"] = conv(arr)
@@ -321,11 +335,11 @@ def as_stored(frame: GBufferFrame) -> GBufferFrame:
     """A copy of ``frame`` whose arrays hold exactly what :func:`write_frame` stores
     (each pass rounded through its on-disk dtype, returned as float32), i.e. what
     :func:`read_frame` will give back."""
-    arrays = {name.lower(): (half_to_float32(to_half(arr)) if PASSES[name][1] == np.float16
-                             else np.asarray(arr, dtype=PASSES[name][1]).astype(np.float32))
+    arrays = {name: (half_to_float32(to_half(arr)) if _spec(name)[1] == np.float16
+                     else np.asarray(arr, dtype=_spec(name)[1]).astype(np.float32))
               for name, arr in frame.arrays().items()}
-    arrays.setdefault("confidence", None)
-    return GBufferFrame(meta=dict(frame.meta), **arrays)
+    std = {n.lower(): arrays.get(n) for n in PASSES}
+    return GBufferFrame(meta=dict(frame.meta), extras={n: arrays[n] for n in EXTRA_PASSES if n in arrays}, **std)
 
 
 _EXR_THREADS_SET = False
@@ -348,11 +362,6 @@ def exr_threads() -> None:
         n = min(os.cpu_count() or 1, 8)
     if n > 0 and OpenEXR.global_thread_count() == 0 and hasattr(OpenEXR, "set_global_thread_count"):
         OpenEXR.set_global_thread_count(n)
-
-
-def _check_frame_arg(frame: Any) -> None:
-    if not isinstance(frame, GBufferFrame):
-        raise args.ArgumentError(f"frame must be a GBufferFrame, got {type(frame).__name__}")
 
 
 def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True,
@@ -378,82 +387,62 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     import OpenEXR
 
     args.path("path", path)
-    _check_frame_arg(frame)
+    args.instance("frame", frame, GBufferFrame)
     exr_threads()
     if validate:
         frame.validate()
     path = Path(path)
-    header = {
-        "compression": OpenEXR.ZIP_COMPRESSION,
-        "type": OpenEXR.scanlineimage,
-    }
-    meta = dict(frame.meta)
-    meta.setdefault("contract_version", CONTRACT_VERSION)
-    for k, v in meta.items():
-        header[HEADER_PREFIX + k] = encode_header_value(k, v)
-    channels = _channel_dict(frame)
+    parts = _parts(frame)
+    file_args = parts if isinstance(parts, tuple) else (parts,)  # (header, channels): one unnamed part
     if not atomic:
-        with OpenEXR.File(header, channels) as f:
+        with OpenEXR.File(*file_args) as f:
             f.write(native_path(path))
         return path
-    with atomic_path(path) as tmp, OpenEXR.File(header, channels) as f:
+    with atomic_path(path) as tmp, OpenEXR.File(*file_args) as f:
         f.write(native_path(tmp))
     return path
 
 
-#: header attributes that are text whatever they look like (hashes, ids, paths, names):
-#: a file written before text that looks like JSON was stored quoted (see
-#: :func:`encode_header_value`) keeps them raw, and a digest such as ``75942e4171335134``
-#: must not come back as the float ``inf`` (issue 36, item 10)
-TEXT_KEYS = frozenset({
-    "settings_hash", "input_hash", "source", "source_real_path", "source_file", "estimator",
-    "source_colorspace", "contract_version", "depth_kind", "relative_depth", "sar", "frames_spec",
-    "depth_source",
-})
+#: passes holding colour (tagged with the working space); the others are data
+COLOUR_PASSES = ("Combined", "Albedo")
 
 
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _parts(frame: GBufferFrame):
+    """One OpenEXR part per pass, named ``GBuffer.<Pass>`` as Blender 5 writes them, each
+    stating its colour space (``colorInteropID``: the working space on colour passes,
+    ``data`` on the others; ``chromaticities``) and the frame's camera, lens, rate and
+    timecode (:mod:`backend.exr_attrs`); the ``gbuffer/*`` attributes on the first part."""
+    import OpenEXR
 
+    from . import exr_attrs, exr_colour, layouts
 
-def encode_header_value(key: str, v: Any) -> str:
-    """One ``gbuffer/*`` header value of attribute ``key`` (without prefix) as text. A
-    string of :data:`TEXT_KEYS` is stored as it is (``1.0``, ``75942e4171335134``), other
-    strings too unless they would read back as JSON (``'true'``, ``'12'``): those are
-    JSON-quoted, as is a text value ``'null'`` or one starting with ``"``, so every string
-    reads back as the same string (:func:`decode_header_value`); anything else as JSON."""
-    if isinstance(v, str):
-        if not _utf8(v):  # a path with bytes that are not UTF-8 (surrogates): JSON escapes, ASCII
-            return json.dumps(v)
-        if key in TEXT_KEYS:
-            return json.dumps(v) if v == "null" or v.startswith('"') else v
-        try:
-            json.loads(v)
-        except (ValueError, RecursionError):
-            return v
-    return json.dumps(v)
-
-
-def decode_header_value(key: str, v: Any) -> Any:
-    """The inverse of :func:`encode_header_value` for attribute ``key`` (without prefix):
-    text stays text. A value of :data:`TEXT_KEYS` is kept as written (files of every
-    version store them raw), unless JSON-quoted or ``null``; anything else is
-    JSON-decoded where it parses (files written before issue 36 stored all strings raw,
-    so an untyped string there that looks like a number still reads as one)."""
-    if isinstance(v, bytes):
-        v = v.decode("utf-8", "replace")
-    if not isinstance(v, str):
-        return v
-    if key in TEXT_KEYS and not v.startswith('"'):
-        return None if v == "null" else v
-    try:
-        return json.loads(v)
-    except (ValueError, TypeError, RecursionError):
-        return v
+    meta = dict(frame.meta)
+    meta.setdefault("contract_version", CONTRACT_VERSION)
+    ws = exr_colour.working_space(meta.get("working_space"))
+    frame = exr_colour.to_working(frame, ws)
+    common = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    common.update(exr_attrs.standard_attributes(meta, frame.shape))
+    if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
+        common.update(exr_colour.colour_attributes(ws))
+        common.update((HEADER_PREFIX + k, encode_header_value(k, v)) for k, v in meta.items())
+        chans = {}  # one unnamed part: a part name would make Blender show one pass named after it
+        for name, arr in frame.arrays().items():
+            dtype = _spec(name)[1]
+            stored = to_half(arr) if dtype == np.float16 else np.asarray(arr, dtype)
+            chans.update((k, np.ascontiguousarray(v)) for k, v in layouts.nuke_channels(name, stored).items())
+        return common, chans
+    channels = _channel_dict(frame)
+    parts = []
+    for name in frame.arrays():
+        header = dict(common)
+        header.update(exr_colour.colour_attributes(ws, data=name not in COLOUR_PASSES))
+        if not parts:
+            for k, v in meta.items():
+                header[HEADER_PREFIX + k] = encode_header_value(k, v)
+        prefix = f"{LAYER}.{name}."
+        chans = {k: v for k, v in channels.items() if k.startswith(prefix)}
+        parts.append(OpenEXR.Part(header, chans, f"{LAYER}.{name}"))
+    return parts
 
 
 def _decode_meta(header: Dict[str, Any]) -> Dict[str, Any]:
@@ -493,19 +482,11 @@ def frame_size(path: os.PathLike) -> Tuple[int, int]:
     return int(x1) - int(x0) + 1, int(y1) - int(y0) + 1
 
 
-def _check_regular(path: os.PathLike) -> None:
-    """A FIFO, device or folder in place of a frame file is refused (naming it) before
-    OpenEXR opens the path, which would block on a FIFO (issue 36)."""
-    from .input_files import refuse_special
-
-    refuse_special(path, "the OpenEXR file", ContractError)
-
-
 def _read_header(path: os.PathLike) -> Dict[str, Any]:
     """The first part's header attributes, raw (``{}`` for a file without parts)."""
     import OpenEXR
 
-    _check_regular(path)
+    refuse_special(path, "the OpenEXR file", ContractError)  # a FIFO would block OpenEXR (issue 36)
     try:
         with OpenEXR.File(native_path(path), header_only=True) as f:
             return dict(f.parts[0].header) if f.parts else {}
@@ -525,7 +506,7 @@ def sanitize(frame: GBufferFrame, passes: Optional[Sequence[str]] = None) -> GBu
         passes: lower-case names of the passes to treat (e.g. ``["roughness"]``, the
             ones an edit changed); ``None``: all of them.
     """
-    _check_frame_arg(frame)
+    args.instance("frame", frame, GBufferFrame)
     todo = set(PASS_ATTRS if passes is None else passes)
     for name in PASS_ATTRS:
         arr = getattr(frame, name)
@@ -566,12 +547,16 @@ def read_channels(path: os.PathLike) -> tuple:
     import OpenEXR
 
     exr_threads()
-    _check_regular(path)
+    refuse_special(path, "the OpenEXR file", ContractError)  # a FIFO would block OpenEXR (issue 36)
     try:
         with OpenEXR.File(native_path(path), separate_channels=True) as f:
             if not f.parts:
                 # OpenEXR prints a warning and gives no parts when the pixel data cannot
                 # be read (a truncated or corrupt file)
+                raise ContractError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
+                                    file=path)
+            if len(f.parts) < _part_count(path):
+                # a truncated multi-part file: OpenEXR gives the parts it could read
                 raise ContractError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
                                     file=path)
             chans = {}
@@ -588,8 +573,26 @@ def read_channels(path: os.PathLike) -> tuple:
         raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
 
 
+def _part_count(path) -> int:
+    """Parts a file's headers declare (OpenEXR reads them even when pixel data is cut)."""
+    import OpenEXR
+
+    with OpenEXR.File(native_path(path), header_only=True) as f:
+        return len(f.parts)
+
+
 def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
-    """Find a pass regardless of the layer prefix (Blender may rename the view layer)."""
+    """Find a pass regardless of the layer prefix (Blender may rename the view layer), in
+    either layout (:mod:`backend.layouts`)."""
+    arr = _find_layered(chans, name, suffixes)
+    if arr is None and tuple(suffixes) == _spec(name)[0]:
+        from .layouts import find_nuke
+
+        arr = find_nuke(chans, name)
+    return arr
+
+
+def _find_layered(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np.ndarray]:
     found = []
     for s in suffixes:
         hit = None
@@ -670,7 +673,11 @@ def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:
         roughness=arrays["roughness"],
         confidence=arrays["confidence"],
         meta=_decode_meta(header),
+        extras={n: a for n, spec in EXTRA_PASSES.items() if (a := _find_pass(chans, n, spec[0])) is not None},
     )
+    from .exr_colour import from_stated_working
+
+    from_stated_working(frame, header)  # colour passes in another working space -> Rec.709
     if validate:
         try:
             frame.validate()

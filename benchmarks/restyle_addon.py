@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=24)
     ap.add_argument("--prompt", default="dense fog")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each path; the median is kept")
+    ap.add_argument("--json", default=None, help="result file (default benchmarks/results/restyle_addon.json)")
     args = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
     work = Path(tempfile.mkdtemp(prefix="restyle_addon_"))
@@ -125,7 +126,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['path']:<30}{r['seconds']:>9.2f}{r['ratio_to_cli']:>8.2f}")
     print(f"add-on with the edit vs the CLI on the same edited frames: x{rows[2]['ratio_to_cli_same_frames']:.2f}")
-    out = REPO / "benchmarks" / "results" / "restyle_addon.json"
+    out = Path(args.json) if args.json else REPO / "benchmarks" / "results" / "restyle_addon.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
 

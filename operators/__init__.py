@@ -8,6 +8,7 @@ Modules, one per concept:
 * :mod:`.camera_solve` - Track & Solve (Blender's tracker -> cameras JSON, scene camera), Z-combine
 * :mod:`.restyle` - Restyle (material edits -> edited G-buffers -> restyle worker -> result)
 * :mod:`.results` - Show Result, Play Preview, Open (folder / log), run history
+* :mod:`.plate_world` - World from Plate (the plate's estimated lighting as a World)
 * :mod:`.jobs` - step controller shared by the modal and the blocking paths, Cancel
 * :mod:`.footage` - footage metadata; :mod:`.backend_args` - preferences and backend
   command lines
@@ -19,10 +20,11 @@ compositor wiring, compat, worker); nothing there imports an operator.
 """
 import bpy
 
-from . import camera_solve, decompose, diffusion_deps, export_scene, import_footage, jobs, models, restyle, results
+from . import (camera_solve, decompose, diffusion_deps, export_scene, import_footage, jobs, models, plate_world,
+               restyle, results)
 
 _classes = (*import_footage.classes, *decompose.classes, *restyle.classes, *results.classes, *export_scene.classes, *camera_solve.classes, *jobs.classes,
-            *models.classes, *diffusion_deps.classes)
+            *models.classes, *diffusion_deps.classes, *plate_world.classes)
 
 
 def register():

@@ -108,7 +108,7 @@ class EditsStep(Step):
         reroute)."""
         # an edit may be a constant (a Value node) with no size of its own: a source pass
         # written first gives the output its canvas (the frame's size); it is never read
-        canvas_src = compositor.find_node(tree, compositor.ROLE_GBUFFER).outputs.get("Depth")
+        canvas_src = compositor.image_output(compositor.find_node(tree, compositor.ROLE_GBUFFER), "Depth")
         items = [(self.CANVAS, "VALUE")] if canvas_src is not None else []
         node = compat.new_multilayer_file_output(
             tree, items + [(p, compositor.PASS_TYPES[p]) for p in self.changed], name=self.BAKE_NODE)
@@ -254,6 +254,12 @@ def restyle_job(
         raise ValueError("restyle needs edited_dir or gbuffer_dir")
     # restyle_NNN/restyle.log next to result/ (operator), else inside the --out folder (CLI)
     log = (result_dir.parent if result_dir.name == RESULT_DIR else result_dir) / "restyle.log"
+    if scene.gbuffer_editor.use_scene_lights:  # issue 39: Blender's lights relight the plate
+        # the unedited frames carry the headers (camera); the edited ones do not exist yet
+        unedited = gbuffer_dir or scene.gbuffer_editor.gbuffer_dir or compositor.gbuffer_folder(
+            compositor.find_tree(scene))
+        extra += ["--lights", str(write_scene_lights(scene, Path(bpy.path.abspath(str(unedited))),
+                                                     result_dir.parent / "lights.json"))]
     if renderer:
         extra = ["--renderer", renderer] + extra
     request = backend_args.request_from_cli("restyle", [source, "--prompt", prompt, "--out", result_dir, *extra],
@@ -273,6 +279,46 @@ def restyle_job(
 
     steps.append(CallStep("Loading result", _load))
     return JobController(scene, "Restyle", steps)
+
+
+def write_scene_lights(scene, gbuffer_dir: Path, path: Path) -> Path:
+    """Write the scene's lights (:func:`..addon.scene.lights.scene_lights`) for the
+    G-buffer frames the scene's frame range shows, keyed by G-buffer file number, to
+    ``path`` (in the new restyle_NNN folder: never over a user's file). World space when
+    the G-buffer frames carry a camera (scene export, camera-tracked decompose), else
+    relative to the scene camera.
+
+    Raises:
+        JobFailed: no light that renders, or neither a solved nor a scene camera.
+    """
+    import json
+
+    from ..addon.scene.lights import scene_lights
+    from ..backend import contract
+    from ..backend.renderers.light_rig import frame_camera
+
+    files = contract.list_frames(gbuffer_dir)
+    tree = compositor.find_tree(scene)
+    try:
+        start, _count = compositor.gbuffer_range(tree)
+        offset = compositor.find_node(tree, compositor.ROLE_GBUFFER).frame_offset
+    except (LookupError, AttributeError, TypeError):
+        start, offset = scene.frame_start, min(files) - 1 if files else 0
+    frames = [f for f in range(scene.frame_start, scene.frame_end + 1) if f - start + 1 + offset in files]
+    if not frames:
+        raise JobFailed("Scene Lights: no G-buffer frame lies in the scene's frame range")
+    try:
+        solved = frame_camera(contract.read_meta(files[frames[0] - start + 1 + offset])) is not None
+    except Exception:
+        solved = False
+    try:
+        doc = scene_lights(scene, frames, space="world" if solved else "camera",
+                           numbers=[f - start + 1 + offset for f in frames])
+    except ValueError as e:
+        raise JobFailed(f"Scene Lights: {e}") from e
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    return path
 
 
 def scene_frames_arg(scene, tree) -> List[str]:
@@ -302,9 +348,9 @@ def _take_renderer(args: Optional[List[str]]) -> Optional[str]:
 
 
 class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
-    """Apply the compositor's material edits to the G-buffers and re-render every frame
-    from them with the prompt (worker process; Esc cancels). Each run writes a new
-    restyle_NNN folder"""
+    """Apply the compositor's material edits to the footage and re-render every frame with
+    the prompt's look (empty prompt: the edits only; worker process; Esc cancels). Each run
+    writes a new restyle_NNN folder"""
 
     bl_idname = "gbuffer.restyle"
     bl_label = "Restyle"
@@ -319,9 +365,8 @@ class GBUFFER_OT_restyle(ModalJobMixin, bpy.types.Operator):
         if tree is None or compositor.find_node(tree, compositor.ROLE_GBUFFER) is None:
             cls.poll_message_set("Decompose footage first (no G-buffers in the compositor)")
             return False
-        if not s.prompt.strip():
-            cls.poll_message_set("Type a prompt first")
-            return False
+        # an empty prompt is allowed (issue 39): the footage with the material edits and
+        # lights only, no look
         return True
 
     def build_job(self, context) -> JobController:

@@ -253,6 +253,7 @@ def draw_restyle(layout, context) -> None:
     col.use_property_split = True
     col.use_property_decorate = False
     col.prop(s, "renderer")
+    col.prop(s, "use_scene_lights", icon="LIGHT")
     if not free_text_renderer(s.renderer):
         box = layout.box()
         row = box.row()
@@ -285,6 +286,8 @@ def draw_result(layout, context) -> None:
     row.operator("gbuffer.show_result", text="Show", icon="HIDE_OFF").directory = s.result_dir
     row.operator("gbuffer.play_preview", text="Play", icon="PLAY").directory = s.result_dir
     row.operator("gbuffer.open_path", text="Folder", icon="FILE_FOLDER").path = run_dir
+    if os.path.isfile(os.path.join(bpy.path.abspath(s.result_dir), "plate_lighting.exr")):
+        box.operator("gbuffer.world_from_plate", icon="WORLD").directory = s.result_dir
     runs = results.run_history(results.history_root(context))
     if len(runs) > 1:
         col = box.column(align=True)

@@ -25,7 +25,7 @@ def test_import_is_cheap_and_lists_what_exists():
     assert lines[0] == "[]"  # `import backend` loads no heavy module
     assert "embedded" in lines[1] and "marigold" in lines[1]
     assert "embedded" in lines[2] and "controlnet" in lines[2]
-    assert lines[3] == str(sorted(["fog", "golden_hour", "night", "overcast", "rain", "snow", "underwater"]))
+    assert lines[3] == str(sorted(["fog", "golden_hour", "night", "overcast", "rain", "relight", "snow", "underwater"]))
     assert lines[4] == "['fog', 'foggy', 'haze']"
 
 
@@ -125,7 +125,7 @@ def test_docs_api_example_runs(tmp_path, footage):
     assert out[4] == "cancelled after 0 frame(s)"
     assert sorted(p.name for p in (tmp_path / "gb").glob("gbuffer_*.exr")) == [
         "gbuffer_0001.exr", "gbuffer_0002.exr", "gbuffer_0003.exr"]
-    assert sorted(p.name for p in (tmp_path / "fog").glob("*.exr")) == [
+    assert sorted(p.name for p in (tmp_path / "fog").glob("restyle_*.exr")) == [
         "restyle_0001.exr", "restyle_0002.exr", "restyle_0003.exr"]
     # the example restyles frames 1-3 of a 16-frame shot: restyle says its input is not
     # complete (issue 27); nothing else is warned about

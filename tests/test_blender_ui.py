@@ -949,3 +949,50 @@ def test_restyle_skips_the_edit_bake_when_nothing_was_edited(addon, tmp_path):
     tree.links.new(r_in.outputs[0], r_out.inputs[0])
     assert compositor.edits_untouched(tree)
     bpy.data.scenes.remove(sc)
+
+
+def test_empty_prompt_restyles_the_edits_only_and_builds_the_plate_world(addon, tmp_path):
+    """Issue 39: Restyle with an empty prompt is allowed and gives the footage back where
+    nothing was edited (the edit acts through its difference, the add-on passes the source
+    folder as --reference); World from Plate makes a World from the plate's lighting."""
+    from gbuffer_editor.addon import compat, compositor
+    from gbuffer_editor.operators import decompose, plate_world, restyle
+    from gbuffer_editor.operators.restyle import GBUFFER_OT_restyle
+
+    sc = bpy.data.scenes.new("empty_prompt")
+    gb = write_sequence(tmp_path / "gb", flat_frames(24, 32, 2))
+    decompose.wire_gbuffers(sc, gb)
+    tree = compositor.find_tree(sc)
+    sc.frame_start, sc.frame_end = 1, 2
+    s = sc.gbuffer_editor
+    s.output_dir = str(tmp_path / "runs") + "/"
+    s.renderer, s.prompt = "embedded", ""
+    assert GBUFFER_OT_restyle.poll(SimpleNamespace(scene=sc))
+    with bpy.context.temp_override(scene=sc):
+        assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    res = tmp_path / "runs" / "restyle_001" / "result"
+    src = contract.read_frame(contract.frame_path(gb, 1))
+    from backend.jobs.writers import read_rgba_exr
+
+    out = read_rgba_exr(res / "restyle_0001.exr")
+    np.testing.assert_allclose(out[..., :3], src.combined[..., :3], atol=2e-3)
+    # an albedo edit (a Value node: albedo 0.1 everywhere) darkens what it edits
+    value = compat.new_value_node(tree, 0.1, "Albedo 0.1")
+    tree.links.new(value.outputs[0], compositor.find_node(tree, "out", "Albedo").inputs[0])
+    with bpy.context.temp_override(scene=sc):
+        assert bpy.ops.gbuffer.restyle() == {"FINISHED"}, s.status
+    edited = read_rgba_exr(tmp_path / "runs" / "restyle_002" / "result" / "restyle_0001.exr")
+    assert edited[..., :3].mean() < 0.5 * src.combined[..., :3].mean()
+    # World from Plate: the result folder's plate_lighting.exr as the scene's World
+    assert (tmp_path / "runs" / "restyle_002" / "result" / plate_world.EXR_NAME).is_file()
+    with bpy.context.temp_override(scene=sc):
+        assert bpy.ops.gbuffer.world_from_plate(directory=s.result_dir) == {"FINISHED"}
+    world = sc.world
+    assert world is not None and world.name == plate_world.WORLD_NAME
+    env = [n for n in world.node_tree.nodes if n.bl_idname == "ShaderNodeTexEnvironment"]
+    assert env and env[0].image is not None and env[0].image.size[0] == 256
+    with bpy.context.temp_override(scene=sc):
+        with pytest.raises(RuntimeError, match="not found"):
+            bpy.ops.gbuffer.world_from_plate(directory=str(tmp_path))
+    tree.nodes.remove(value)
+    bpy.data.scenes.remove(sc)

@@ -130,8 +130,8 @@ def test_restyle_rerun_with_other_prompt_is_refused_then_overwrite_clears_previe
     r = run_cli("restyle", boat_gb, "--prompt", "snow", "--out", out, "--frames", "2-3", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
-        "keep.txt", "manifest.json", "preview.mp4", "preview/restyle_0002.png", "preview/restyle_0003.png",
-        "restyle_0002.exr", "restyle_0003.exr"]
+        "keep.txt", "manifest.json", "plate_lighting.exr", "plate_lighting.json", "preview.mp4",
+        "preview/restyle_0002.png", "preview/restyle_0003.png", "restyle_0002.exr", "restyle_0003.exr"]
     assert contract.read_manifest(out)["prompt"] == "snow"
     assert sorted(p.name for p in boat_gb.iterdir()) == [
         "gbuffer_0001.exr", "gbuffer_0002.exr", "gbuffer_0003.exr", "manifest.json"]  # input untouched

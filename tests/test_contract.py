@@ -60,8 +60,9 @@ def test_openexr_round_trip_is_bit_exact(tmp_path):
     fr = random_frame()
     p = contract.write_frame(contract.frame_path(tmp_path, 5), fr)
     assert p.name == "gbuffer_0005.exr"
-    with OpenEXR.File(str(p), separate_channels=True) as f:
-        chans = {k: np.asarray(v.pixels) for k, v in f.channels().items()}
+    with OpenEXR.File(str(p), separate_channels=True) as f:  # one part per pass (issue 38)
+        chans = {k: np.asarray(v.pixels) for part in f.parts for k, v in part.channels.items()}
+        assert [part.name() for part in f.parts] == [f"GBuffer.{n}" for n in fr.arrays()]
     with OpenEXR.File(str(p), header_only=True) as f:
         hdr = dict(f.header())  # copy: the file object's header is gone after close
     want = {}

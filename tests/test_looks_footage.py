@@ -261,12 +261,21 @@ def test_chrome_edit_reflects_the_plate_not_black(clips):
     """Roughness 0 + Metallic 1 over all of boat.mp4 frame 8 (a chrome edit): glossy pixels
     reflect the relit plate. The reflected radiance used to be the diffuse part, which a
     metal does not have, so the frame was 44 % black (luminance < 0.01) at 0.18x the
-    neutral render's mean; now no black pixels to speak of and 0.40x."""
+    neutral render's mean; now no black pixels to speak of and 0.40x (0.38x since issue 39).
+
+    The neutral render is the look ``relight`` since issue 39 (an empty prompt was it).
+    With no look the edit acts through its difference on the footage (``reference`` =
+    the unedited frame): the chrome frame reflects the footage, at 0.55x its mean, with
+    no more black pixels than the footage's own 1.2 %."""
     import dataclasses
 
     f = clips["boat"][8]
     chrome = dataclasses.replace(f, roughness=np.zeros_like(f.roughness), metallic=np.ones_like(f.metallic))
     r = EmbeddedRenderer()
-    out, plain = _lum(r.render(chrome, "", frame_index=7)), _lum(r.render(f, "", frame_index=7))
+    out, plain = _lum(r.render(chrome, "relight", frame_index=7)), _lum(r.render(f, "relight", frame_index=7))
     assert (out < 0.01).mean() < 0.01
     assert out.mean() > 0.3 * plain.mean()
+    src = _lum(f.combined)
+    out = _lum(r.render(chrome, "", frame_index=7, reference=f))
+    assert (out < 0.01).mean() < (src < 0.01).mean() + 0.01
+    assert out.mean() > 0.4 * src.mean()

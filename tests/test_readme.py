@@ -50,7 +50,7 @@ def test_readme_prompt_table_agrees_with_help():
     block = _help("restyle").split("prompt words of the embedded renderer", 1)[1]
     helped = _look_rows(block.split("\n  intensity", 1)[0].splitlines()[1:])
     table = _look_rows(README.split("| look | words |\n|---|---|\n", 1)[1].split("\n\n", 1)[0].splitlines())
-    assert len(helped) == 7 and table == helped
+    assert len(helped) == 8 and table == helped  # 8: "relight" became a look (issue 39)
 
 
 def test_readme_is_a_front_page_whose_links_resolve():

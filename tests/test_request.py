@@ -42,10 +42,12 @@ DECOMPOSE_GOLDEN = [
     ({"anchors": "abc123"}, "fc7a1ef07b2a924b"),
 ]
 
-#: ((prompt, renderer options, reference used, warmup), settings hash of commit a755bda)
+#: ((prompt, renderer options, reference used, warmup), settings hash of commit a755bda);
+#: the empty prompt's changed with issue 39 (it was 8e8012c89ffbe5fd): no prompt is the
+#: footage now, not the relight, so a run from before must not be resumed
 RESTYLE_GOLDEN = [
     (("dense fog", {}, False, None), "ea47db8745e5e69a"),
-    (("", {}, True, None), "8e8012c89ffbe5fd"),
+    (("", {}, True, None), "7909b8772d45ff52"),
     (("heavy rain at night", {"source_light": 0}, False, 2), "130ba096dc452c21"),
 ]
 
@@ -105,7 +107,10 @@ def test_old_folders_resume(tmp_path):
     assert res.written == [] and res.skipped == [1, 2]
     res = restyle(tmp_path / "gb", tmp_path / "rs", "dense fog", mp4=False)
     assert res.written == [] and res.skipped == [1, 2]
-    assert {d: _exr_digests(tmp_path / d) for d in ("gb", "rs")} == before
+    after = {d: _exr_digests(tmp_path / d) for d in ("gb", "rs")}
+    # the old files are untouched; a restyle now also writes the shot's plate lighting (issue 39)
+    assert after["gb"] == before["gb"] and set(after["rs"]) == set(before["rs"]) | {"plate_lighting.exr"}
+    assert {k: after["rs"][k] for k in before["rs"]} == before["rs"]
 
 
 def test_request_file_run_writes_the_same_bytes_as_the_keyword_api(tmp_path):

@@ -282,8 +282,32 @@ def test_reference_folder(gb, tmp_path):
     assert plain.settings_hash != ref.settings_hash
     surf = contract.read_frame(contract.frame_path(gb, 1)).confidence > 0
     m = {k: read_rgba_exr(output_path(tmp_path / k, 1))[surf].mean() for k in ("plain", "ref", "base")}
-    assert m["ref"] < m["plain"] < m["base"]          # the edit shows more with the reference
-    assert m["ref"] / m["base"] < 0.6
+    # issue 39: with the reference the edit acts through its difference (albedo x0.5: half
+    # the footage's diffuse); without it nothing says the folder was edited: the footage
+    assert m["ref"] < m["plain"] == pytest.approx(m["base"], rel=1e-6)
+    assert 0.45 < m["ref"] / m["base"] < 0.55
+    # a folder recording where it was edited from (the add-on's manifest edited_from) uses it
+    contract.write_manifest(edited, {"job": "edit", "edited_from": str(gb)})
+    rec = restyle(edited, tmp_path / "rec", "", stream=io.StringIO(), mp4=False)
+    assert read_rgba_exr(output_path(tmp_path / "rec", 1))[surf].mean() == pytest.approx(m["ref"], rel=1e-6)
+    assert contract.read_manifest(tmp_path / "rec")["input"]["reference_dir"] == str(gb.resolve())
+    assert rec.settings_hash == ref.settings_hash
+    # ... and says what cannot be local when that folder is gone
+    contract.write_manifest(edited, {"job": "edit", "edited_from": str(tmp_path / "gone")})
+    s = io.StringIO()
+    restyle(edited, tmp_path / "gone_out", "", stream=s, mp4=False)
+    warned = [e["message"] for e in events(s) if e["event"] == "warning"]
+    assert any("cannot act locally" in w and "--reference" in w for w in warned), warned
+    (edited / "manifest.json").unlink()
+    # no manifest, but the frames say they were edited (the add-on's bake stamps gbuffer/edited)
+    for n, p in contract.list_frames(edited).items():
+        f = contract.read_frame(p)
+        f.meta = dict(f.meta, edited=True)
+        contract.write_frame(p, f)
+    s = io.StringIO()
+    restyle(edited, tmp_path / "stamped_out", "", stream=s, mp4=False)
+    warned = [e["message"] for e in events(s) if e["event"] == "warning"]
+    assert any("gbuffer/edited" in w and "cannot act locally" in w for w in warned), warned
     assert contract.read_manifest(tmp_path / "ref")["input"]["reference_dir"] == str(gb.resolve())
     with pytest.raises(JobError, match="refusing"):
         restyle(edited, gb / "out", "", stream=io.StringIO(), reference_dir=gb)

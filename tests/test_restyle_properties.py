@@ -54,10 +54,15 @@ def test_registry_gives_embedded_renderer():
 
 
 def test_output_contract(scene):
-    out = EmbeddedRenderer().render(scene, "")
+    # no prompt, no edits: the footage itself (issue 39), bit for bit
+    plate = EmbeddedRenderer().render(scene, "")
+    assert plate.shape == (96, 128, 3) and plate.dtype == np.float32
+    assert np.array_equal(plate, scene.combined[..., :3])
+    out = EmbeddedRenderer().render(scene, "relight")
     assert out.shape == (96, 128, 3) and out.dtype == np.float32
     assert np.all(np.isfinite(out)) and out.min() >= 0.0
-    # the neutral relight keeps the source's exposure roughly (same order of magnitude)
+    # the relight look (the empty prompt before issue 39) keeps the source's exposure
+    # roughly (same order of magnitude)
     surf = scene.confidence > 0
     ratio = out[surf].mean() / scene.combined[..., :3][surf].mean()
     assert 0.6 < ratio < 1.6, ratio
@@ -69,7 +74,7 @@ def test_roughness_to_zero_raises_specular_peak(scene):
     peaks, rgb_peaks = [], []
     for rough in (0.8, 0.5, 0.25, 0.0):
         f = with_(scene, roughness=np.full(scene.shape, rough, F32))
-        lay = r.render_layers(f, "")
+        lay = r.render_layers(f, "relight")
         peaks.append(float(lay.specular.max()))
         rgb_peaks.append(float(lay.rgb[surf].max()))
     assert all(a < b for a, b in zip(peaks, peaks[1:])), peaks
@@ -77,8 +82,8 @@ def test_roughness_to_zero_raises_specular_peak(scene):
     # a local edit: only the edited pixels change
     rough = scene.roughness.copy()
     rough[:, :64] = 0.0
-    a = r.render(scene, "")
-    b = r.render(with_(scene, roughness=rough), "")
+    a = r.render(scene, "relight")
+    b = r.render(with_(scene, roughness=rough), "relight")
     assert np.array_equal(a[:, 70:], b[:, 70:])
     assert not np.array_equal(a[:, :64], b[:, :64])
 
@@ -88,7 +93,7 @@ def test_albedo_scales_diffuse_proportionally(scene):
     surf = scene.confidence > 0
     a1 = np.clip(scene.albedo * F32(0.5), 0.05, 0.5)
     f1, f2, f0 = with_(scene, albedo=a1), with_(scene, albedo=a1 * F32(2.0)), with_(scene, albedo=a1 * F32(0.0))
-    l1, l2 = r.render_layers(f1, ""), r.render_layers(f2, "")
+    l1, l2 = r.render_layers(f1, "relight"), r.render_layers(f2, "relight")
     np.testing.assert_allclose(l2.diffuse[:, surf], 2.0 * l1.diffuse[:, surf], rtol=1e-5, atol=1e-6)
     # before fog: surface - specular is the diffuse part -> exactly 2x
     np.testing.assert_allclose((l2.surface - l2.specular)[:, surf],
@@ -102,7 +107,7 @@ def test_albedo_scales_diffuse_proportionally(scene):
     # since its base became edge-preserving, issue 17)
     a3 = a1.copy()
     a3[..., 0] *= 1.5
-    l3 = r.render_layers(with_(scene, albedo=a3), "")
+    l3 = r.render_layers(with_(scene, albedo=a3), "relight")
     np.testing.assert_allclose(l3.diffuse[0][surf], 1.5 * l1.diffuse[0][surf], rtol=1e-2)
     np.testing.assert_allclose(l3.diffuse[1:, surf], l1.diffuse[1:, surf], rtol=1e-2)
 
@@ -111,8 +116,8 @@ def test_albedo_edit_visible_with_default_source_light(scene):
     r = EmbeddedRenderer()  # keeps half of the source shading
     surf = scene.confidence > 0
     a1 = np.clip(scene.albedo * F32(0.5), 0.05, 0.5)
-    o1 = r.render(with_(scene, albedo=a1), "")
-    o2 = r.render(with_(scene, albedo=a1 * F32(2.0)), "")
+    o1 = r.render(with_(scene, albedo=a1), "relight")
+    o2 = r.render(with_(scene, albedo=a1 * F32(2.0)), "relight")
     ratio = o2[surf].mean() / o1[surf].mean()
     assert 1.3 < ratio < 2.0, ratio
 
@@ -122,8 +127,8 @@ def test_metallic_tints_specular_with_albedo(scene):
     alb = np.empty_like(scene.albedo)
     alb[:] = (0.9, 0.2, 0.1)
     f = with_(scene, albedo=alb, roughness=np.full(scene.shape, 0.2, F32))
-    diel = r.render_layers(f, "")
-    metal = r.render_layers(with_(f, metallic=np.ones(scene.shape, F32)), "")
+    diel = r.render_layers(f, "relight")
+    metal = r.render_layers(with_(f, metallic=np.ones(scene.shape, F32)), "relight")
     i = np.unravel_index(np.argmax(diel.specular.sum(0)), scene.shape)
     s_d, s_m = diel.specular[:, i[0], i[1]], metal.specular[:, i[0], i[1]]
     assert s_d[0] / s_d[2] < 1.3           # dielectric highlight ~ white
@@ -193,7 +198,7 @@ def test_underwater_caustics_only_on_up_facing_and_animated(scene):
 
 def test_snow_whitens_up_facing_surfaces(scene):
     r = EmbeddedRenderer()
-    base = r.render(scene, "")
+    base = r.render(scene, "relight")
     snow = r.render(scene, "snow")
     up = (scene.normal[..., 1] > 0.9) & (scene.confidence > 0)
 
@@ -215,7 +220,7 @@ def test_snow_does_not_settle_on_glossy_surfaces():
     ground = wall(10.0, normal=up, albedo=(0.07, 0.07, 0.07), roughness=0.8)
     w_snow = r.render_layers(water, "snow").diffuse.mean()
     g_snow = r.render_layers(ground, "snow").diffuse.mean()
-    w_base = r.render_layers(water, "").diffuse.mean()
+    w_base = r.render_layers(water, "relight").diffuse.mean()
     assert g_snow > 5 * w_snow
     assert w_snow < 2 * w_base
 
@@ -249,7 +254,7 @@ def test_glossy_ground_reflects_the_object_above_it():
     assert below.sum() > 30 and far_side.sum() > 30
 
     def spec_rb(renderer, frame, m):  # red / blue of the specular layer over m
-        sp = renderer.render_layers(frame, "").specular[:, m].mean(1)
+        sp = renderer.render_layers(frame, "relight").specular[:, m].mean(1)
         return float(sp[0] / sp[2])
 
     on, off = EmbeddedRenderer(), EmbeddedRenderer(reflections=0.0)
@@ -289,7 +294,7 @@ def test_rain_lowers_roughness_and_darkens_albedo(scene):
 
 def test_looks_change_colour_in_the_expected_direction(scene):
     r = EmbeddedRenderer()
-    day = r.render(scene, "").mean(axis=(0, 1))
+    day = r.render(scene, "relight").mean(axis=(0, 1))
     night = r.render(scene, "night").mean(axis=(0, 1))
     gold = r.render(scene, "golden hour").mean(axis=(0, 1))
     assert night.sum() < 0.3 * day.sum()
@@ -302,7 +307,7 @@ def test_every_look_runs_and_differs_from_neutral(scene, look):
     r = EmbeddedRenderer()
     prompt = look.replace("_", " ")
     assert parse_prompt(prompt)[0].name == look
-    neutral = r.render(scene, "")
+    neutral = r.render(scene, "")  # the footage (no look); "relight" is a look too
     out = r.render(scene, prompt, frame_index=3, time_s=0.125)
     assert out.shape == neutral.shape and out.dtype == np.float32
     assert np.all(np.isfinite(out)) and out.min() >= 0
@@ -341,35 +346,40 @@ def test_bad_prompt_and_bad_shapes(scene):
         r.render(scene, "cyberpunk city")
     from backend.contract import ContractError
     with pytest.raises(ContractError, match="Albedo"):
-        r.render(with_(scene, albedo=scene.albedo[:-1]), "")
+        r.render(with_(scene, albedo=scene.albedo[:-1]), "relight")
 
 
 def test_intrinsics_change_view_dependent_shading():
     f = sphere_scene(48, 64, roughness=0.2)
     r = EmbeddedRenderer()
-    a = r.render(f, "")
+    a = r.render(f, "relight")
     fx, fy, cx, cy = f.meta["intrinsics"]
     f2 = dataclasses.replace(f, meta=dict(f.meta, intrinsics=[fx * 3, fy * 3, cx, cy]))
-    b = r.render(f2, "")
+    b = r.render(f2, "relight")
     assert not np.array_equal(a, b)
 
 
 def test_reference_albedo_makes_edits_act_fully_with_source_light(scene):
     """With the unedited frame as reference, 2x albedo -> 2x diffuse even when half of the
-    source shading is kept (default source_light)."""
+    source shading is kept (default source_light). Roughness 1: the plate has no estimated
+    specular, so the plate's diffuse part is all of it (issue 39: an albedo edit scales the
+    plate minus its estimated specular)."""
     r = EmbeddedRenderer()
     surf = scene.confidence > 0
     a1 = np.clip(scene.albedo * F32(0.5), 0.05, 0.5)
-    original = with_(scene, albedo=a1)
-    edited = with_(scene, albedo=a1 * F32(2.0))
-    l1 = r.render_layers(original, "", reference=original)
-    l2 = r.render_layers(edited, "", reference=original)
+    original = with_(scene, albedo=a1, roughness=np.ones(scene.shape, F32))
+    edited = with_(original, albedo=a1 * F32(2.0))
+    # no look: the footage with the edit acting as a ratio
+    np.testing.assert_allclose(r.render(edited, "", reference=original)[surf],
+                               2.0 * scene.combined[..., :3][surf], rtol=1e-5, atol=1e-6)
+    l1 = r.render_layers(original, "relight", reference=original)
+    l2 = r.render_layers(edited, "relight", reference=original)
     np.testing.assert_allclose(l2.diffuse[:, surf], 2.0 * l1.diffuse[:, surf], rtol=1e-5, atol=1e-6)
     # without the reference the kept source light hides half of the edit
-    l2_noref = r.render_layers(edited, "")
+    l2_noref = r.render_layers(edited, "relight")
     assert l2_noref.diffuse[:, surf].mean() < 0.85 * l2.diffuse[:, surf].mean()
     # the unedited frame renders the same with or without itself as reference
     assert np.array_equal(r.render(original, "fog"), r.render(original, "fog", reference=original))
     from backend.contract import ContractError
     with pytest.raises(ContractError, match="reference"):
-        r.render(original, "", reference=with_(original, albedo=a1[:-1]))
+        r.render(original, "relight", reference=with_(original, albedo=a1[:-1]))

@@ -78,7 +78,7 @@ def _clip_numbers(job: str, src: str, kwargs: Dict[str, Any]) -> List[int]:
     if job == "decompose":
         from ..footage import open_footage
 
-        with open_footage(src, colorspace=kwargs.get("colorspace")) as f:
+        with open_footage(src, colorspace=kwargs.get("colorspace"), start_frame=kwargs.get("start_frame")) as f:
             nums = f.info.frame_numbers()
         if nums is None:
             raise ValueError(f"{src}: the clip's length is unknown; a farm job needs it to plan chunks")

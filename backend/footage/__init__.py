@@ -59,7 +59,8 @@ from .naming import _sequence_files, frame_pattern, is_sequence_pattern, sequenc
 
 
 def open_footage(
-    path: os.PathLike, colorspace: Optional[str] = None, max_size: Optional[int] = None
+    path: os.PathLike, colorspace: Optional[str] = None, max_size: Optional[int] = None,
+    start_frame: Optional[int] = None,
 ) -> Footage:
     """Open a movie, image sequence or single image for streaming.
 
@@ -70,6 +71,8 @@ def open_footage(
             (sRGB for integer formats and video, linear for EXR/float TIFF).
         max_size: if given, frames are downscaled (area filter, in linear light) so
             their long side is at most this many pixels. ``None`` = full size.
+        start_frame: a movie's first frame number (a studio plate starts at 1001);
+            ``None``: 1. Sequences keep the numbers in their file names (refused there).
 
     Returns:
         A :class:`Footage` (context manager, iterable of :class:`SourceFrame`) with
@@ -87,6 +90,11 @@ def open_footage(
     if colorspace is not None:
         colour.canonical_name(colorspace)  # fail early on unknown names
     pp = Path(p)
+    if start_frame is not None and int(start_frame) < 0:
+        raise FootageError(f"--start-frame {start_frame}: frame numbers are >= 0")
+    if start_frame is not None and (pp.is_dir() or is_sequence_pattern(pp) or pp.suffix.lower() in IMAGE_EXTS):
+        raise FootageError(f"{p}: --start-frame is for movies; an image sequence keeps the frame numbers in "
+                           "its file names (rename the files to renumber it)", file=p)
     if pp.is_dir() or is_sequence_pattern(pp):
         files = _sequence_files(p)
         return _ImageFootage(files, "sequence", p, colorspace, max_size)
@@ -97,7 +105,7 @@ def open_footage(
                            f"nothing is read from it", file=p)
     if pp.suffix.lower() in IMAGE_EXTS:
         return _ImageFootage([p], "image", p, colorspace, max_size)
-    return _MovieFootage(p, colorspace, max_size)
+    return _MovieFootage(p, colorspace, max_size, start_frame)
 
 
 def probe_footage(path: os.PathLike, colorspace: Optional[str] = None) -> FootageInfo:

@@ -159,6 +159,9 @@ class FootageInfo:
     has_alpha: bool = False
     files: List[str] = field(default_factory=list)
     numbers: List[int] = field(default_factory=list)
+    #: overscan EXR input: ``[data_window, display_window]``, each ``[x0, y0, x1, y1]``
+    #: inclusive (frames hold the data window); ``None``: the frame is the display window
+    windows: Optional[List[List[int]]] = None
 
     def frame_numbers(self) -> Optional[List[int]]:
         """Every source frame number of the footage, in order (``None``: a movie whose

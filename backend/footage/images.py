@@ -11,7 +11,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import colour, events
+from .. import colour, events, exr_colour
 from ..imaging import resize
 from ..input_files import native_path
 from .frames import (Footage, FootageError, FootageInfo, SEQUENCE_FPS, SourceFrame, _check_finite,
@@ -52,8 +52,15 @@ def _window(header, key):
     return int(x0), int(y0), int(x1), int(y1)
 
 
-def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
-    """Read the RGB(A)/Y channels of an OpenEXR file, placed in its display window.
+def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str, tuple, Optional[tuple]]:
+    """Read the RGB(A)/Y channels of an OpenEXR file, the colour space its header states
+    (``(interop_id, chromaticities)``, :func:`backend.exr_colour.stated_space`) and, for
+    overscan, its windows.
+
+    Overscan (a data window that contains the display window and is larger) is kept: the
+    pixels of the whole data window are returned with ``(data_window, display_window)``
+    (each ``(x0, y0, x1, y1)`` inclusive), which the G-buffers and the restyle keep. Any
+    other data window (a crop) is placed into the display window, as before.
 
     A multi-part file: the first part holding R, G, B (or Y) is used, with a ``warning``
     naming the parts. A data window that differs from the display window (a crop or
@@ -89,11 +96,14 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
                                         f"(and likewise in the other files of its folder)", path)
             chans = {k: np.asarray(v.pixels) for k, v in part.channels.items()}
             data_w, disp_w = _window(part.header, "dataWindow"), _window(part.header, "displayWindow")
+            stated = exr_colour.stated_space(part.header)
     except FootageError:
         raise
     except Exception as e:
         raise FootageError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
-    if data_w != disp_w:
+    overscan = data_w != disp_w and data_w[0] <= disp_w[0] and data_w[1] <= disp_w[1] and \
+        data_w[2] >= disp_w[2] and data_w[3] >= disp_w[3]
+    if data_w != disp_w and not overscan:
         _warn_once("window", f"{path}: data window {data_w} differs from the display window {disp_w}; "
                              f"the pixels are placed in the display window ({disp_w[2] - disp_w[0] + 1}x"
                              f"{disp_w[3] - disp_w[1] + 1}), empty (alpha 0) outside the data", path)
@@ -105,7 +115,8 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     r, g, b, a, y = _exr_colour_channels(chans, path)
     rgb = np.stack([r, g, b], axis=-1) if y is None else np.repeat(y[..., None], 3, axis=-1)
     dtype = str(rgb.dtype)
-    return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype
+    windows = (data_w, disp_w) if overscan else None
+    return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype, stated, windows
 
 
 def _exr_colour_channels(chans: dict, path: str):
@@ -212,7 +223,7 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
         check_frame_size(size[0], size[1], path, index + 1)
     if ext == ".exr":
         try:
-            rgb, alpha, dtype = _read_exr(path)
+            rgb, alpha, dtype, stated, windows = _read_exr(path)
         except FootageError as e:
             e.frame = index + 1
             raise
@@ -221,9 +232,12 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
             alpha = np.clip(alpha, 0.0, 1.0)
             rgb = np.where(alpha[..., None] > 1e-6, rgb / np.maximum(alpha[..., None], 1e-6), 0.0)
             rgb = rgb.astype(np.float32)
-        rgb = colour.to_scene_linear(rgb, colorspace, is_linear_file=True)
+        rgb, cs_name = colour.from_stated(rgb, colorspace, stated, path)
+        if colorspace is None and cs_name != colour.LINEAR:
+            _warn_once("stated", f"{path}: the header states {cs_name} (chromaticities / colorInteropID): "
+                                 f"converted to scene-linear Rec.709 (name --colorspace to check it)", path)
         bits = 16 if dtype == "float16" else 32
-        return rgb, alpha, f"exr-{dtype}", bits, True
+        return rgb, alpha, f"exr-{dtype}", bits, True, cs_name, windows
     import cv2
 
     try:
@@ -265,7 +279,7 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
     _check_finite(rgb, alpha, path, index)
     rgb = colour.to_scene_linear(rgb, colorspace, is_linear_file=linear_file)
     pix_fmt = f"{dt.name}x{chans}"
-    return rgb, alpha, pix_fmt, bits, linear_file
+    return rgb, alpha, pix_fmt, bits, linear_file, colour.canonical_name(colorspace, is_linear_file=linear_file), None
 
 
 class _ImageFootage(Footage):
@@ -280,7 +294,7 @@ class _ImageFootage(Footage):
                                f"{self._skip[0]})", file=self._files[0])
         i0 = readable[0]
         _EXR_PART.pop(os.path.dirname(os.path.abspath(self._files[i0])), None)  # its first file decides
-        rgb, alpha, pix_fmt, bits, linear = _read_image(self._files[i0], colorspace, 0)
+        rgb, alpha, pix_fmt, bits, linear, cs_name, windows = _read_image(self._files[i0], colorspace, 0)
         h, w = rgb.shape[:2]
         ow, oh = fit_long_side(w, h, max_size)
         self._first = (rgb, alpha)
@@ -292,8 +306,8 @@ class _ImageFootage(Footage):
             path=path, kind=kind, width=w, height=h, out_width=ow, out_height=oh,
             fps=SEQUENCE_FPS, n_frames=len(self._files), rotation=rot, pix_fmt=pix_fmt, bit_depth=bits,
             codec=Path(self._files[i0]).suffix.lower().lstrip("."),
-            colorspace=colour.canonical_name(colorspace, is_linear_file=linear),
-            has_alpha=alpha is not None, files=self._files, sar=sar,
+            colorspace=cs_name, has_alpha=alpha is not None, files=self._files, sar=sar,
+            windows=[list(w) for w in windows] if windows and max_size is None else None,
             numbers=sequence_numbers(self._files) if kind == "sequence" else [1],
         )
         if self._skip:

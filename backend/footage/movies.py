@@ -1,4 +1,6 @@
-"""Movies through PyAV (FFmpeg): YUV -> RGB with the stream's matrix and range, rotation,
+"""Movies through PyAV (FFmpeg): YUV -> RGB with the stream's matrix and range, its tagged
+transfer and primaries (:func:`backend.colour.video_transform`: Rec.2020 and P3-D65
+primaries converted, PQ/HLG refused without ``--colorspace``), rotation,
 sample aspect, variable frame rate, VP9 alpha through libvpx, and the checks on truncated
 or resized streams. Part of :mod:`backend.footage`.
 """
@@ -46,7 +48,7 @@ _SWS_CS = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "ITU601", 7: "SMPTE240M", 9: "
 
 
 class _MovieFootage(Footage):
-    def __init__(self, path: str, colorspace, max_size):
+    def __init__(self, path: str, colorspace, max_size, start_frame: Optional[int] = None):
         import av
 
         self._path = path
@@ -88,6 +90,11 @@ class _MovieFootage(Footage):
             except StopIteration:
                 raise FootageError(f"{path}: contains no decodable video frames", file=path) from None
             self._first = first
+            try:
+                self._matrix, self._linear, cs_name = colour.video_transform(
+                    first.color_trc or cc.color_trc, first.color_primaries or cc.color_primaries, colorspace, path)
+            except colour.ColourError as e:
+                raise FootageError(str(e), file=path) from None
             rotation = int(round(getattr(first, "rotation", 0) or 0)) % 360
             if rotation == 0 and "rotate" in stream.metadata:
                 try:
@@ -107,8 +114,15 @@ class _MovieFootage(Footage):
                 path=path, kind="movie", width=w, height=h, out_width=ow, out_height=oh,
                 fps=Fraction(fps), n_frames=(stream.frames or None), sar=Fraction(sar),
                 rotation=self._k * 90, pix_fmt=pix_fmt, bit_depth=self._bits, codec=cc.name,
-                colorspace=colour.canonical_name(colorspace), has_alpha=self._alpha,
+                colorspace=cs_name, has_alpha=self._alpha,
             )
+            self._start = 1 if start_frame is None else int(start_frame)
+            if start_frame is not None:
+                n = self.info.n_frames
+                if not n:
+                    raise FootageError(f"{path}: --start-frame needs the movie's length, which its container "
+                                       "does not state; convert it to MP4/MOV first", file=path)
+                self.info.numbers = list(range(self._start, self._start + int(n)))
         except BaseException:
             self.close()
             raise
@@ -158,7 +172,9 @@ class _MovieFootage(Footage):
         if self._k:
             arr = np.rot90(arr, k=self._k)
         arr = np.ascontiguousarray(arr)
-        rgb = colour.to_scene_linear(arr[..., :3], self._cs)
+        rgb = colour.to_scene_linear(arr[..., :3], self._cs, is_linear_file=self._linear)
+        if self._matrix is not None:  # tagged Rec.2020 / P3-D65 primaries -> Rec.709
+            rgb = np.ascontiguousarray(rgb @ self._matrix.T)
         alpha = np.ascontiguousarray(arr[..., 3]) if self._alpha else None
         return rgb, alpha
 
@@ -190,7 +206,7 @@ class _MovieFootage(Footage):
             rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")
-            yield SourceFrame(index, pts_s, rgb, alpha, self._path)
+            yield SourceFrame(index, pts_s, rgb, alpha, self._path, index + self._start)
             index += 1
         if info.n_frames is not None and index < info.n_frames:
             # a cut or damaged file: FFmpeg's threaded decoding just stops early

@@ -29,7 +29,8 @@ from ..errors import JobError
 from ..footage import open_footage
 
 #: decompose keyword arguments the anchors depend on (the others are accepted and ignored)
-ANCHOR_KWARGS = ("frames", "estimator", "estimator_options", "processing_resolution", "device", "colorspace")
+ANCHOR_KWARGS = ("frames", "estimator", "estimator_options", "processing_resolution", "device", "colorspace",
+                 "start_frame")
 
 
 def anchors_path(out: os.PathLike) -> Path:
@@ -41,7 +42,7 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
                     estimator: Any = "embedded", estimator_options: Optional[Dict[str, Any]] = None,
                     processing_resolution: Optional[int] = None, device: Optional[str] = None,
                     colorspace: Optional[str] = None, path: Optional[os.PathLike] = None,
-                    **_ignored) -> Dict[str, Any]:
+                    start_frame: Optional[int] = None, **_ignored) -> Dict[str, Any]:
     """Compute (or keep) a shot's depth anchors.
 
     Args:
@@ -69,7 +70,7 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
     t0 = time.monotonic()
     first, last = parse_frames(frames)
     target = Path(path) if path is not None else anchors_path(out)
-    with open_footage(input_path, colorspace=colorspace) as src:
+    with open_footage(input_path, colorspace=colorspace, start_frame=start_frame) as src:
         info = src.info
         clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
         dec = Decomposer(estimator, processing_resolution=processing_resolution, estimator_options=estimator_options,

@@ -14,6 +14,7 @@ The command line for it is :mod:`backend.jobs.decompose_cli`.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
 )
 from ..errors import JobError
+from ..exr_colour import working_space as exr_working_space
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
     _job_manifest, alpha_summary, flicker_summary, provenance_summary, record_summary,
@@ -191,6 +193,11 @@ def decompose(
     warmup: Optional[int] = None,
     manifest_part: bool = False,
     depth_anchors: Optional[os.PathLike] = None,
+    start_frame: Optional[int] = None,
+    handles: int = 0,
+    passes: Optional[str] = None,
+    layout: Optional[str] = None,
+    working_space: Optional[str] = None,
 ) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
 
@@ -250,6 +257,24 @@ def decompose(
             so chunks and an unchunked run with the same file agree exactly
             (:mod:`backend.depth_anchors`). It must cover every frame written and match the
             source, estimator and processing size. Enters the settings hash (its digest).
+        start_frame: a movie's first frame number (``--start-frame``, e.g. 1001 for a
+            studio plate): frame numbers, file names and ``--frames`` count from it;
+            ``None``: 1. Refused for image sequences (their file names number them).
+            Enters the settings hash when given.
+        handles: ``--handles N``: the first and last N frames of the range written are
+            handles: the manifest's ``cut`` gives ``in``/``out`` inside them, each
+            frame's header ``handle`` says whether it is one. Default 0.
+        passes: optional passes, comma-separated (``--passes vector,position``):
+            motion vectors in Blender's ``Vector`` convention from DIS optical flow, the
+            ``Position`` pass (:mod:`backend.extra_passes`). Enters the settings hash.
+        layout: channel layout, ``"gbuffer"`` (default) or ``"nuke"`` (``--layout nuke``:
+            ``R G B A``, ``depth.Z``, ``normal.XYZ``, ``albedo.RGB`` ... in one part, read by
+            Nuke, Blender and OpenImageIO without shuffling; :mod:`backend.layouts`).
+            Enters the settings hash when not the default.
+        working_space: the colour passes' space in the files: ``"rec709"`` (default,
+            ``lin_rec709_scene``) or ``"acescg"`` (``lin_ap1_scene``): Combined and Albedo
+            are converted on writing and stated (``colorInteropID``, ``chromaticities``);
+            readers convert back. Enters the settings hash when not the default.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -265,7 +290,8 @@ def decompose(
         processing_resolution=processing_resolution, device=device, stabilize=stabilize, strength=strength,
         colorspace=colorspace, hfov_deg=hfov_deg, albedo_detail=albedo_detail, overwrite=overwrite,
         cameras=cameras, camera=camera, multiview=multiview, mesh=mesh, warmup=warmup,
-        manifest_part=manifest_part, depth_anchors=depth_anchors)
+        manifest_part=manifest_part, depth_anchors=depth_anchors, start_frame=start_frame, handles=handles,
+        passes=passes, layout=layout, working_space=working_space)
     return run_decompose(request, progress=progress if progress is not None else stream, cancel=cancel)
 
 
@@ -279,7 +305,8 @@ def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None
         first, last = parse_frames(r.frames)
         if r.mesh is not None:
             check_mesh_path(r.mesh, r.cameras)
-        src = open_footage(r.input, colorspace=r.colorspace)  # input errors before model loading
+        footage = functools.partial(open_footage, r.input, colorspace=r.colorspace, start_frame=r.start_frame)
+        src = footage()  # input errors before model loading
         with src:
             info = src.info
             dec = Decomposer(r.estimator, sar=float(info.sar), **r.decomposer_options())
@@ -292,13 +319,14 @@ def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None
             if r.camera == "auto" and cameras is None and not (r.warmup is not None or r.manifest_part):
                 from ..multiview.autosolve import auto_cameras
 
-                cameras = auto_cameras(r.input, r.out, first=first, last=last, colorspace=r.colorspace)
+                cameras = auto_cameras(r.input, r.out, first=first, last=last, colorspace=r.colorspace,
+                                       start_frame=r.start_frame)
                 manifest["camera"] = "auto: solved" if cameras is not None else "auto: single-image"
-            shot, camera_block = _make_shot(src, dec, Path(r.out), first, last, r, cameras,
-                                            lambda: open_footage(r.input, colorspace=r.colorspace))
+            shot, camera_block = _make_shot(src, dec, Path(r.out), first, last, r, cameras, footage)
             if camera_block is not None:
                 manifest["cameras"] = camera_block
-            settings = r.settings(dec, plan, info, anchors=anchors, cameras=camera_block)
+            cut = _apply_studio(r, shot, info, first, last, manifest)
+            settings = r.settings(dec, plan, info, anchors=anchors, cameras=camera_block, cut=cut)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, r.out)
             chunk, part = None, None
             if r.warmup is not None or r.manifest_part:
@@ -336,6 +364,28 @@ def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int],
     if getattr(dec.estimator, "windowed", False):
         return _WindowedShot(src, dec, out, first, last, r.estimator, reopen=reopen), None
     return _Shot(src, dec, out, first, last, r.estimator), None
+
+
+def _apply_studio(r: DecomposeRequest, shot, info, first: int, last: Optional[int],
+                  manifest: Dict[str, Any]) -> Optional[list]:
+    """The studio-convention settings (issue 38) on the shot: optional passes, layout,
+    working space; ``--handles`` gives ``[cut_in, cut_out]`` (also the manifest's ``cut``),
+    returned for the settings block (``None`` without handles)."""
+    shot.passes, shot.layout, shot.working_space = r.extra_passes(), r.layout, exr_working_space(r.working_space)
+    if not r.handles:
+        return None
+    manifest["cut"] = shot.cut = _cut(info, first, last, r.handles)
+    return list(shot.cut)
+
+
+def _cut(info, first: int, last: Optional[int], handles: int) -> list:
+    """``[cut_in, cut_out]``: the range ``first..last`` of the clip less ``handles`` frames
+    on each side (``ValueError`` when nothing is left between the handles)."""
+    nums = [n for n in (info.frame_numbers() or []) if n >= first and (last is None or n <= last)]
+    if len(nums) <= 2 * handles:
+        raise ValueError(f"--handles {handles}: the range has {len(nums)} frames, nothing is left between "
+                         f"{handles} handle frames on each side")
+    return [nums[handles], nums[-1 - handles]]
 
 
 def _summaries(result, shot, dec: Decomposer, *, stabilize: bool, measured: bool, mesh) -> None:

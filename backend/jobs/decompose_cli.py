@@ -69,6 +69,7 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                    help="history weight for --stabilize, in [0, 1) (default: %(default)s)")
     p.add_argument("--colorspace", default=None,
                    help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
+    _add_studio_arguments(p)
     p.add_argument("--overwrite", action="store_true",
                    help="when --out holds frames of an earlier decompose with other settings, "
                         "remove them (and its manifest) first; without it that is refused. "
@@ -114,6 +115,25 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
     return p
 
 
+def _add_studio_arguments(p) -> None:
+    """The studio-convention options (issue 38; docs/studio-pipeline.md)."""
+    p.add_argument("--start-frame", type=cli_int, default=None, metavar="N",
+                   help="a movie's first frame number (e.g. 1001 for a studio plate): file names, --frames and "
+                        "the header timecode count from it (default 1; image sequences keep their file numbers)")
+    p.add_argument("--handles", type=cli_int, default=0, metavar="N",
+                   help="the first and last N frames written are handles: the manifest's 'cut' gives the "
+                        "cut in/out inside them and each frame's header says whether it is a handle")
+    p.add_argument("--passes", default=None, metavar="LIST",
+                   help="optional passes, comma-separated: 'vector' (motion vectors in Blender's Vector "
+                        "convention, from optical flow), 'position' (the Position pass)")
+    p.add_argument("--layout", default="gbuffer", choices=("gbuffer", "nuke"),
+                   help="channel layout: gbuffer (default: GBuffer.<Pass>.<Chan>, one part per pass) or nuke "
+                        "(R G B A, depth.Z, normal.XYZ, albedo.RGB ... in one part; docs/gbuffer-contract.md)")
+    p.add_argument("--working-space", default="rec709", choices=("rec709", "acescg"),
+                   help="colour space of the Combined and Albedo passes in the files: rec709 (default, "
+                        "scene-linear Rec.709) or acescg (ACEScg, AP1); stated in the headers either way")
+
+
 def kwargs(args) -> dict:
     """Keyword arguments of :func:`decompose` (after ``input`` and ``out``) from parsed args."""
     return dict(
@@ -129,6 +149,9 @@ def kwargs(args) -> dict:
                    "surface": args.mv_surface},
         warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
         depth_anchors=getattr(args, "depth_anchors", None),
+        start_frame=getattr(args, "start_frame", None), handles=getattr(args, "handles", 0),
+        passes=getattr(args, "passes", None), layout=getattr(args, "layout", None),
+        working_space=getattr(args, "working_space", None),
     )
 
 

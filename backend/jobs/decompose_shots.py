@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
-from .. import contract, events
+from .. import contract, events, extra_passes
 from ..decomposer import Decomposer
 from ..errors import JobError
 from ..footage import Footage
@@ -38,6 +38,14 @@ class _Shot:
     warm_from: Optional[int] = None
     #: with ``warm_from``: whether frame ``first`` will be computed (else the warmup is skipped)
     warm_needed: bool = True
+    #: ``--handles``: ``(cut_in, cut_out)`` frame numbers; frames outside are handles
+    cut: Optional[Tuple[int, int]] = None
+    #: ``--passes``: optional passes to add (``vector``, ``position``; :mod:`backend.extra_passes`)
+    passes: Tuple[str, ...] = ()
+    #: ``--layout``: channel layout of the files (:mod:`backend.layouts`)
+    layout: str = "gbuffer"
+    #: ``--working-space``: interop ID of the colour passes in the files
+    working_space: str = "lin_rec709_scene"
 
     #: whether the shot's first source value above half's range was reported (once per shot)
     over_half: bool = False
@@ -59,7 +67,12 @@ class _Shot:
         return {"source": info.path, "source_real_path": os.path.realpath(info.path), "frame_index": sf.index,
                 "timestamp": sf.pts_s,
                 "source_colorspace": info.colorspace, "frame_number": number, "source_file": sf.path,
-                "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation}
+                "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation,
+                "fps": f"{info.fps.numerator}/{info.fps.denominator}",
+                **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {}),
+                **({"data_window": info.windows[0], "display_window": info.windows[1]} if info.windows else {}),
+                **({"layout": self.layout} if self.layout != "gbuffer" else {}),
+                **({"working_space": self.working_space} if self.working_space != "lin_rec709_scene" else {})}
 
     def compute(self, sf, number: int) -> contract.GBufferFrame:
         """One frame, with any failure reported as a :class:`JobError` naming it."""
@@ -96,21 +109,29 @@ class _Shot:
         return self.decomposer.report.manifest_fields()
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
-        for sf in self.src:
-            number = sf.number
-            if self.warm_from is not None and self.warm_from <= number < self.first:
-                if self.warm_needed:  # warmup: temporal state only, never written
-                    self.compute(sf, number)
-                continue
-            if number < self.first:
-                continue
-            if self.last is not None and number > self.last:
-                break
-            yield number, self._work(sf, number)
+        def wanted():
+            for sf in self.src:
+                number = sf.number
+                if self.warm_from is not None and self.warm_from <= number < self.first:
+                    if self.warm_needed:  # warmup: temporal state only, never written
+                        self.compute(sf, number)
+                    continue
+                if number < self.first:
+                    continue
+                if self.last is not None and number > self.last:
+                    break
+                yield number, sf
 
-    def _work(self, sf, number: int):
+        for number, sf, prev, nxt in _paired(wanted(), "vector" in self.passes):
+            yield number, self._work(sf, number, prev, nxt)
+
+    def _work(self, sf, number: int, prev=None, nxt=None):
         def work(tmp_path: Path, shash: str):
             frame = self.compute(sf, number)
+            if "vector" in self.passes:
+                frame.extras["Vector"] = extra_passes.motion_vectors(sf.rgb, prev, nxt)
+            if "position" in self.passes:
+                extra_passes.add_position(frame)
             frame.meta["settings_hash"] = shash
             fp = self.input_for(number) if self.input_for is not None else None
             if fp is not None:
@@ -226,8 +247,7 @@ def _lagging_tasks(shot, numbers: Iterator[int], frames) -> Iterator[Tuple[int, 
     Raises:
         JobError: the second decoder ended before a number came (the footage changed).
     """
-    with shot.reopen() as lag_src:
-        lag = frames(lag_src)
+    def full(lag):
         for number in numbers:
             for n, sf in lag:
                 if n == number:
@@ -235,7 +255,32 @@ def _lagging_tasks(shot, numbers: Iterator[int], frames) -> Iterator[Tuple[int, 
             else:  # the second decoder ended early: the footage changed under us
                 raise JobError(f"{shot.src.info.path}: frame {number} could not be decoded a second time",
                                frame=number, file=shot.src.info.path)
-            yield number, shot._work(sf, number)
+            yield number, sf
+
+    with shot.reopen() as lag_src:
+        for number, sf, prev, nxt in _paired(full(frames(lag_src)), "vector" in shot.passes):
+            yield number, shot._work(sf, number, prev, nxt)
+
+
+def _paired(items, neighbours: bool):
+    """``(number, frame)`` -> ``(number, frame, previous rgb, next rgb)``, the neighbours'
+    ``H x W x 3`` scene-linear frames when their numbers are adjacent (else ``None``);
+    with ``neighbours`` off, ``None`` and no lookahead. Holds one frame ahead."""
+    if not neighbours:
+        for n, sf in items:
+            yield n, sf, None, None
+        return
+    pending = None  # (number, frame, previous rgb)
+    for n, sf in items:
+        prev_rgb = None
+        if pending is not None:
+            pn, psf, pprev = pending
+            adjacent = n == pn + 1
+            yield pn, psf, pprev, (sf.rgb if adjacent else None)
+            prev_rgb = psf.rgb if adjacent else None
+        pending = (n, sf, prev_rgb)
+    if pending is not None:
+        yield (*pending, None)
 
 
 def _windows_summary(result: JobResult, estimator) -> None:

@@ -231,14 +231,22 @@ class DecomposeRequest(_Request):
     manifest_part: bool = False
     depth_anchors: Optional[str] = None
     precision: Optional[str] = None
+    start_frame: Optional[int] = None
+    handles: int = 0
+    passes: Optional[str] = None
+    layout: str = "gbuffer"
+    working_space: str = "rec709"
 
     def __post_init__(self):
         _check_types(self, paths=("input", "out", "cameras", "mesh", "depth_anchors"),
                      flags=("stabilize", "albedo_detail", "overwrite", "manifest_part"), texts=("camera",),
-                     optional_texts=("device", "colorspace"), mappings=("estimator_options", "multiview"),
-                     whole=("warmup",))
+                     optional_texts=("device", "colorspace", "passes", "layout", "working_space"),
+                     mappings=("estimator_options", "multiview"), whole=("warmup", "start_frame", "handles"))
         for name in ("input", "out", "cameras", "mesh", "depth_anchors"):
             object.__setattr__(self, name, _path(getattr(self, name)))
+        object.__setattr__(self, "layout", "gbuffer" if self.layout is None else str(self.layout).strip().lower())
+        object.__setattr__(self, "working_space",
+                           "rec709" if self.working_space is None else str(self.working_space).strip().lower())
         object.__setattr__(self, "estimator_options", dict(self.estimator_options or {}))
         if self.multiview is not None:
             object.__setattr__(self, "multiview", dict(self.multiview))
@@ -273,6 +281,25 @@ class DecomposeRequest(_Request):
             raise ValueError("--mesh needs --cameras: the mesh is fused from measured depth")
         Decomposer._check_options(processing_resolution=self.processing_resolution, stabilize=self.stabilize,
                                   strength=self.strength, hfov_deg=self.hfov_deg, albedo_detail=self.albedo_detail)
+        self._validate_studio()
+
+    def _validate_studio(self) -> None:
+        """The studio-convention options (issue 38; docs/studio-pipeline.md)."""
+        from .. import exr_colour, layouts
+
+        if self.start_frame is not None and (not isinstance(self.start_frame, int) or self.start_frame < 0):
+            raise ValueError(f"--start-frame {self.start_frame!r}: expected a frame number >= 0")
+        if not isinstance(self.handles, int) or isinstance(self.handles, bool) or self.handles < 0:
+            raise ValueError(f"--handles {self.handles!r}: must be an integer >= 0")
+        self.extra_passes()
+        layouts.check(self.layout)
+        exr_colour.working_space(self.working_space)
+
+    def extra_passes(self) -> Tuple[str, ...]:
+        """The optional passes asked for (``--passes``; :mod:`backend.extra_passes`)."""
+        from ..extra_passes import parse_passes
+
+        return parse_passes(self.passes)
 
     def decomposer_options(self) -> Dict[str, Any]:
         """Keyword options of :class:`backend.decomposer.Decomposer` from this request."""
@@ -281,7 +308,7 @@ class DecomposeRequest(_Request):
                     estimator_options=self.estimator_options, device=self.device)
 
     def settings(self, dec, plan, info, *, anchors: Optional[str] = None,
-                 cameras: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 cameras: Optional[Dict[str, Any]] = None, cut: Optional[list] = None) -> Dict[str, Any]:
         """The settings block: hashed for resume, recorded as the manifest's ``settings``.
 
         Args:
@@ -290,6 +317,7 @@ class DecomposeRequest(_Request):
             plan: ``dec.plan(width, height)``; info: the footage's ``FootageInfo``.
             anchors: the depth anchors' digest, when used; cameras: the measured-geometry
                 block (:func:`backend.jobs.decompose_shots._camera_settings`), when used.
+            cut: ``[cut_in, cut_out]`` with ``--handles``.
 
         Key names are kept from earlier versions so folders written by them resume:
         ``max_size`` is the processing resolution used (``dec.resolution``).
@@ -312,7 +340,25 @@ class DecomposeRequest(_Request):
             block["cameras"] = cameras
         if self.warmup is not None:
             block["warmup"] = self.warmup
+        block.update(self._studio_settings(cut))
         return block
+
+    def _studio_settings(self, cut: Optional[list]) -> Dict[str, Any]:
+        """The studio options' entries of the settings block, each only when not its default."""
+        from .. import exr_colour
+
+        out: Dict[str, Any] = {}
+        if self.start_frame is not None:
+            out["start_frame"] = self.start_frame
+        if self.extra_passes():
+            out["passes"] = list(self.extra_passes())
+        if self.layout != "gbuffer":
+            out["layout"] = self.layout
+        if self.working_space != "rec709":
+            out["working_space"] = exr_colour.working_space(self.working_space)
+        if cut is not None:
+            out["cut"] = list(cut)
+        return out
 
 
 @dataclass(frozen=True)
@@ -343,12 +389,14 @@ class RestyleRequest(_Request):
     warmup: Optional[int] = None
     manifest_part: bool = False
     precision: Optional[str] = None
+    #: a lights file (``--lights``, docs/lights.md; issue 39 item 4)
+    lights: Optional[str] = None
 
     def __post_init__(self):
-        _check_types(self, paths=("gbuffer_dir", "out", "reference_dir", "match_look"),
+        _check_types(self, paths=("gbuffer_dir", "out", "reference_dir", "match_look", "lights"),
                      flags=("previews", "mp4", "flicker", "overwrite", "manifest_part"), texts=("renderer",),
                      optional_texts=("prompt",), mappings=("renderer_options",), whole=("warmup",))
-        for name in ("gbuffer_dir", "out", "reference_dir", "match_look"):
+        for name in ("gbuffer_dir", "out", "reference_dir", "match_look", "lights"):
             object.__setattr__(self, name, _path(getattr(self, name)))
         object.__setattr__(self, "renderer_options", dict(self.renderer_options or {}))
         object.__setattr__(self, "prompt", "" if self.prompt is None else str(self.prompt))

@@ -12,6 +12,9 @@ Output folder layout (``--out DIR``; it may not be, contain or lie inside the in
                               :func:`backend.renderers.shading.preview_8bit`).
     DIR/preview.mp4           H.264 yuv420p preview of all frames in the folder (odd
                               sizes padded by edge replication to even).
+    DIR/plate_lighting.json   the shot's plate lighting (embedded renderer, issue 39): SH
+    DIR/plate_lighting.exr    coefficients, and an equirect radiance map for a Blender
+                              World (:mod:`backend.jobs.restyle_plate`).
     DIR/manifest.json         job, settings (+ hash), prompt, looks, renderer parameters,
                               per-frame entries, the preview paths and a flicker metric.
 
@@ -49,8 +52,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from . import flicker as flick
-from .. import contract, events
-from .. import arguments as args
+from .. import arguments as args, contract, events, exr_attrs, exr_colour
 from ..input_files import load_json
 from ..look_match import ColourStats, LookMatch, reference_stats
 from ..renderers.base import DEFAULT_RENDERER
@@ -59,6 +61,7 @@ from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVI
     _source_fps)
 from .restyle_frames import _Measured, _Previews, _Reader, _Rendered
 from .request import RestyleRequest
+from .restyle_plate import recorded_reference, shot_lighting, write_lighting
 from .restyle_settings import RestyleInputs, RestyleLook
 from .runner import Deferred, JobError, JobResult, run_job
 from .windows import WindowBlender
@@ -134,6 +137,15 @@ class RestyleJob:
         inp = self.inputs
         settings = self.request.settings(self.look, reference=inp.reference_dir is not None,
                                          match_look=self._ref_stats.to_dict() if self._ref_stats is not None else None)
+        if inp.reference_dir is not None and hasattr(self.look.renderer, "plate_lighting"):
+            # issue 39: edits act through their difference on the footage (a run with a
+            # reference from before renders otherwise: it is not resumed)
+            from ..renderers.embedded import PLATE_VERSION
+
+            settings["edits"] = f"differential-{PLATE_VERSION}"
+        rig = getattr(self.look.renderer, "light_rig", None)
+        if rig is not None:  # issue 39: the lights file's content re-renders when it changes
+            settings["lights"] = rig.digest
         if self._ref_stats is not None:
             lm = self.out_dir / LOOK_MATCH_NAME
             if lm.exists() or lm.is_symlink():  # never replace a file this product did not write
@@ -182,6 +194,7 @@ class RestyleJob:
                        "fps": str(self.fps)},
             "inputs": self.fingerprints.cache,  # input file identity -> SHA-256 (resume checks)
             "outputs": {},  # folder-level files written (preview.mp4) -> SHA-256
+            "lights": _lights_manifest(getattr(look.renderer, "light_rig", None)),
             "match_look": ({"reference": str(self.match_look.resolve()), "transform": LOOK_MATCH_NAME,
                             "method": "Monge-Kantorovich linear colour transfer in log2 space"}
                            if self.match_look is not None else None),
@@ -207,6 +220,9 @@ class RestyleJob:
             what = f"a link to {os.path.realpath(pdir)}" if pdir.is_symlink() else "not a folder"
             raise JobError(f"{pdir} is {what}: restyle writes its PNG previews only into a real "
                            "folder of its own; remove it or choose another --out")
+        # the plate's lighting, once per shot (issue 39), before the first frame
+        self._lighting = shot_lighting(self.look.renderer, inp.all_files,
+                                       inp.ref_files if self.use_reference else {})
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="restyle-io")
         self._reader = _Reader(self.inputs, self.use_reference, pool)
         self._previews = _Previews(self.out_dir, self.fps, pool, self.previews, self.mp4)
@@ -351,12 +367,29 @@ class RestyleJob:
             contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
         }
 
+    def _attributes(self, n: int, shape) -> Dict[str, Any]:
+        """The input G-buffer frame's camera, lens, rate and timecode as OpenEXR standard
+        attributes (:mod:`backend.exr_attrs`); ``{}`` when its header cannot be read."""
+        src = self.inputs.all_files.get(n)
+        try:
+            meta = contract.read_meta(src) if src is not None else {}
+        except (contract.ContractError, OSError):
+            meta = {}
+        meta.setdefault("fps", str(self.fps))
+        meta.setdefault("frame_number", n)
+        out = exr_attrs.standard_attributes(meta, shape)
+        if meta.get("working_space"):  # written in the G-buffers' working space (ACEScg ...)
+            out.update(exr_colour.colour_attributes(exr_colour.working_space(meta["working_space"])))
+        return out
+
     def _write(self, n: int, tmp_path: Path, rgb: np.ndarray, alpha: Optional[np.ndarray],
                header: Dict[str, Any], combined: np.ndarray) -> Dict[str, Any]:
         """On the runner's writer thread, in frame order, while the next frame renders:
         the EXR, the previews, the flicker sample against the previous frame. Returns
         the preview's checksum for the frame's manifest entry."""
-        write_rgba_exr(tmp_path, rgb, alpha, header)
+        attrs = self._attributes(n, rgb.shape[:2])
+        ws = attrs.get("colorInteropID", exr_colour.WORKING_SPACES["rec709"])  # the G-buffers' working space
+        write_rgba_exr(tmp_path, exr_colour.convert_rgb(rgb, "lin_rec709_scene", ws), alpha, header, attrs)
         # previews from the values as stored (half float, premultiplied): a frame's
         # preview is the same whether rendered now or rebuilt from its EXR on a resume
         a = np.ones(rgb.shape[:2], np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
@@ -377,6 +410,8 @@ class RestyleJob:
 
     def _finish(self, result: JobResult) -> JobResult:
         man = result.manifest
+        if getattr(self, "_lighting", None) is not None:  # for the add-on's World from Plate
+            man["plate_lighting"] = write_lighting(self.out_dir, self._lighting)
         from .restyle_input import input_changed
 
         why = input_changed(self.inputs.gbuffer_dir, self.inputs.all_files)
@@ -422,6 +457,14 @@ class RestyleJob:
         return result
 
 
+def _lights_manifest(rig) -> Optional[Dict[str, Any]]:
+    """The manifest's ``lights`` entry: file, sha256 of its content, space, names."""
+    if rig is None:
+        return None
+    return {"file": str(Path(rig.source).resolve()), "sha256": rig.digest, "space": rig.space,
+            "lights": [{"name": lt.name, "type": lt.type} for lt in rig.lights]}
+
+
 def restyle(
     gbuffer_dir: os.PathLike,
     out_dir: os.PathLike,
@@ -442,6 +485,7 @@ def restyle(
     progress_bar: Optional[bool] = None,
     warmup: Optional[int] = None,
     manifest_part: bool = False,
+    lights: Optional[os.PathLike] = None,
 ) -> JobResult:
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
 
@@ -454,8 +498,10 @@ def restyle(
         frames: ``"A-B"`` input frame numbers (inclusive), default all.
         previews, mp4, flicker: write PNG previews / the MP4 / the flicker metric.
         reference_dir: the *unedited* G-buffer folder ``gbuffer_dir`` was edited from
-            (same frame numbers). Renderers that accept it (embedded) recover the
-            source shading against the original albedo, so albedo edits act fully.
+            (same frame numbers); ``None``: the folder's manifest ``edited_from`` when
+            recorded (:mod:`.restyle_plate`). Renderers that accept it (embedded) make
+            the edits act through their difference on the footage (issue 39); without
+            it an edited folder gets a warning that its edits cannot act locally.
         overwrite: replace the output of an earlier run with other settings in
             ``out_dir`` (refused otherwise).
         match_look: a reference clip, image folder or image: the output's colour
@@ -477,6 +523,11 @@ def restyle(
             ``OUT/.gbuffer_parts/A-B.json`` instead of manifest.json, PNG previews but no
             ``preview.mp4`` nor flicker metric (``python -m backend farm merge OUT`` makes
             them); not with ``overwrite``.
+        lights: a lights file (``docs/lights.md``): the direct light of its point, spot,
+            area and sun lights is added to every frame before the looks (embedded
+            renderer); its content enters the settings hash. A bad file raises
+            :class:`backend.renderers.light_rig.LightsError` (one line naming the file and
+            the light) before anything is written.
 
     Returns:
         :class:`backend.jobs.runner.JobResult`.
@@ -493,7 +544,7 @@ def restyle(
     request = RestyleRequest(gbuffer_dir, out_dir, prompt, renderer=renderer, renderer_options=renderer_options,
                              frames=frames, previews=previews, mp4=mp4, flicker=flicker,
                              reference_dir=reference_dir, overwrite=overwrite, match_look=match_look,
-                             warmup=warmup, manifest_part=manifest_part)
+                             warmup=warmup, manifest_part=manifest_part, lights=lights)
     return run_restyle(request, progress=progress if progress is not None else stream, cancel=cancel)
 
 
@@ -503,5 +554,40 @@ def run_restyle(request: RestyleRequest, *, progress: events.Progress = None,
     cancel, progress = args.cancel(cancel), args.progress(progress)  # an Event or a callable; a callable or stream
     with request.running(progress) as r:
         inputs = RestyleInputs.scan(r.gbuffer_dir, Path(r.out), r.frames, r.reference_dir)
-        look = RestyleLook.create(r.prompt, r.renderer, r.renderer_options)
+        rig = _load_lights(r.lights, inputs) if r.lights is not None else None
+        look = RestyleLook.create(r.prompt, r.renderer, r.renderer_options, lights=rig)
+        if r.reference_dir is None:  # the folder it was edited from, when recorded (issue 39)
+            ref = recorded_reference(inputs.gbuffer_dir, contract.read_manifest(inputs.gbuffer_dir), None,
+                                     look.renderer, inputs.files[inputs.first])
+            if ref is not None:
+                inputs = RestyleInputs.scan(r.gbuffer_dir, Path(r.out), r.frames, ref)
         return RestyleJob(inputs, look, r).run(overwrite=r.overwrite, cancel=cancel)
+
+
+def _load_lights(path: os.PathLike, inputs: RestyleInputs):
+    """Parse ``--lights`` and, for a ``world`` rig, check it against the camera in the
+    header of every frame to render (a frame without a camera, a light behind the camera
+    pointing away from it), before anything is written.
+
+    Raises:
+        LightsError: one line naming the lights file, the light and the frame.
+    """
+    from ..renderers.light_rig import LightsError, frame_camera, load_lights
+
+    if not str(path).strip():
+        raise LightsError("--lights: empty path")
+    rig = load_lights(path)
+    if rig.space != "world":
+        return rig
+    for n, frame_file in sorted(inputs.files.items()):
+        try:
+            meta = contract.read_meta(frame_file)
+        except Exception:  # an unreadable frame is reported when it is read
+            continue
+        c2w = frame_camera(meta)
+        if c2w is None:
+            raise LightsError(f"lights file {rig.source}: space 'world' needs G-buffer frames that carry a camera "
+                              f"(scene export, or a decompose with --cameras / --camera auto); {frame_file} has none: "
+                              f"write the lights with space 'camera'", file=rig.source, frame=n)
+        rig.at(n, c2w)
+    return rig

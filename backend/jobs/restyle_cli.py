@@ -34,7 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "--renderer controlnet (per frame) or wan-vace (video windows) for "
                     "free-form prompts.")
     p.add_argument("gbuffer_dir", help="folder of gbuffer_NNNN.exr (possibly edited)")
-    p.add_argument("--prompt", default="", help="look to render (default: neutral relight)")
+    p.add_argument("--prompt", default="", help="look to render (default: none: the footage with the material edits only; "
+                   "'relight': the daylight relight that was the default before)")
     p.add_argument("--out", required=True, help="output folder (must not overlap the input)")
     p.add_argument("--renderer", default=DEFAULT_RENDERER, help="renderer name (default: %(default)s)")
     p.add_argument("--frames", help="inclusive frame numbers A-B (also A- or A), as in the G-buffer file names "
@@ -53,6 +54,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--match-look", default=None, metavar="REF",
                    help="reference clip, image folder or image: align the output's colour statistics "
                         "to it (Monge-Kantorovich linear transfer, one transform per shot)")
+    p.add_argument("--lights", default=None, metavar="FILE",
+                   help="lights file (JSON, docs/lights.md): add the direct light of its point, spot, area "
+                        "and sun lights (Blender's units, shadows from the depth buffer) to every frame")
     p.add_argument("--no-mp4", action="store_true", help="skip the MP4 preview")
     p.add_argument("--overwrite", action="store_true",
                    help="when --out holds frames of an earlier restyle with other settings (prompt, "
@@ -78,7 +82,8 @@ def kwargs(args) -> dict:
         opts[key] = v
     return dict(renderer=args.renderer, renderer_options=opts, frames=args.frames, mp4=not args.no_mp4,
                 reference_dir=args.reference, match_look=args.match_look, overwrite=args.overwrite,
-                warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False))
+                warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
+                lights=getattr(args, "lights", None))
 
 
 def request(args) -> RestyleRequest:

@@ -161,8 +161,13 @@ class RestyleLook:
     info: Dict[str, Any]
 
     @classmethod
-    def create(cls, prompt: str, renderer: str, options: Optional[Dict[str, Any]] = None) -> "RestyleLook":
+    def create(cls, prompt: str, renderer: str, options: Optional[Dict[str, Any]] = None,
+               lights: Optional[Any] = None) -> "RestyleLook":
         """Build the renderer and parse the prompt, before any output is written.
+
+        ``lights``: a parsed lights file (:class:`backend.renderers.light_rig.LightRig`,
+        ``--lights``) whose direct light the renderer adds to the plate (embedded
+        renderer only; others refuse it with an :class:`~backend.errors.InputError`).
 
         Raises:
             KeyError: unknown renderer; TypeError/ValueError: bad options;
@@ -184,7 +189,12 @@ class RestyleLook:
 
             shown = prompt if len(prompt) <= 60 else prompt[:57] + "..."
             events.warning(f"prompt {shown!r} names no look ({', '.join(LOOK_WORDS)}): the frames are "
-                           "relit as they are, with no look applied")
+                           "the footage with the material edits and lights only, no look applied")
+        if lights is not None:
+            if not hasattr(rend, "light_rig"):
+                raise InputError(f"--lights {lights.source}: the {renderer!r} renderer cannot add lights; "
+                                 f"use the embedded renderer", file=lights.source)
+            rend.light_rig = lights
         return cls(prompt, renderer, rend, looks, info)
 
     def render(self, frame: contract.GBufferFrame, n: int, path: Path, time_s: float,

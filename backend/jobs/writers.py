@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
-from .. import contract
+from .. import contract, exr_colour
 from ..input_files import native_path
 
 #: frame rate of the MP4 preview when the source's is unknown
@@ -25,7 +25,7 @@ DEFAULT_FPS = Fraction(24)
 
 
 def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarray] = None,
-                   header: Optional[Dict[str, Any]] = None) -> Path:
+                   header: Optional[Dict[str, Any]] = None, attributes: Optional[Dict[str, Any]] = None) -> Path:
     """Write scene-linear RGB(A) as a single-part half-float EXR (R, G, B, A channels, PIZ).
 
     RGB is stored premultiplied by alpha (the EXR / Blender convention, as the
@@ -36,6 +36,11 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
         rgb: ``H x W x 3`` float32 scene-linear Rec.709, straight (not premultiplied).
         alpha: ``H x W`` in [0, 1] (clipped; default 1).
         header: extra attributes; non-strings are stored as JSON text.
+        attributes: OpenEXR attributes stored with their own types (``worldToCamera``,
+            ``framesPerSecond`` ... of :mod:`backend.exr_attrs`).
+
+    The file states its colour space: ``colorInteropID`` ``lin_rec709_scene`` and the
+    Rec.709 ``chromaticities`` (:func:`backend.exr_colour.colour_attributes`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -53,10 +58,12 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
     chans["A"] = contract.to_half(np.clip(a, 0.0, 1.0))
     # PIZ: lossless, ~40 % faster to write and smaller than ZIP on filmed content
     hdr = {"compression": OpenEXR.PIZ_COMPRESSION, "type": OpenEXR.scanlineimage}
+    hdr.update(exr_colour.colour_attributes())
+    hdr.update(attributes or {})
     for k, v in (header or {}).items():
         # text is stored raw (restyle's readers read it raw), unless it holds bytes that
         # are not UTF-8 (a prompt from a non-UTF-8 argv): then JSON-escaped
-        hdr[k] = v if isinstance(v, str) and contract._utf8(v) else json.dumps(v, sort_keys=True)
+        hdr[k] = v if isinstance(v, str) and contract.utf8(v) else json.dumps(v, sort_keys=True)
     with OpenEXR.File(hdr, chans) as f:
         f.write(native_path(path))
     return Path(path)
@@ -64,13 +71,16 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
 
 def read_rgba_exr(path: os.PathLike) -> np.ndarray:
     """Read an EXR written by :func:`write_rgba_exr` back as ``H x W x 3`` float32 RGB
-    (as stored: premultiplied by alpha).
+    (as stored: premultiplied by alpha), scene-linear Rec.709 (converted from the space
+    its header states, e.g. ACEScg).
 
     Raises:
         ContractError: not a readable OpenEXR file.
     """
-    chans, _ = contract.read_channels(path)
-    return np.stack([chans[c].astype(np.float32) for c in "RGB"], axis=-1)
+    chans, header = contract.read_channels(path)
+    rgb = np.stack([chans[c].astype(np.float32) for c in "RGB"], axis=-1)
+    iid, _ = exr_colour.stated_space(header)  # written in another working space: back to Rec.709
+    return exr_colour.convert_rgb(rgb, iid, "lin_rec709_scene") if iid in exr_colour.PRIMARIES else rgb
 
 
 def exr_size(path: os.PathLike) -> Tuple[int, int]:

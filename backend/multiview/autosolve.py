@@ -31,7 +31,7 @@ AUTO_SUFFIX = "_cameras.json"
 
 def solve_footage(input_path: os.PathLike, *, first: int = 0, last: Optional[int] = None,
                   colorspace: Optional[str] = None, focal_px: Optional[float] = None,
-                  refine_k1: bool = False) -> SolveReport:
+                  refine_k1: bool = False, start_frame: Optional[int] = None) -> SolveReport:
     """Track and solve the frames ``first..last`` (source frame numbers) of a clip.
 
     Args:
@@ -46,7 +46,7 @@ def solve_footage(input_path: os.PathLike, *, first: int = 0, last: Optional[int
     from ..footage import open_footage
 
     grays, numbers = [], []
-    with open_footage(input_path, colorspace=colorspace, max_size=TRACK_SIZE) as src:
+    with open_footage(input_path, colorspace=colorspace, max_size=TRACK_SIZE, start_frame=start_frame) as src:
         full_w, full_h = src.info.width, src.info.height
         for fr in src:
             if fr.number < first:
@@ -102,14 +102,14 @@ def write_solve(report: SolveReport, path: os.PathLike) -> Path:
 
 
 def auto_cameras(input_path: os.PathLike, out_dir: os.PathLike, *, first: int = 0, last: Optional[int] = None,
-                 colorspace: Optional[str] = None) -> Optional[Path]:
+                 colorspace: Optional[str] = None, start_frame: Optional[int] = None) -> Optional[Path]:
     """Camera: Auto. Solve the clip; when the solve passes every check write it next to
     ``out_dir`` (:func:`default_auto_path`) and return the path, else emit one warning
     ``"Camera: Auto: <reason>; single-image depth"`` and return ``None``.
 
     Also emits ``{"event": "camera_solve", ...}`` with the solve's summary either way."""
     events.emit({"event": "progress", "stage": "camera solve", "done": 0, "total": 1})
-    report = solve_footage(input_path, first=first, last=last, colorspace=colorspace)
+    report = solve_footage(input_path, first=first, last=last, colorspace=colorspace, start_frame=start_frame)
     events.emit(dict({"event": "camera_solve"}, **report.summary()))
     if not report.ok:
         events.warning(f"Camera: Auto: {report.reason}; single-image depth", file=input_path)

@@ -196,6 +196,10 @@ class MultiViewShot:
         self.views: Dict[int, _View] = {}
         self.report = MultiViewReport()
         self._prev: Optional[Tuple[int, np.ndarray, Camera, np.ndarray]] = None
+        #: the last measured frame: (number, scale, shift, prior space, residual gain) of its fusion, and
+        #: its surface depth range; a fallback frame's prior is mapped with them
+        self._align: Optional[Tuple[int, float, float, str, float]] = None
+        self._range_m: Optional[Tuple[float, float]] = None
         self.fusion = None  # SparseTSDF once enable_fusion() and a frame was measured
         self._fuse = False
 
@@ -339,6 +343,8 @@ class MultiViewShot:
             return self._fallback(prior, int(prior.meta.get("frame_number", 0)) or None,
                                   f"too little measured depth ({e})", sf.path)
         self.report.scale, self.report.shift = float(fused.scale), float(fused.shift)
+        self._align = (int(prior.meta.get("frame_number", 0)), float(fused.scale), float(fused.shift), space,
+                       _residual_gain(fused, prior_map, space, opts.confidence_threshold))
         self.report.prior_rank_corr = round(fused.prior_rank_corr, 4)
         self.report.prior_trust = round(fused.prior_trust, 4)
         if self._fuse or opts.surface:
@@ -466,13 +472,10 @@ class MultiViewShot:
         normal[sky] = contract.SKY_NORMAL
         conf = np.where(sky, 0.0, np.maximum(conf, 2 * SKY_CONFIDENCE)).astype(np.float32)
         self.report.measured_fraction = round(float((conf >= self.options.confidence_threshold).mean()), 4)
+        self._range_m = (near, far)
         meta = dict(prior.meta)
         meta.update(depth_kind=self.depth_kind, depth_near=near, depth_far=far,
-                    intrinsics=list(cam.intrinsics), intrinsics_assumed=False,
-                    camera={"camera_to_world": cam.c2w_opengl().tolist(), "convention": "blender",
-                            "units": self.units, "distortion_model": cam.distortion_model,
-                            "distortion": list(cam.distortion)},
-                    depth_source="multiview", prior_estimator=prior.meta.get("estimator"),
+                    **self._camera_meta(cam), depth_source="multiview", prior_estimator=prior.meta.get("estimator"),
                     measured_fraction=self.report.measured_fraction,
                     neighbours=self.report.neighbours,
                     filled=[p for p in prior.meta.get("filled", []) if p != "normal"])
@@ -490,17 +493,78 @@ class MultiViewShot:
                                      albedo=prior.albedo, metallic=prior.metallic, roughness=prior.roughness,
                                      confidence=conf, meta=meta)
 
+    def _camera_meta(self, cam: Camera) -> Dict[str, Any]:
+        """The camera fields of a frame's meta (``camera``, ``intrinsics``), from which the
+        writer stamps ``worldToCamera``/``worldToNDC`` (:mod:`backend.exr_attrs`)."""
+        return {"intrinsics": list(cam.intrinsics), "intrinsics_assumed": False,
+                "camera": {"camera_to_world": cam.c2w_opengl().tolist(), "convention": "blender",
+                           "units": self.units, "distortion_model": cam.distortion_model,
+                           "distortion": list(cam.distortion)}}
+
     def _fallback(self, prior: contract.GBufferFrame, number, reason: str, file) -> contract.GBufferFrame:
         """Keep the single-image result for this frame, and say so. Its Confidence is kept
         below the threshold (sky stays at its value): in a multi-view shot, Confidence >=
         the threshold means measured from parallax (docs/gbuffer-contract.md), and nothing
-        in this frame is."""
+        in this frame is. The frame keeps its camera (when it has one), and its depth is
+        mapped into the shot's units with the scale and shift the last measured frame's
+        fusion found (:meth:`_scale_to_shot`), so it does not jump between its measured
+        neighbours."""
         self.report.fallback = reason
         self._prev = None
         events.warning(f"frame {number}: {reason}; using the single-image depth", frame=number, file=file)
         prior.meta["depth_source"] = "single-image"
+        cam = self.camera_for(number, file) if number is not None else None
+        if cam is not None:
+            prior.meta.update(self._camera_meta(cam))
+        self._scale_to_shot(prior)
         if prior.confidence is not None:
             cap = np.float32(FALLBACK_CONFIDENCE * self.options.confidence_threshold)
             c = prior.confidence
             prior.confidence = np.where(c <= SKY_CONFIDENCE, c, np.minimum(c, cap)).astype(np.float32)
         return prior
+
+    def _scale_to_shot(self, prior: contract.GBufferFrame) -> None:
+        """Map a fallback frame's single-image depth into the shot's units (in place): the
+        prior (disparity or depth, as :meth:`_prior_map` gives it, without undistortion)
+        through the last measured frame's fusion scale and shift and its residual gain
+        (:func:`_residual_gain`), clipped to half / twice
+        that frame's surface range; sky at the far value. Without a measured frame before
+        it the frame keeps its relative depth (``depth_kind`` says so)."""
+        if self._align is None or self._range_m is None:
+            return
+        ref, s, t, space, gain = self._align
+        disp = self.decomposer.last_disparity
+        if (space == "inverse") != (disp is not None):
+            return
+        h, w = prior.depth.shape
+        if space == "inverse":
+            m = s * resize(np.ascontiguousarray(disp, dtype=np.float32), (w, h), "linear") + t
+            depth = gain / np.maximum(m, 1e-12)
+        else:
+            depth = gain * (s * prior.depth + t)
+        near, far = self._range_m[0] * 0.5, self._range_m[1] * 2.0
+        sky = prior.confidence <= SKY_CONFIDENCE if prior.confidence is not None else np.zeros((h, w), bool)
+        depth = np.clip(np.where(np.isfinite(depth), depth, far), near, far)
+        vals = depth[~sky] if (~sky).any() else depth.ravel()
+        lo, hi = float(vals.min()), float(max(vals.max(), vals.min() * 1.0001))
+        prior.depth = np.where(sky, hi, np.clip(depth, lo, hi)).astype(np.float32)
+        prov = dict(prior.meta.get("provenance") or {}, depth="estimated")
+        models = dict(prior.meta.get("pass_models") or {})
+        models["depth"] = (f"{prior.meta.get('estimator')}, mapped into the shot's units with frame {ref}'s "
+                           f"fusion scale, shift ({space}) and gain {gain:.4f}")
+        prior.meta.update(depth_kind=self.depth_kind, depth_near=lo, depth_far=hi, scaled_from_frame=ref,
+                          provenance=prov, pass_models=models)
+
+
+def _residual_gain(fused, prior_map: np.ndarray, space: str, threshold: float) -> float:
+    """Median of measured depth / the prior mapped by the fusion's scale and shift, on the
+    confident pixels: what the fusion's local correction adds on the whole (the affine fit
+    is robust, not a median fit). 1 when nothing is confident."""
+    ok = fused.confidence >= threshold
+    if not ok.any():
+        return 1.0
+    h, w = fused.depth.shape
+    m = fused.scale * resize(np.asarray(prior_map, np.float32), (w, h)) + fused.shift
+    aligned = 1.0 / np.maximum(m, 1e-12) if space == "inverse" else m
+    ok &= np.isfinite(aligned) & (aligned > 0)
+    return float(np.median(fused.depth[ok] / aligned[ok])) if ok.any() else 1.0

@@ -16,7 +16,7 @@ G-buffer supplies the structure, the prompt the appearance:
 
 * **img2img** (:class:`diffusers.StableDiffusionControlNetImg2ImgPipeline`) from an
   init image (``init="embedded"``: the embedded renderer's relight, using the prompt if
-  it parses as looks, else a neutral relight; ``"source"``: the source frame; ``"none"``:
+  it parses as looks, else the footage itself; ``"source"``: the source frame; ``"none"``:
   text-to-image with :class:`diffusers.StableDiffusionControlNetPipeline`) at
   ``strength``.
 * **Temporal consistency** for per-frame diffusion:
@@ -294,7 +294,8 @@ class ControlNetRenderer(Renderer):
 
         Args:
             looks: the looks the prompt names (:func:`.base.read_prompt`; ``None``:
-                parsed here), for the embedded init; ``()``: a neutral relight.
+                parsed here), for the embedded init; ``()``: the footage (the embedded
+                renderer with no look returns the plate, issue 39).
             prev: the previous frame's output (``H x W x 3`` scene-linear) for the
                 temporal init; used when this renderer also saw the previous frame's
                 source (otherwise, e.g. after a resume, the flow is unknown and it is

@@ -60,6 +60,8 @@ from .prompt import Look
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
 RENDER_VERSION = 5
+#: version of the differential plate (issue 39; in the resume hash of runs with no look or a reference)
+PLATE_VERSION = 1
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
@@ -138,6 +140,11 @@ class EmbeddedRenderer(Renderer):
         sh.tune_allocator()
         self.overrides = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
                           for k, v in overrides.items()}
+        #: the shot's lighting (:class:`.differential.PlateLighting`), set once per shot by
+        #: the restyle job; ``None``: estimated from each frame that has edits
+        self.plate_lighting = None
+        #: lights added to the plate (:mod:`.lights`' rig), ``None``: none
+        self.light_rig = None
 
     # -- public API -----------------------------------------------------------------
     def params(self, prompt: str, looks: Optional[Sequence[Look]] = None) -> LookParams:
@@ -157,11 +164,13 @@ class EmbeddedRenderer(Renderer):
 
     def describe(self, prompt: str, looks: Optional[Sequence[Look]] = None) -> Dict[str, object]:
         """The parsed looks and the full parameter set (for metadata); see
-        :meth:`.base.Renderer.describe`."""
+        :meth:`.base.Renderer.describe`. No look and no overrides: ``params`` is
+        ``{"plate": PLATE_VERSION}`` (the edited plate only, issue 39: no shader number
+        is used, and the restyle job's resume hash tells it from the old relight)."""
         looks = read_prompt(prompt, self) if looks is None else tuple(looks)
-        return {"prompt": prompt,
-                "looks": [lk.to_json() for lk in looks],
-                "params": self.params(prompt, looks).to_json()}
+        params = ({"plate": PLATE_VERSION} if not looks and not self.overrides
+                  else self.params(prompt, looks).to_json())
+        return {"prompt": prompt, "looks": [lk.to_json() for lk in looks], "params": params}
 
     def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
                time_s: float = 0.0, prev: Optional[np.ndarray] = None,
@@ -183,24 +192,63 @@ class EmbeddedRenderer(Renderer):
             PromptError: prompt outside the vocabulary.
             ContractError: arrays of the wrong shape (also for ``reference``).
         """
+        looks = read_prompt(prompt, self) if looks is None else tuple(looks)
+        if not looks and not self.overrides:  # no look: the edited (and lit) plate only
+            return self.render_layers(frame, None, frame_index=frame_index, reference=reference).rgb
         return self.render_layers(frame, self.params(prompt, looks), frame_index=frame_index,
                                   time_s=time_s, reference=reference).rgb
 
+    # -- the plate (issue 39: differential re-rendering) ------------------------------
+    def _edited_plate(self, frame: GBufferFrame, reference: Optional[GBufferFrame], view, intr) -> np.ndarray:
+        """Step 0: the footage with the edits acting through their difference
+        (:func:`.differential.differential_plate`), 3 x H x W straight colour."""
+        from .differential import differential_plate, estimate_plate_lighting
+
+        def lighting():
+            if self.plate_lighting is None:  # no shot estimate: this frame's own
+                return estimate_plate_lighting([reference if reference is not None else frame])
+            return self.plate_lighting
+
+        h, w = frame.shape
+        depth = np.asarray(frame.depth, dtype=F32)
+        sky = _distances(frame, DAYLIGHT, np.ones((h, w), F32)).sky
+        k = sh.intrinsics_for(h, w, intr, self.fov_y_deg)
+
+        def ssr(rough):  # the frame itself, for glossy edits (None: nothing glossy)
+            plate = _straight_colour(frame.combined)
+            return _reflect_frame(None, None, view, DAYLIGHT, depth, rough, sky, (plate, plate), k, parts=True)
+
+        plate, _mask = differential_plate(frame, reference, lighting, view, ssr)
+        return plate
+
+    def _add_lights(self, plate: np.ndarray, frame: GBufferFrame, frame_index: int, intr) -> np.ndarray:
+        """Lights placed by the artist (``self.light_rig``), added to the plate: the one
+        place the renderer calls :func:`.lights.light_contribution` (H x W x 3 radiance,
+        may be negative; ``frame_number`` = the G-buffer frame number, ``frame_index + 1``
+        as the restyle job passes ``n - 1``). No rig: the plate as it is."""
+        if self.light_rig is None:
+            return plate
+        from .lights import light_contribution  # the lights branch's module
+
+        add = light_contribution(frame, self.light_rig, frame_number=frame_index + 1,
+                                 intrinsics=sh.intrinsics_for(*frame.shape, intr, self.fov_y_deg))
+        return np.maximum(plate + sh.chw(add), F32(0.0))
+
     # -- implementation ---------------------------------------------------------------
-    def render_layers(self, frame: GBufferFrame, prompt: Union[str, LookParams], *,
+    def render_layers(self, frame: GBufferFrame, prompt: Union[str, LookParams, None], *,
                       frame_index: int = 0, time_s: float = 0.0,
                       reference: Optional[GBufferFrame] = None) -> RenderLayers:
         """Render and return the intermediate layers (see :class:`RenderLayers`).
 
-        ``prompt`` may be a prompt string or ready :class:`~.looks.LookParams`;
-        ``reference`` as in :meth:`render`.
+        ``prompt`` may be a prompt string, ready :class:`~.looks.LookParams`, or ``None``
+        (or a prompt with no look, and no overrides): the edited plate only (step 0, no
+        look, no post); ``reference`` as in :meth:`render`.
 
         Longer than ~80 lines on purpose: it is the module docstring's method, steps
         1-6 in order, reading top to bottom; each step's arithmetic is already in its
         own function, and splitting the sequence would only pass a dozen intermediate
         arrays between them.
         """
-        p = prompt if isinstance(prompt, LookParams) else self.params(prompt)
         _check_shapes(frame, reference)
         h, w = frame.shape
         meta = frame.meta or {}
@@ -208,7 +256,15 @@ class EmbeddedRenderer(Renderer):
         planar, ray_len, view = sh.camera_rays(h, w, intr, self.fov_y_deg)
         one = F32(1.0)
 
-        src = _straight_colour(frame.combined)
+        # --- 0. the plate: the footage, edits acting through their difference, lights ------
+        plate = self._edited_plate(frame, reference, view, intr)
+        plate = self._add_lights(plate, frame, frame_index, intr)  # LIGHTS HOOK (issue 39 item 4)
+        if prompt is None or (isinstance(prompt, str) and not read_prompt(prompt, self) and not self.overrides):
+            return _plate_layers(plate, frame, ray_len)
+        p = prompt if isinstance(prompt, LookParams) else self.params(prompt)
+        reference = None  # the plate carries the edits now: the looks shade it as it is
+
+        src = plate
         albedo = np.clip(sh.chw(frame.albedo), 0.0, 1.0)
         normal = sh.chw(frame.normal)
         rough = np.clip(np.asarray(frame.roughness, dtype=F32), 0.0, 1.0)
@@ -316,6 +372,18 @@ class EmbeddedRenderer(Renderer):
 # --------------------------------------------------------------------------- steps
 
 
+def _plate_layers(plate: np.ndarray, frame: GBufferFrame, ray_len: np.ndarray) -> RenderLayers:
+    """:class:`RenderLayers` of the plate alone (no look): rgb = the plate (H x W x 3,
+    NaN -> 0, >= 0), all of it diffuse, clear medium."""
+    h, w = frame.shape
+    d = _distances(frame, DAYLIGHT, ray_len)
+    rgb = sh.hwc(plate)
+    np.fmax(rgb, F32(0.0), out=rgb)
+    return RenderLayers(rgb=rgb, surface=plate, diffuse=plate, specular=np.zeros_like(plate),
+                        transmittance=np.ones((3, h, w), dtype=F32), sky=d.sky,
+                        distance_m=(d.ray_unit * d.fog_scale).astype(F32))
+
+
 def _check_shapes(frame: GBufferFrame, reference: Optional[GBufferFrame]) -> None:
     h, w = frame.shape
     for name, arr, c in (("Combined", frame.combined, (3, 4)), ("Normal", frame.normal, (3,)),
@@ -332,10 +400,9 @@ def _check_shapes(frame: GBufferFrame, reference: Optional[GBufferFrame]) -> Non
 
 def _straight_colour(comb: np.ndarray) -> np.ndarray:
     """Combined (premultiplied, EXR convention) -> straight RGB, 3 x H x W."""
-    if comb.shape[2] == 4 and float(comb[..., 3].min()) < 1.0:
-        a = comb[..., 3:4]
-        return sh.chw(np.where(a > 1e-4, comb[..., :3] / np.maximum(a, F32(1e-4)), F32(0.0)))
-    return sh.chw(comb[..., :3])
+    from .differential import straight
+
+    return straight(comb)
 
 
 @dataclass
@@ -518,7 +585,7 @@ SSR_NORMAL_SMOOTH = 1.0 / 160
 
 def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: LookParams,
                    depth: np.ndarray, rough: np.ndarray, sky: np.ndarray, radiance: tuple,
-                   intr: tuple):
+                   intr: tuple, parts: bool = False):
     """What glossy pixels reflect, and at which angle.
 
     ``radiance`` is ``(sky colour, diffuse)`` (3 x H x W each): the relit frame without
@@ -532,14 +599,16 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     pixels (long side), upsampled bilinearly.
 
     Returns:
-        ``(env 3 x H x W, n_dot_v H x W)`` for :func:`~.shading.env_specular`.
+        ``(env 3 x H x W, n_dot_v H x W)`` for :func:`~.shading.env_specular`; with
+        ``parts`` (``env``, ``n_dot_v`` unused) the pieces ``(reflected colour 3 x H x W,
+        weight H x W, n.v of the depth normals H x W)``, or ``None`` when nothing is glossy.
     """
     if float(rough.min()) >= SSR_MAX_ROUGHNESS:  # nothing glossy (the usual estimate)
-        return env, n_dot_v
+        return None if parts else (env, n_dot_v)
     gloss = F32(1.0) - sh.smoothstep(0.1, SSR_MAX_ROUGHNESS, rough)
     gloss[sky] = 0.0
     if not (gloss > 0).any():
-        return env, n_dot_v
+        return None if parts else (env, n_dot_v)
     radiance = np.where(sky, radiance[0], radiance[1])
     h, w = depth.shape
     k = max(1, int(round(max(h, w) / SSR_GRID)))
@@ -596,6 +665,8 @@ def _reflect_frame(env: np.ndarray, n_dot_v: np.ndarray, view: np.ndarray, p: Lo
     wgt = sh.upsample(wgt, h, w)
     n_full = sh.upsample(n_l, h, w)
     nv_depth = np.maximum(n_full[0] * view[0] + n_full[1] * view[1] + n_full[2] * view[2], F32(1e-4))
+    if parts:
+        return col, wgt, nv_depth
     nv = n_dot_v + (nv_depth - n_dot_v) * wgt  # where a reflection was found
     return env + (col - env) * wgt, nv
 

@@ -261,7 +261,14 @@ def _fog(p: LookParams, s: float) -> LookParams:
     )
 
 
+def _relight(p: LookParams, s: float) -> LookParams:
+    """The renderer's own daylight rig over the plate (what an empty prompt did before
+    issue 39): half the source's shading kept at strength 1, none at 2."""
+    return replace(p, source_light=min(max(1.0 - 0.5 * s, 0.0), 1.0))
+
+
 APPLY = {
+    "relight": _relight,
     "golden_hour": _golden_hour,
     "overcast": _overcast,
     "night": _night,

@@ -31,13 +31,17 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import InputError
 
-#: order in which looks are applied (light rig, then surfaces, then media; night last:
+#: order in which looks are applied (relight first: the renderer's own daylight rig,
+#: which an empty prompt no longer applies (issue 39: no look = the footage); then the
+#: light rig, then surfaces, then media; night last:
 #: it scales the light level of whatever the other looks built, so the darker light
 #: wins -- "heavy rain at night" is darker than both "heavy rain" and the source)
-LOOK_ORDER = ("golden_hour", "overcast", "rain", "snow", "underwater", "fog", "night")
+LOOK_ORDER = ("relight", "golden_hour", "overcast", "rain", "snow", "underwater", "fog", "night")
 
 #: surface forms -> canonical look name (multi-word forms are matched first)
 SYNONYMS: Dict[str, str] = {
+    "relight": "relight", "relit": "relight", "neutral": "relight", "daylight": "relight",
+    "reshade": "relight",
     "fog": "fog", "foggy": "fog", "mist": "fog", "misty": "fog", "haze": "fog",
     "hazy": "fog", "smog": "fog", "mistiness": "fog",
     "underwater": "underwater", "under water": "underwater", "ocean": "underwater",
@@ -110,11 +114,12 @@ class PromptError(InputError):
 
     @property
     def short(self) -> str:
-        """One line: the unknown words, the nearest known word for each, the looks."""
+        """One line: the unknown words, the nearest known word for each, the looks (not
+        ``relight``, to keep the line short: the full list names it)."""
         hints = [f"{s!r} for {w!r}" for w, s in self.suggestions.items() if s]
         hint = f" Did you mean {', '.join(hints)}?" if hints else ""
         return (f"the embedded renderer does not understand {', '.join(map(repr, self.unknown))} "
-                f"in prompt {self.prompt!r}.{hint} Looks: {', '.join(LOOK_WORDS)}; free text: "
+                f"in prompt {self.prompt!r}.{hint} Looks: {', '.join(w for w in LOOK_WORDS if w != 'relight')}; free text: "
                 f"--renderer controlnet.")
 
 
@@ -152,7 +157,8 @@ def parse_prompt(prompt: str) -> Tuple[Look, ...]:
 
     Args:
         prompt: free text, e.g. ``"murky underwater at night"``. An empty prompt gives
-            ``()`` (plain daylight relight).
+            ``()`` (no look: the renderer returns the edited plate, issue 39;
+            ``"relight"`` is the daylight relight an empty prompt gave before).
 
     Returns:
         Tuple of :class:`Look` sorted by :data:`LOOK_ORDER`, one per look name.
@@ -224,7 +230,7 @@ PRESETS = ("light fog", "dense fog", "heavy rain", "heavy rain at night", "light
            "dense fog at night", "light fog at golden hour")
 
 #: the word that makes each look stronger (the sliders' phrases; see :func:`look_phrase`)
-STRONG_WORD = {"fog": "dense", "rain": "heavy", "snow": "heavy", "overcast": "heavy",
+STRONG_WORD = {"relight": "strong", "fog": "dense", "rain": "heavy", "snow": "heavy", "overcast": "heavy",
                "golden_hour": "strong", "night": "dark", "underwater": "murky"}
 
 
