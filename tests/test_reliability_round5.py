@@ -566,6 +566,15 @@ def test_resuming_a_complete_folder_on_a_read_only_mount_reports_complete(tmp_pa
     done = events(r.stdout)[-1]
     assert done["event"] == "done" and done["skipped"] == 3 and done["written"] == 0 and done["read_only"]
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    import io
+
+    from backend.jobs.restyle import restyle
+
+    restyle(out, tmp_path / "rs", "fog", progress=io.StringIO())
+    before_rs = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "rs").iterdir()}
+    r = _read_only_cli(tmp_path / "rs", "restyle", out, "--out", tmp_path / "rs", "--prompt", "fog")
+    assert r.returncode == 0 and events(r.stdout)[-1]["read_only"], r.stderr[-1500:]
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "rs").iterdir()} == before_rs
     # an incomplete folder there is still refused (something would have to be written)
     (out / "gbuffer_0003.exr").unlink()
     r = _read_only_cli(out, "decompose", src, "--estimator", "tiny", "--max-size", "32", "--out", out)
