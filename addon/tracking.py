@@ -373,7 +373,8 @@ def write_cameras_json(clip, path: os.PathLike, scene=None, camera_object=None) 
     units = solve_units(camera_object)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_cameras_json(path, cams, convention="blender", units=units, depth_range=rng)
+    save_cameras_json(path, cams, convention="blender", units=units, depth_range=rng,
+                      lens_note=lens_note(clip) or None)
     return {"path": str(path), "frames": len(cams), "first": min(cams), "last": max(cams), "units": units,
             "depth_range": list(rng) if rng else None,
             "error": float(clip.tracking.reconstruction.average_error)}
@@ -694,6 +695,22 @@ class TrackSolve:
                 else:
                     cam.focal_length_pixels = f0
                     valid, err, n = self._solve_once(False)
+            elif sfm_lens_reason(report) and report.suggested_focal_px:
+                # the clip does not pin the lens, but this focal was verified to solve (the
+                # CLI suggests the same): use it rather than the clip's unrelated default, and
+                # say so (panel, cameras file)
+                bundles0 = sum(1 for t in tracking.tracks if t.has_bundle)
+                cam.focal_length_pixels = float(report.suggested_focal_px)
+                v2, e2, n2 = self._solve_once(False)
+                # only when libmv reconstructs as much with it (phone_office: 28 points instead
+                # of about 87 with 278 px, so the clip's lens is kept there)
+                if v2 and n2 >= n and sum(1 for t in tracking.tracks if t.has_bundle) >= bundles0:
+                    valid, err, n = v2, e2, n2
+                    note = f"{report.reason} (used {report.suggested_focal_px:.0f} px: not determined by the clip)"
+                else:
+                    cam.focal_length_pixels = f0
+                    valid, err, n = self._solve_once(False)
+                    note = f"{report.reason} (kept {f0:.0f} px)"
             else:
                 note = (f"{report.reason} (kept {f0:.0f} px)" if sfm_lens_reason(report)
                         else f"focal length not solved: {report.reason}; kept {f0:.0f} px ({SET_FOCAL_HINT})")

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import arguments as args, contract, geometry, temporal
+from . import arguments as args, contract, geometry, sky as sky_mod, temporal
 from .estimators.base import PROVENANCE_PASSES, Estimator, EstimatorOutput, get_estimator
 from .footage import fit_long_side
 from .imaging import resize
@@ -41,6 +41,10 @@ DEFAULT_STRENGTH = 0.5
 FALLBACK_ROUGHNESS = 0.5
 FALLBACK_METALLIC = 0.0
 SKY_CONFIDENCE = contract.NO_SURFACE  # confidence at or below this marks "no surface"
+#: how the sky detector is named in ``pass_models["confidence"]``
+#: (it names its version: a change of the detector changes the settings hash, so a folder
+#: is never resumed with sky masks of two versions)
+SKY_METHOD = "sky detector v2 (smooth, bright or edge-bounded blue, top-connected; backend/sky.py)"
 MIN_RESOLUTION = 16  # smallest processing resolution (long side) accepted; 0 / None = full size
 
 ALBEDO_DETAIL_RANGE = (0.25, 4.0)
@@ -162,6 +166,18 @@ def _resample(arr: np.ndarray, w: int, h: int, nearest: bool = False) -> np.ndar
     return resize(np.asarray(arr, dtype=np.float32), (w, h), "nearest" if nearest else "linear")
 
 
+def _windows(meta, width: int, height: int):
+    """``((data window), (display window))`` from a frame's meta when the data window is
+    ``width x height`` and differs from the display window; else ``None``."""
+    data, disp = (meta or {}).get("data_window"), (meta or {}).get("display_window")
+    if not data or not disp or list(data) == list(disp):
+        return None
+    data, disp = tuple(int(v) for v in data), tuple(int(v) for v in disp)
+    if (data[2] - data[0] + 1, data[3] - data[1] + 1) != (int(width), int(height)):
+        return None
+    return data, disp
+
+
 @dataclass
 class FramePlan:
     """Sizes and camera for frames of one size.
@@ -251,6 +267,8 @@ class Decomposer:
         sar: sample (pixel) aspect ratio of the frames.
         albedo_detail: restore the source's fine detail in an albedo estimated below
             full size (:func:`albedo_detail_transfer`).
+        detect_sky: add the sky found by :func:`backend.sky.detect_sky` on the full frame
+            to the estimator's no-surface mask (Confidence 0, depth far, normal (0, 0, 1)).
 
     Raises:
         KeyError: unknown estimator name. ValueError: a bad option.
@@ -262,7 +280,7 @@ class Decomposer:
                  stabilize: bool = False, strength: float = DEFAULT_STRENGTH,
                  hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
                  intrinsics: Optional[Tuple[float, float, float, float]] = None, sar: float = 1.0,
-                 albedo_detail: bool = True):
+                 albedo_detail: bool = True, detect_sky: bool = True):
         self._check_options(processing_resolution=processing_resolution, stabilize=stabilize,
                             strength=strength, hfov_deg=hfov_deg, albedo_detail=albedo_detail)
         _check_setup(estimator, estimator_options, device, intrinsics, sar)
@@ -282,6 +300,9 @@ class Decomposer:
         self.intrinsics = None if intrinsics is None else tuple(map(float, intrinsics))
         self.sar = float(sar)
         self.albedo_detail = bool(albedo_detail)
+        self.detect_sky = bool(detect_sky)
+        #: the last frame's full-size sky mask from :mod:`backend.sky` (``None``: none found / off)
+        self.last_sky: Optional[np.ndarray] = None
         self.report = FrameReport()
         self.last_disparity: Optional[np.ndarray] = None
         self._hist = _History()
@@ -312,12 +333,21 @@ class Decomposer:
         if not 0.0 < hfov_deg < 180.0:
             raise ValueError(f"hfov_deg must be in (0, 180), got {hfov_deg}")
 
-    def plan(self, width: int, height: int) -> FramePlan:
-        """Processing size and intrinsics for ``width x height`` frames."""
-        key = (int(width), int(height))
+    def plan(self, width: int, height: int, meta: Optional[Dict[str, Any]] = None) -> FramePlan:
+        """Processing size and intrinsics for ``width x height`` frames. An overscan frame
+        (``meta`` with ``data_window`` / ``display_window``, ``[x0, y0, x1, y1]``, the data
+        window ``width x height``): the assumed field of view spans the display window,
+        centred on it, in data-window pixels (:func:`geometry.intrinsics_from_fov_windows`)."""
+        wins = _windows(meta, width, height)
+        key = (int(width), int(height), wins)
         if key not in self._plans:
             pw, ph = fit_long_side(key[0], key[1], self.resolution)
-            intr = self.intrinsics or geometry.intrinsics_from_fov(key[0], key[1], self.hfov_deg, self.sar)
+            if self.intrinsics:
+                intr = self.intrinsics
+            elif wins:
+                intr = geometry.intrinsics_from_fov_windows(wins[0], wins[1], self.hfov_deg, self.sar)
+            else:
+                intr = geometry.intrinsics_from_fov(key[0], key[1], self.hfov_deg, self.sar)
             self._plans[key] = FramePlan(key[0], key[1], pw, ph, tuple(intr), self.intrinsics is None)
         return self._plans[key]
 
@@ -325,7 +355,8 @@ class Decomposer:
         """JSON-serialisable settings that change the result (estimator, size, options)."""
         return {"estimator": self.estimator.settings(), "max_size": self.resolution,
                 "stabilize": self.stabilize, "strength": self.strength if self.stabilize else None,
-                "hfov_deg": self.hfov_deg, "intrinsics": None if self.intrinsics is None else list(self.intrinsics)}
+                "hfov_deg": self.hfov_deg, "intrinsics": None if self.intrinsics is None else list(self.intrinsics),
+                **({} if self.detect_sky else {"detect_sky": False})}
 
     @property
     def last_number(self) -> Optional[int]:
@@ -387,13 +418,14 @@ class Decomposer:
         """
         rgb, alpha, number, meta = args.frame_input(rgb, alpha, number, meta)  # before any state changes
         H, W = rgb.shape[:2]
-        plan = self.plan(W, H)
+        plan = self.plan(W, H, meta)
         if number is not None and self._hist.number is not None and number != self._hist.number + 1:
             self.reset()
         self._number = number if number is not None else (self._hist.number or 0) + 1
         small = resize(rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else rgb
         out = self.estimator.predict(np.ascontiguousarray(small, dtype=np.float32))
         check_estimator_output(out, plan.proc_height, plan.proc_width, self.estimator_name)
+        self._add_sky(out, rgb, plan)
         #: the estimator's affine-invariant disparity of this frame (``None``: it gave none, or
         #: metric depth), for a caller with metric evidence (the multi-view shot) to align
         self.last_disparity = out.disparity if out.depth_kind == "relative" else None
@@ -428,6 +460,29 @@ class Decomposer:
         self.seed(contract.as_stored(frame) if self.stabilize else frame,  # depth is stored exactly
                   number if number is not None else (self._hist.number or 0) + 1)
         return frame
+
+    def _add_sky(self, out: EstimatorOutput, rgb: np.ndarray, plan: FramePlan) -> None:
+        """Add the detected sky (:mod:`backend.sky`) to the estimator's no-surface mask:
+        ``out.confidence`` becomes 0 where the sky covers half a processing pixel or more
+        (1 elsewhere when the estimator gave none); :attr:`last_sky` keeps the full-size mask,
+        which :meth:`_full_size` uses for the frame's sky edges."""
+        self.last_sky = None
+        if not self.detect_sky:
+            return
+        found = sky_mod.detect_sky(rgb)
+        if not found.mask.any():
+            return
+        self.last_sky = found.mask
+        small = _resample(found.mask.astype(np.float32), plan.proc_width, plan.proc_height) > 0.5
+        out.pass_models = dict(out.pass_models or {})
+        if out.confidence is None:  # every pixel a surface, but the sky
+            out.provenance = dict(out.provenance or {}, confidence="estimated")
+            out.pass_models["confidence"] = SKY_METHOD
+            conf = np.ones(small.shape, np.float32)
+        else:
+            out.pass_models["confidence"] = out.pass_models.get("confidence", self.estimator_name) + " + " + SKY_METHOD
+            conf = np.asarray(out.confidence, np.float32)
+        out.confidence = np.where(small, 0.0, conf).astype(np.float32)
 
     def _passes(self, out: EstimatorOutput, small: np.ndarray, plan: FramePlan,
                 surface: Optional[np.ndarray]) -> Tuple[Dict[str, np.ndarray], float, float]:
@@ -500,6 +555,7 @@ class Decomposer:
         small = resize(rgb, (plan.proc_width, plan.proc_height), "linear") if plan.downscaled else rgb
         out = self.estimator.predict(np.ascontiguousarray(small, dtype=np.float32))
         check_estimator_output(out, plan.proc_height, plan.proc_width, self.estimator_name)
+        self._add_sky(out, rgb, plan)
         self._hist.number = number
         if out.depth_kind != "relative":
             return None
@@ -558,6 +614,10 @@ class Decomposer:
             confidence = np.clip(_resample(out.confidence, W, H), 0, 1)
             # bilinear mask at the 0.5 level: smooth sky edges when upsampling
             sky = _resample((~surface).astype(np.float32), W, H) > 0.5
+            if self.last_sky is not None:  # the detector's edge, on the image edge, at full size
+                small_sky = _resample(self.last_sky.astype(np.float32), plan.proc_width, plan.proc_height) > 0.5
+                est_sky = _resample((~(surface | small_sky)).astype(np.float32), W, H) > 0.5
+                sky = est_sky | self.last_sky
             confidence[sky] = 0.0
             confidence[~sky] = np.maximum(confidence[~sky], 2 * SKY_CONFIDENCE)
             depth[sky] = far
@@ -595,7 +655,7 @@ def _option_names(name: str) -> Optional[List[str]]:
     for sig in sigs:
         named += [p.name for p in sig.parameters.values() if p.name != "self" and p.name not in named
                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if not named and any(p.kind == p.VAR_KEYWORD for p in sigs[0].parameters.values()):
+    if not named and sigs and any(p.kind == p.VAR_KEYWORD for p in sigs[0].parameters.values()):
         return None
     return named
 

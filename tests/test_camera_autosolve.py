@@ -100,10 +100,20 @@ def test_undetermined_lens_says_set_the_focal_length():
         p, z = Camera(W, H, TRUE_F, TRUE_F, W / 2, H / 2, R=R, t=-R @ C).project(P)
         ok = (z > 0.1) & (p[:, 0] > 2) & (p[:, 0] < W - 2) & (p[:, 1] > 2) & (p[:, 1] < H - 2)
         uv[k, ok] = p[ok] + rng.normal(0, 0.3, (int(ok.sum()), 2))
-    r = sfm.solve_tracks(sfm.Tracks(list(range(1, F + 1)), uv, W, H))
+    tracks = sfm.Tracks(list(range(1, F + 1)), uv, W, H)
+    r = sfm.solve_tracks(tracks, size_scale=2.0)  # tracked at half the clip's size
     print(r.line(), r.reason)
     assert not r.ok
-    assert r.reason.endswith(sfm.SET_FOCAL) and "lens cannot be determined" in r.reason
+    assert sfm.SET_FOCAL in r.reason and "lens cannot be determined" in r.reason
+    # issue 33: the focal in the message is at the clip's size (what --focal takes) ...
+    assert f"focal {2 * r.focal_px:.0f} px at the clip's size" in r.reason
+    # ... and the suggested focal was verified: it solves
+    import re
+
+    m = re.search(r"--focal (\d+) solves (\d+)/(\d+) frames", r.reason)
+    assert m, r.reason
+    again = sfm.solve_tracks(tracks, focal_px=int(m.group(1)) / 2.0)
+    assert again.ok and again.frames == int(m.group(2)), again.reason
 
 
 def test_camera_auto_falls_back_with_a_one_line_note(tmp_path):
@@ -132,3 +142,19 @@ def test_camera_auto_falls_back_with_a_one_line_note(tmp_path):
     assert not (tmp_path / "gb_cameras.json").exists()
     with pytest.raises(ValueError, match="--camera 'sometimes'"):
         decompose(seq, tmp_path / "gb2", estimator="embedded", camera="sometimes")
+
+
+def test_cameras_file_says_when_the_lens_was_not_determined(tmp_path):
+    """Issue 33: a solve that kept a lens it could not determine says so in the file, and the
+    file still loads."""
+    from backend.multiview.camera_files import load_cameras_json, save_cameras_json
+
+    cams = {1: Camera(640, 360, 300.0, 300.0, 320, 180), 2: Camera(640, 360, 300.0, 300.0, 320, 180,
+                                                                  t=np.array([0.1, 0, 0]))}
+    note = "the lens cannot be determined from the clip (focal 312 px at the clip's size, uncertainty +-10 %)"
+    save_cameras_json(tmp_path / "c.json", cams, lens_note=note + " (kept 219 px)")
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["lens"] == {"determined": False, "note": note + " (kept 219 px)"}
+    assert sorted(load_cameras_json(tmp_path / "c.json")) == [1, 2]
+    save_cameras_json(tmp_path / "d.json", cams)
+    assert "lens" not in json.loads((tmp_path / "d.json").read_text())

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import arguments as args, contract, events, geometry
+from .. import arguments as args, contract, events, exr_attrs
 from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, FALLBACK_METALLIC, FALLBACK_ROUGHNESS, MIN_RESOLUTION,
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
@@ -166,40 +166,13 @@ def _warn_capped_resolution(requested, dec, estimator: str, info) -> None:
                        f"{info.width}x{info.height})")
 
 
-def decompose(
-    input_path: os.PathLike,
-    out_dir: os.PathLike,
-    *,
-    frames: Optional[str] = None,
-    estimator: str = DEFAULT_ESTIMATOR,
-    estimator_options: Optional[Dict[str, Any]] = None,
-    processing_resolution: Optional[int] = None,
-    device: Optional[str] = None,
-    stabilize: bool = False,
-    strength: float = DEFAULT_STRENGTH,
-    colorspace: Optional[str] = None,
-    hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
-    overwrite: bool = False,
-    albedo_detail: bool = True,
-    cameras: Optional[os.PathLike] = None,
-    camera: str = "none",
-    multiview: Optional[Dict[str, Any]] = None,
-    mesh: Optional[os.PathLike] = None,
-    progress: events.Progress = None,
-    cancel: Optional[threading.Event] = None,
-    max_size: Optional[int] = None,
-    stream=None,
-    progress_bar: Optional[bool] = None,
-    warmup: Optional[int] = None,
-    manifest_part: bool = False,
-    depth_anchors: Optional[os.PathLike] = None,
-    start_frame: Optional[int] = None,
-    handles: int = 0,
-    passes: Optional[str] = None,
-    layout: Optional[str] = None,
-    working_space: Optional[str] = None,
-) -> JobResult:
+def decompose(input_path: os.PathLike, out_dir: os.PathLike, *, progress: events.Progress = None,
+              cancel: Optional[threading.Event] = None, **settings) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
+
+    The settings are keyword arguments, the fields of
+    :class:`backend.jobs.request.DecomposeRequest` (an unknown one is a ``TypeError``);
+    this builds the request and runs it (:func:`run_decompose`).
 
     Args:
         input_path: movie, image, image folder or ``%04d``/``####`` pattern.
@@ -264,6 +237,9 @@ def decompose(
         handles: ``--handles N``: the first and last N frames of the range written are
             handles: the manifest's ``cut`` gives ``in``/``out`` inside them, each
             frame's header ``handle`` says whether it is one. Default 0.
+        timecode: ``--timecode HH:MM:SS:FF``: the non-drop-frame timecode of the source's
+            first frame (``ValueError`` otherwise); default: a movie's own ``timecode``
+            tag, else the header's ``timeCode`` counts from the frame number.
         passes: optional passes, comma-separated (``--passes vector,position``):
             motion vectors in Blender's ``Vector`` convention from DIS optical flow, the
             ``Position`` pass (:mod:`backend.extra_passes`). Enters the settings hash.
@@ -283,16 +259,36 @@ def decompose(
         FootageError, JobError, JobCancelled, ValueError (bad arguments, e.g. a negative
         ``warmup``), KeyError (unknown estimator).
     """
-    if processing_resolution is None and max_size is not None:
-        processing_resolution = max_size
-    request = DecomposeRequest(
-        input_path, out_dir, frames=frames, estimator=estimator, estimator_options=estimator_options,
-        processing_resolution=processing_resolution, device=device, stabilize=stabilize, strength=strength,
-        colorspace=colorspace, hfov_deg=hfov_deg, albedo_detail=albedo_detail, overwrite=overwrite,
-        cameras=cameras, camera=camera, multiview=multiview, mesh=mesh, warmup=warmup,
-        manifest_part=manifest_part, depth_anchors=depth_anchors, start_frame=start_frame, handles=handles,
-        passes=passes, layout=layout, working_space=working_space)
+    max_size, stream = settings.pop("max_size", None), settings.pop("stream", None)
+    settings.pop("progress_bar", None)
+    if settings.get("processing_resolution") is None and max_size is not None:
+        settings["processing_resolution"] = max_size
+    request = DecomposeRequest(input_path, out_dir, **settings)
     return run_decompose(request, progress=progress if progress is not None else stream, cancel=cancel)
+
+
+def _without_sky_for_older_folder(dec: Decomposer, out: Path, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """A folder written before the sky detector, with otherwise the same settings, resumes
+    as it was written: the sky detector is turned off for it (with a warning), so its frames
+    are never mixed with frames of another kind. ``settings`` is returned unchanged when the
+    folder holds no such frame."""
+    if "sky" not in settings or not Path(out).is_dir():
+        return settings
+    from .job_types import settings_hash
+
+    older = {k: v for k, v in settings.items() if k != "sky"}
+    want = settings_hash(older)
+    for path in sorted(Path(out).glob("gbuffer_*.exr"))[:8]:
+        try:
+            found = read_settings_hash(path) if path.is_file() else None
+        except Exception:  # an unreadable frame: the runner reports it
+            found = None
+        if found == want:
+            dec.detect_sky = False
+            events.warning(f"{out}: written before the sky detector; it resumes without it "
+                           f"(--overwrite redoes the folder with sky marked)", file=path)
+            return older
+    return settings
 
 
 def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None,
@@ -309,6 +305,10 @@ def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None
         src = footage()  # input errors before model loading
         with src:
             info = src.info
+            if r.timecode is not None:  # --timecode: the first frame's, over the movie's tag
+                info.timecode = r.timecode
+            if info.timecode is not None:
+                exr_attrs.parse_timecode(info.timecode, info.fps)  # frames < the rate, before any work
             dec = Decomposer(r.estimator, sar=float(info.sar), **r.decomposer_options())
             plan = dec.plan(info.width, info.height)
             _warn_capped_resolution(r.processing_resolution, dec, r.estimator, info)
@@ -327,6 +327,7 @@ def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None
                 manifest["cameras"] = camera_block
             cut = _apply_studio(r, shot, info, first, last, manifest)
             settings = r.settings(dec, plan, info, anchors=anchors, cameras=camera_block, cut=cut)
+            settings = _without_sky_for_older_folder(dec, r.out, settings)
             shot.input_for, manifest["inputs"] = _input_fingerprints(info, r.out)
             chunk, part = None, None
             if r.warmup is not None or r.manifest_part:
@@ -361,7 +362,7 @@ def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int],
             events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                            "across frames by construction")
         return shot, _camera_settings(shot.camset, shot.mv.options)
-    if getattr(dec.estimator, "windowed", False):
+    if dec.estimator.windowed:
         return _WindowedShot(src, dec, out, first, last, r.estimator, reopen=reopen), None
     return _Shot(src, dec, out, first, last, r.estimator), None
 

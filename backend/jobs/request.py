@@ -233,6 +233,7 @@ class DecomposeRequest(_Request):
     precision: Optional[str] = None
     start_frame: Optional[int] = None
     handles: int = 0
+    timecode: Optional[str] = None
     passes: Optional[str] = None
     layout: str = "gbuffer"
     working_space: str = "rec709"
@@ -291,6 +292,10 @@ class DecomposeRequest(_Request):
             raise ValueError(f"--start-frame {self.start_frame!r}: expected a frame number >= 0")
         if not isinstance(self.handles, int) or isinstance(self.handles, bool) or self.handles < 0:
             raise ValueError(f"--handles {self.handles!r}: must be an integer >= 0")
+        if self.timecode is not None:
+            from ..exr_attrs import parse_timecode
+
+            parse_timecode(self.timecode)
         self.extra_passes()
         layouts.check(self.layout)
         exr_colour.working_space(self.working_space)
@@ -334,6 +339,11 @@ class DecomposeRequest(_Request):
             "albedo_detail": bool(self.albedo_detail) and plan.downscaled,
             "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
         }
+        if getattr(dec, "detect_sky", False):
+            # the sky detector changes every frame's passes: a folder written without it
+            # is refused on resume (written with other settings), never continued mixed
+            from ..decomposer import SKY_METHOD
+            block["sky"] = SKY_METHOD
         if anchors is not None:
             block["depth_anchors"] = anchors
         if cameras is not None:
@@ -350,6 +360,8 @@ class DecomposeRequest(_Request):
         out: Dict[str, Any] = {}
         if self.start_frame is not None:
             out["start_frame"] = self.start_frame
+        if self.timecode is not None:
+            out["timecode"] = self.timecode
         if self.extra_passes():
             out["passes"] = list(self.extra_passes())
         if self.layout != "gbuffer":

@@ -55,7 +55,6 @@ from . import flicker as flick
 from .. import arguments as args, contract, events, exr_attrs, exr_colour
 from ..input_files import load_json
 from ..look_match import ColourStats, LookMatch, reference_stats
-from ..renderers.base import DEFAULT_RENDERER
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
     _source_fps)
@@ -360,12 +359,33 @@ class RestyleJob:
         return {
             HEADER + "prompt": look.prompt,
             HEADER + "looks": look.info.get("looks", []),
-            HEADER + "renderer": look.renderer.settings(),
+            HEADER + "renderer": self._renderer_record(n),
             HEADER + "settings_hash": shash,
             HEADER + "input_hash": self.input_for(n) or "",
             HEADER + "source_frame": str(path.name),
             contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
         }
+
+    def _renderer_record(self, n: int) -> Dict[str, Any]:
+        """The renderer's settings as this frame used them: a renderer with a fallback
+        field of view (``fov_y_deg``) shades with the G-buffer's ``intrinsics`` when the
+        frame has them, so the record gives those (``camera: "gbuffer intrinsics"``,
+        ``fov_y_deg: null``) instead of an unused default."""
+        rec = dict(self.look.renderer.settings())
+        if "fov_y_deg" not in rec:
+            return rec
+        src = self.inputs.all_files.get(n)
+        try:
+            k = contract.read_meta(src).get("intrinsics") if src is not None else None
+        except (contract.ContractError, OSError):
+            k = None
+        from ..renderers import shading
+
+        if k is not None and shading.intrinsics_for(1, 1, k) == tuple(float(x) for x in k):
+            rec.update(fov_y_deg=None, camera="gbuffer intrinsics", intrinsics=[float(x) for x in k])
+        else:
+            rec["camera"] = "fov_y_deg"
+        return rec
 
     def _attributes(self, n: int, shape) -> Dict[str, Any]:
         """The input G-buffer frame's camera, lens, rate and timecode as OpenEXR standard
@@ -465,29 +485,13 @@ def _lights_manifest(rig) -> Optional[Dict[str, Any]]:
             "lights": [{"name": lt.name, "type": lt.type} for lt in rig.lights]}
 
 
-def restyle(
-    gbuffer_dir: os.PathLike,
-    out_dir: os.PathLike,
-    prompt: str = "",
-    *,
-    renderer: str = DEFAULT_RENDERER,
-    renderer_options: Optional[Dict[str, Any]] = None,
-    frames: Optional[str] = None,
-    previews: bool = True,
-    mp4: bool = True,
-    flicker: bool = True,
-    reference_dir: Optional[os.PathLike] = None,
-    overwrite: bool = False,
-    match_look: Optional[os.PathLike] = None,
-    progress: events.Progress = None,
-    cancel: Optional[threading.Event] = None,
-    stream=None,
-    progress_bar: Optional[bool] = None,
-    warmup: Optional[int] = None,
-    manifest_part: bool = False,
-    lights: Optional[os.PathLike] = None,
-) -> JobResult:
+def restyle(gbuffer_dir: os.PathLike, out_dir: os.PathLike, prompt: str = "", *, progress: events.Progress = None,
+            cancel: Optional[threading.Event] = None, **settings) -> JobResult:
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
+
+    The settings are keyword arguments, the fields of
+    :class:`backend.jobs.request.RestyleRequest` (an unknown one is a ``TypeError``);
+    this builds the request and runs it (:func:`run_restyle`).
 
     Args:
         gbuffer_dir: folder of ``gbuffer_NNNN.exr`` contract frames (possibly edited).
@@ -541,10 +545,9 @@ def restyle(
             past the last frame is clipped, with a ``warning`` event.
         KeyError: unknown renderer.
     """
-    request = RestyleRequest(gbuffer_dir, out_dir, prompt, renderer=renderer, renderer_options=renderer_options,
-                             frames=frames, previews=previews, mp4=mp4, flicker=flicker,
-                             reference_dir=reference_dir, overwrite=overwrite, match_look=match_look,
-                             warmup=warmup, manifest_part=manifest_part, lights=lights)
+    stream = settings.pop("stream", None)
+    settings.pop("progress_bar", None)
+    request = RestyleRequest(gbuffer_dir, out_dir, prompt, **settings)
     return run_restyle(request, progress=progress if progress is not None else stream, cancel=cancel)
 
 

@@ -66,9 +66,12 @@ def solve_footage(input_path: os.PathLike, *, first: int = 0, last: Optional[int
     h, w = grays[0].shape
     tracks = track_features(grays, numbers)
     scale = w / full_w
-    report = solve_tracks(tracks, focal_px=focal_px * scale if focal_px else None, refine_k1=refine_k1)
+    report = solve_tracks(tracks, focal_px=focal_px * scale if focal_px else None, refine_k1=refine_k1,
+                          size_scale=1.0 / scale)
     report.cameras = {k: c.scaled(full_w, full_h) for k, c in report.cameras.items()}
     report.focal_px = report.focal_px / scale
+    if report.suggested_focal_px is not None:
+        report.suggested_focal_px = report.suggested_focal_px / scale
     return report
 
 

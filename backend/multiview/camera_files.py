@@ -110,13 +110,15 @@ def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
 def save_cameras_json(path: os.PathLike, cameras: Dict[int, Camera], *,
                       convention: str = "blender", units: str = "solve units",
                       depth_range: Optional[Tuple[float, float]] = None,
-                      points: Optional[np.ndarray] = None) -> None:
+                      points: Optional[np.ndarray] = None, lens_note: Optional[str] = None) -> None:
     """Write ``{frame_number: Camera}`` as our JSON. Size, intrinsics and distortion come
     from the first camera; frames whose intrinsics differ carry their own.
     ``depth_range``: the scene's ``(near, far)`` in the solve's units (e.g. from its
     reconstructed points), written as ``"depth_range"``; ``points``: reconstructed world
     points ``N x 3`` (solve units), written as ``"points"`` (per-frame search ranges
-    come from them)."""
+    come from them). ``lens_note``: the solve could not determine the lens and kept the
+    intrinsics written here anyway (Track & Solve): written as
+    ``"lens": {"determined": false, "note": ...}`` so the file says so."""
     items = sorted(cameras.items())
     first = items[0][1]
     frames = []
@@ -134,6 +136,8 @@ def save_cameras_json(path: os.PathLike, cameras: Dict[int, Camera], *,
            "distortion": dist, "frames": frames}
     if depth_range is not None:
         doc["depth_range"] = [float(depth_range[0]), float(depth_range[1])]
+    if lens_note:
+        doc["lens"] = {"determined": False, "note": str(lens_note)}
     if points is not None:
         doc["points"] = [[float(v) for v in p] for p in np.asarray(points, np.float64).reshape(-1, 3)]
     Path(path).write_text(json.dumps(doc, indent=1), encoding="utf-8")

@@ -478,6 +478,8 @@ class SolveReport:
         depth_range: ``(near, far)`` over points with ray angle >= ``MIN_POINT_ANGLE_DEG``
             (2nd / 98th percentile of their depths in every camera), or ``None``.
         profile: ``{focal: rms}`` of the solves at fixed focal lengths around the optimum.
+        suggested_focal_px: when the lens was not determined, a focal length (same pixels
+            as ``focal_px``) with which the solve passed every check, or ``None``.
     """
 
     ok: bool
@@ -496,6 +498,7 @@ class SolveReport:
     far_points_dropped: int = 0
     profile: Dict[float, float] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
+    suggested_focal_px: Optional[float] = None
 
     def summary(self) -> dict:
         """JSON-ready summary (no cameras)."""
@@ -506,6 +509,8 @@ class SolveReport:
                 "parallax_deg": round(self.parallax_deg, 3), "parallax_px": round(self.parallax_px, 3),
                 "depth_range": None if self.depth_range is None else [float(v) for v in self.depth_range],
                 "far_points_dropped": self.far_points_dropped,
+                **({} if self.suggested_focal_px is None else
+                   {"suggested_focal_px": round(self.suggested_focal_px, 1)}),
                 "profile": {f"{k:.2f}": round(v, 4) for k, v in self.profile.items()}}
 
     def line(self) -> str:
@@ -566,12 +571,15 @@ def _profile(solver: _Solver, best: _Recon, step: float) -> Tuple[float, Dict[fl
 
 
 def solve_tracks(tracks: Tracks, *, focal_px: Optional[float] = None, refine_k1: bool = False,
-                 max_error: float = MAX_ERROR_PX, max_focal_sigma: float = MAX_FOCAL_SIGMA) -> SolveReport:
+                 max_error: float = MAX_ERROR_PX, max_focal_sigma: float = MAX_FOCAL_SIGMA,
+                 size_scale: float = 1.0) -> SolveReport:
     """Solve the cameras of ``tracks`` (see the module docstring).
 
     Args:
         focal_px: the focal length when known (then kept fixed); ``None``: searched.
         refine_k1: also solve the radial distortion ``k1``.
+        size_scale: the clip's width over the tracks' width: focal lengths in messages are
+            given at the clip's size (what ``--focal`` takes).
 
     Returns:
         A :class:`SolveReport`; ``ok`` is False (with a one-line ``reason``) when a check
@@ -622,14 +630,51 @@ def solve_tracks(tracks: Tracks, *, focal_px: Optional[float] = None, refine_k1:
     report = SolveReport(True, "", cams, rec.f, sigma, rec.k1, rec.rms, len(rec.R), F, len(rec.X), parallax,
                          solver.parallax_px, rng,
                          dropped, prof)
-    report.reason = _check(report, need, max_error, max_focal_sigma)
+    report.reason = _check(report, need, max_error, max_focal_sigma, size_scale)
     report.ok = not report.reason
+    if not report.ok and not focal_px and report.focal_sigma is not None and report.focal_sigma > max_focal_sigma:
+        suggestion = _suggest_focal(tracks, rec.f, refine_k1, max_error, max_focal_sigma)
+        report.reason = lens_reason(rec.f * size_scale, report.focal_sigma, suggestion, size_scale)
+        report.suggested_focal_px = None if suggestion is None else float(suggestion[0])
     if rng is not None and rng[1] / rng[0] > 1e3:
         report.warnings.append(f"the points' depths span {rng[1] / rng[0]:.0f}x (near {rng[0]:.3g}, far {rng[1]:.3g})")
     return report
 
 
-def _check(r: SolveReport, need: int, max_error: float, max_sigma: float) -> str:
+#: relative steps from the estimated focal length tried for a suggestion that solves
+SUGGEST_STEPS = (0.0, -0.04, 0.04, -0.08, 0.08)
+
+
+def _suggest_focal(tracks: Tracks, f: float, refine_k1: bool, max_error: float,
+                   max_sigma: float) -> Optional[Tuple[float, "SolveReport"]]:
+    """A focal length (tracks' pixels) near ``f`` with which the solve passes every check,
+    tried in the order of :data:`SUGGEST_STEPS`, with its report; ``None`` when none does
+    (a refusal then suggests no number it has not verified)."""
+    for step in SUGGEST_STEPS:
+        cand = f * (1.0 + step)
+        r = solve_tracks(tracks, focal_px=cand, refine_k1=refine_k1, max_error=max_error, max_focal_sigma=max_sigma)
+        _log(f"suggestion {cand:.1f}: ok {r.ok} {r.reason}")
+        if r.ok:
+            return cand, r
+    return None
+
+
+def lens_reason(focal_px: float, sigma: float, suggestion=None, size_scale: float = 1.0) -> str:
+    """The one-line refusal when the clip does not determine the lens, with focal lengths at
+    the clip's size (``size_scale`` = clip width / tracking width); ``suggestion``
+    (``(focal in tracking pixels, its SolveReport)``) is a focal length verified to solve."""
+    msg = (f"the lens cannot be determined from the clip (focal {focal_px:.0f} px at the clip's size, "
+           f"uncertainty +-{100 * min(sigma, 9.99):.0f} %): {SET_FOCAL}")
+    if suggestion is not None:
+        f, r = suggestion
+        msg += (f"; --focal {f * size_scale:.0f} solves {r.frames}/{r.total_frames} frames at "
+                f"{r.error_px:.2f} px")
+    else:
+        msg += "; no focal length within 8 % of that solves: measure the lens"
+    return msg
+
+
+def _check(r: SolveReport, need: int, max_error: float, max_sigma: float, size_scale: float = 1.0) -> str:
     """The first failed check as one line, or ``""``."""
     no_parallax = (f"no usable parallax ({r.parallax_px:.1f} px off a homography, median ray angle "
                    f"{r.parallax_deg:.2f} deg): the camera only rotates, hardly moves, or sees a single plane")
@@ -640,8 +685,7 @@ def _check(r: SolveReport, need: int, max_error: float, max_sigma: float) -> str
     if not math.isfinite(r.error_px) or r.error_px > max_error:
         return f"reprojection error {r.error_px:.2f} px > {max_error:g} px"
     if r.focal_sigma is not None and not r.focal_sigma <= max_sigma:
-        return (f"the lens cannot be determined from the clip (focal {r.focal_px:.0f} px, uncertainty "
-                f"+-{100 * min(r.focal_sigma, 9.99):.0f} %): {SET_FOCAL}")
+        return lens_reason(r.focal_px * size_scale, r.focal_sigma, None, size_scale)
     if r.parallax_deg < MIN_PARALLAX_DEG:  # after the lens: a wrong focal shrinks the ray angles
         return no_parallax
     if r.depth_range is None:

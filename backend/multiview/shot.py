@@ -55,6 +55,7 @@ from .cameras import Camera
 from .densify import densify_planes, upsample_densified
 from .depth_range import UNVERIFIED_CONFIDENCE, DepthRange, Features, RangeFinder, detect_features, wide_range
 from .fusion import fuse_depth
+from .order import contradicted, visibility_violations
 from .planefit import fit_local_planes, fit_multiscale_planes
 from .planesweep import detect_rotation_only, multiview_depth, parallax_px, plane_window, to_grey
 from .reproject import temporal_disagreement
@@ -65,6 +66,9 @@ FILL_CONFIDENCE = 0.45
 #: a frame that falls back to the single-image path gets at most this share of the
 #: confidence threshold (it is not measured)
 FALLBACK_CONFIDENCE = 0.9
+#: a measured pixel whose depth order contradicts the prior keeps at most this share of the
+#: confidence threshold (filled from the prior)
+CONTRADICTED_CONFIDENCE = 0.5
 
 
 @dataclass
@@ -99,6 +103,10 @@ class MultiViewOptions:
         consistency: the multi-view photometric consistency check
             (:mod:`backend.multiview.consistency`): pixels the other views do not
             confirm (moving objects, reflections, false matches) lose confidence.
+        order_check: measured pixels whose depth order contradicts the single-image
+            prior's (an object moving along the epipolar lines, e.g. a boat the camera
+            follows: :mod:`backend.multiview.order`) lose confidence and are filled from
+            the prior.
     """
 
     neighbours: int = 4
@@ -112,6 +120,7 @@ class MultiViewOptions:
     surface: bool = False
     plane_agreement: float = 0.02
     consistency: bool = True
+    order_check: bool = True
 
     def __post_init__(self):
         if self.neighbours < 1 or self.window < 1:
@@ -150,6 +159,8 @@ class MultiViewReport:
             previous frame was not computed in this run).
         depth_range: the frame's search range and its evidence
             (:meth:`backend.multiview.depth_range.DepthRange.as_dict`).
+        order_contradicted: share of the frame whose measured depth order contradicted
+            the prior's and was not trusted (``None``: check off or not run).
     """
 
     neighbours: List[int] = field(default_factory=list)
@@ -162,6 +173,7 @@ class MultiViewReport:
     prior_trust: Optional[float] = None
     temporal_disagreement: Optional[float] = None
     depth_range: Optional[Dict[str, Any]] = None
+    order_contradicted: Optional[float] = None
 
     def manifest_fields(self) -> Dict[str, Any]:
         return {"multiview": {k: v for k, v in self.__dict__.items() if v is not None}}
@@ -212,32 +224,40 @@ class MultiViewShot:
         self._fuse = True
 
     # ------------------------------------------------------------------ streaming
-    def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool]) -> Iterator[int]:
+    def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool],
+               lag: int = 0) -> Iterator[int]:
         """Feed ``(number, source_frame)`` in order (a *leading* decoder); yields the
         numbers of the wanted frames once every frame within ``window`` after them has
         been seen (or the footage ended), so :meth:`compute` can then run for them with
         the full frame from a second, lagging decoder. Only small grey views are kept:
-        ``2 * window + 1`` of them, so memory does not grow with the window's full
-        frames or the clip's length."""
+        ``2 * window + 1 + lag`` of them, so memory does not grow with the window's full
+        frames or the clip's length. ``lag``: how many yielded numbers the caller may
+        still :meth:`compute` after asking for the next one (``--passes vector`` holds
+        one frame back for its next neighbour): their views and neighbours stay. The
+        views of the last frames stay after the stream ends."""
         w = self.options.window
         pending: Deque[int] = deque()
+        done: Deque[int] = deque(maxlen=lag + 1)
         for number, sf in frames:
             self.views[number] = self._view(number, sf)
             if wanted(number):
                 pending.append(number)
             while pending and pending[0] + w <= number:
-                yield pending.popleft()
-                self._evict(pending[0] if pending else number)
+                done.append(pending.popleft())
+                yield done[-1]
+                self._evict(done[0])
         while pending:
-            yield pending.popleft()
-            self._evict(pending[0] if pending else math.inf)
+            done.append(pending.popleft())
+            yield done[-1]
+            self._evict(done[0])
 
     def width(self, cam: Camera) -> int:
         """The processing width for frames of ``cam``'s size (never upsampled)."""
         return min(self.options.processing_width, cam.width)
 
-    def _evict(self, next_number: float) -> None:
-        for n in [n for n in self.views if n < next_number - self.options.window]:
+    def _evict(self, oldest: float) -> None:
+        """Drop the views no frame from ``oldest`` on needs (they lie more than ``window`` before it)."""
+        for n in [n for n in self.views if n < oldest - self.options.window]:
             del self.views[n]
 
     def _view(self, number: int, sf) -> _View:
@@ -251,13 +271,19 @@ class MultiViewShot:
         return _View(number, cam_u.scaled(w, h), resize(grey, (w, h), "area"))
 
     # ------------------------------------------------------------------ per frame
+    def _others(self, number: int) -> List[_View]:
+        """The views with a camera within ``window`` frames of ``number`` (not its own):
+        the window, however many more views :meth:`stream` still holds."""
+        w = self.options.window
+        return [v for n, v in self.views.items() if n != number and abs(n - number) <= w and v.camera is not None]
+
     def neighbours(self, number: int, depth: float) -> List[_View]:
         """Up to K views from the window: the nearest in time whose parallax (a point at
         ``depth`` against infinity, in processing pixels) reaches the target, then, if
         too few do, those with the most parallax above the minimum."""
         opts = self.options
         ref = self.views[number].camera
-        cands = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+        cands = sorted(self._others(number),
                        key=lambda v: (abs(v.number - number), v.number))
         par = {v.number: parallax_px(ref, v.camera, depth, math.inf) for v in cands}
         out = [v for v in cands if par[v.number] >= opts.target_parallax_px][:opts.neighbours]
@@ -307,7 +333,7 @@ class MultiViewShot:
         rng = self.ranges.from_file(ref)
         if rng is not None:
             return rng
-        others = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+        others = sorted(self._others(number),
                         key=lambda v: (abs(v.number - number), v.number))
         rng = RangeFinder.from_features(self._features(self.views[number]), ref,
                                         [(self._features(v), v.camera) for v in others])
@@ -323,7 +349,12 @@ class MultiViewShot:
                               processing_width=self.width(cam), consistency=opts.consistency)
         if not verified:  # nothing confirmed where the scene is: never confident
             res.confidence = (res.confidence * UNVERIFIED_CONFIDENCE).astype(np.float32)
+        if prior.confidence is not None:  # sky is never measured (it would anchor the fusion)
+            sky_u = undistort_image((prior.confidence <= SKY_CONFIDENCE).astype(np.float32), cam)[0] > 0.5
+            res.confidence = np.where(sky_u, 0.0, res.confidence).astype(np.float32)
         prior_map, space = self._prior_map(prior, cam)
+        if opts.order_check:
+            self._order_check(res, prior_map, space, rgb_u, cam_u, nbs)
         dense = self._densify(rgb_u, res, cam_u) if opts.densify else None
         depth_in, conf_in = res.depth, res.confidence
         if dense is not None:
@@ -362,6 +393,24 @@ class MultiViewShot:
         normal = geometry.unit_or_facing(redistort_image(normal, cam))
         conf = np.clip(redistort_image(fused.confidence, cam), 0.0, 1.0)
         return self._assemble(prior, cam, depth, normal, conf)
+
+    def _order_check(self, res, prior_map: np.ndarray, space: str, rgb_u: np.ndarray, cam_u: Camera,
+                     nbs: List[_View]) -> None:
+        """Lower the confidence of measured pixels whose depth order contradicts the prior's
+        where the views confirm it (:func:`backend.multiview.order.contradicted` with
+        :func:`~backend.multiview.order.visibility_violations` as evidence) below the threshold."""
+        w = self.width(cam_u)
+        h = max(1, int(round(cam_u.height * w / cam_u.width)))
+        thr = self.options.confidence_threshold
+        small_z = resize(res.depth, (w, h), "nearest")
+        small_m = resize(res.confidence, (w, h), "nearest") >= thr
+        grey = resize(to_grey(rgb_u), (w, h), "area")
+        ev = visibility_violations(grey, cam_u.scaled(w, h), small_z, small_m,
+                                   [v.grey for v in nbs], [v.camera for v in nbs])
+        bad = contradicted(res.depth, res.confidence, prior_map, space, thr, evidence=ev)
+        cap = np.float32(CONTRADICTED_CONFIDENCE * self.options.confidence_threshold)
+        res.confidence = np.where(bad, np.minimum(res.confidence, cap), res.confidence).astype(np.float32)
+        self.report.order_contradicted = round(float(bad.mean()), 4)
 
     def _prior_map(self, prior: contract.GBufferFrame, cam: Camera) -> Tuple[np.ndarray, str]:
         """The prior to align to the measurement, undistorted, and its space for
