@@ -192,6 +192,11 @@ def decompose(input_path: os.PathLike, out_dir: os.PathLike, *, progress: events
             (refused otherwise); see :func:`backend.jobs.outputs.check_previous_outputs`.
         albedo_detail: restore the source's fine detail in an albedo estimated below
             full size (:func:`backend.decomposer.albedo_detail_transfer`).
+        depth_edges: refine the depth at full size so its edges lie on the frame's
+            (:mod:`backend.depth_edges`). ``None`` (default): on when depth is measured
+            (``cameras`` or ``camera="auto"``), off for single-image depth (the embedded
+            network's 192 px depth has no silhouettes to move, and the refinement costs
+            about as much as the rest of a 960x540 frame; benchmarks/results/pot_test.md).
         cameras: a camera file (our JSON, or a COLMAP text model folder; see
             ``docs/cameras.md``): depth is then measured from parallax and fused with the
             estimator's (:mod:`backend.multiview.shot`); frames without a camera, or
