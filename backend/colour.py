@@ -140,6 +140,10 @@ def canonical_name(colorspace: Optional[str], *, is_linear_file: bool = False) -
     """
     if colorspace is None:
         return LINEAR if is_linear_file else SRGB
+    if not isinstance(colorspace, str) or not colorspace.isprintable():
+        # OpenColorIO takes UTF-8 text only: bytes that are not UTF-8 (surrogates) raised a
+        # TypeError (issue 36, own hostile pass)
+        raise ColourError(f"unknown colour space {colorspace!r}: not printable text")
     low = colorspace.strip().lower()
     if low in _SRGB_NAMES and low != "srgb encoded rec.709 (srgb)":
         return SRGB

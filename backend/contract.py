@@ -36,7 +36,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .errors import InputError
+from . import arguments as args
+from .input_files import native_path, refuse_special
 from .extra_passes import EXTRA_PASSES
+from .header_text import TEXT_KEYS, decode_header_value, encode_header_value, utf8  # noqa: F401
 
 CONTRACT_VERSION = "1.0"
 LAYER = "GBuffer"
@@ -271,7 +274,7 @@ def list_frames(folder: os.PathLike, prefix: str = FILE_PREFIX) -> Dict[int, Pat
             silently dropped.
     """
     out: Dict[int, Path] = {}
-    for p in sorted(Path(folder).iterdir()):
+    for p in sorted(Path(args.path("folder", folder)).iterdir()):
         m = _FRAME_RE.match(p.name)
         if m and m.group("prefix") == prefix and not p.name.startswith("."):
             n = int(m.group("num"))
@@ -384,18 +387,20 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     """
     import OpenEXR
 
+    args.path("path", path)
+    args.instance("frame", frame, GBufferFrame)
     exr_threads()
     if validate:
         frame.validate()
     path = Path(path)
     parts = _parts(frame)
-    args = parts if isinstance(parts, tuple) else (parts,)  # (header, channels): one unnamed part
+    file_args = parts if isinstance(parts, tuple) else (parts,)  # (header, channels): one unnamed part
     if not atomic:
-        with OpenEXR.File(*args) as f:
-            f.write(str(path))
+        with OpenEXR.File(*file_args) as f:
+            f.write(native_path(path))
         return path
-    with atomic_path(path) as tmp, OpenEXR.File(*args) as f:
-        f.write(tmp)
+    with atomic_path(path) as tmp, OpenEXR.File(*file_args) as f:
+        f.write(native_path(tmp))
     return path
 
 
@@ -420,7 +425,7 @@ def _parts(frame: GBufferFrame):
     common.update(exr_attrs.standard_attributes(meta, frame.shape), **exr_attrs.depth_attributes(meta))
     if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
         common.update(exr_colour.colour_attributes(ws))
-        common.update((HEADER_PREFIX + k, v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items())
+        common.update((HEADER_PREFIX + k, encode_header_value(k, v)) for k, v in meta.items())
         chans = {}  # one unnamed part: a part name would make Blender show one pass named after it
         for name, arr in frame.arrays().items():
             dtype = _spec(name)[1]
@@ -434,7 +439,7 @@ def _parts(frame: GBufferFrame):
         header.update(exr_colour.colour_attributes(ws, data=name not in COLOUR_PASSES))
         if not parts:
             for k, v in meta.items():
-                header[HEADER_PREFIX + k] = v if isinstance(v, str) else json.dumps(v)
+                header[HEADER_PREFIX + k] = encode_header_value(k, v)
         prefix = f"{LAYER}.{name}."
         chans = {k: v for k, v in channels.items() if k.startswith(prefix)}
         parts.append(OpenEXR.Part(header, chans, f"{LAYER}.{name}"))
@@ -442,25 +447,8 @@ def _parts(frame: GBufferFrame):
 
 
 def _decode_meta(header: Dict[str, Any]) -> Dict[str, Any]:
-    meta = {}
-    for k, v in header.items():
-        if not k.startswith(HEADER_PREFIX):
-            continue
-        key = k[len(HEADER_PREFIX):]
-        if isinstance(v, bytes):
-            v = v.decode("utf-8")
-        if isinstance(v, str):
-            try:
-                v = json.loads(v)
-            except (ValueError, TypeError):
-                pass
-        meta[key] = v
-    # plain strings that happen to look like JSON numbers stay as decoded; keep
-    # text-typed keys as text
-    for key in ("estimator", "source", "source_colorspace", "contract_version", "depth_kind"):
-        if key in meta and not isinstance(meta[key], str):
-            meta[key] = str(meta[key])
-    return meta
+    return {k[len(HEADER_PREFIX):]: decode_header_value(k[len(HEADER_PREFIX):], v)
+            for k, v in header.items() if k.startswith(HEADER_PREFIX)}
 
 
 def read_meta(path: os.PathLike) -> Dict[str, Any]:
@@ -478,7 +466,7 @@ def read_meta(path: os.PathLike) -> Dict[str, Any]:
     Raises:
         ContractError: the file cannot be opened as OpenEXR.
     """
-    return _decode_meta(_read_header(path))
+    return _decode_meta(_read_header(args.path("path", path)))
 
 
 def frame_size(path: os.PathLike) -> Tuple[int, int]:
@@ -499,8 +487,9 @@ def _read_header(path: os.PathLike) -> Dict[str, Any]:
     """The first part's header attributes, raw (``{}`` for a file without parts)."""
     import OpenEXR
 
+    refuse_special(path, "the OpenEXR file", ContractError)  # a FIFO would block OpenEXR (issue 36)
     try:
-        with OpenEXR.File(str(path), header_only=True) as f:
+        with OpenEXR.File(native_path(path), header_only=True) as f:
             return dict(f.parts[0].header) if f.parts else {}
     except Exception as e:  # noqa: BLE001 - OpenEXR raises plain RuntimeError variants
         raise ContractError(f"{path}: not a readable OpenEXR file ({e})", file=path) from e
@@ -518,6 +507,7 @@ def sanitize(frame: GBufferFrame, passes: Optional[Sequence[str]] = None) -> GBu
         passes: lower-case names of the passes to treat (e.g. ``["roughness"]``, the
             ones an edit changed); ``None``: all of them.
     """
+    args.instance("frame", frame, GBufferFrame)
     todo = set(PASS_ATTRS if passes is None else passes)
     for name in PASS_ATTRS:
         arr = getattr(frame, name)
@@ -558,8 +548,9 @@ def read_channels(path: os.PathLike) -> tuple:
     import OpenEXR
 
     exr_threads()
+    refuse_special(path, "the OpenEXR file", ContractError)  # a FIFO would block OpenEXR (issue 36)
     try:
-        with OpenEXR.File(str(path), separate_channels=True) as f:
+        with OpenEXR.File(native_path(path), separate_channels=True) as f:
             if not f.parts:
                 # OpenEXR prints a warning and gives no parts when the pixel data cannot
                 # be read (a truncated or corrupt file)
@@ -587,7 +578,7 @@ def _part_count(path) -> int:
     """Parts a file's headers declare (OpenEXR reads them even when pixel data is cut)."""
     import OpenEXR
 
-    with OpenEXR.File(str(path), header_only=True) as f:
+    with OpenEXR.File(native_path(path), header_only=True) as f:
         return len(f.parts)
 
 
@@ -665,7 +656,7 @@ def read_frame(path: os.PathLike, *, validate: bool = False) -> GBufferFrame:
         ContractError: unreadable file, or a required pass missing (the message
         names the file and the pass).
     """
-    chans, header = read_channels(path)
+    chans, header = read_channels(args.path("path", path))
     arrays = {}
     for name, (suffixes, _, _) in PASSES.items():
         arr = _find_pass(chans, name, suffixes)
@@ -721,6 +712,8 @@ def read_parts(out_dir: os.PathLike) -> List[Tuple[Path, Dict[str, Any]]]:
     Raises:
         ContractError: a part that is not a JSON object (naming it).
     """
+    from .input_files import loads_bounded, read_text
+
     d = Path(out_dir) / PARTS_DIR
     if not d.is_dir():
         return []
@@ -730,9 +723,12 @@ def read_parts(out_dir: os.PathLike) -> List[Tuple[Path, Dict[str, Any]]]:
         if not m:
             continue
         try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ContractError(f"{f}: not a valid manifest part ({e}); remove it and re-run its chunk",
+            data = loads_bounded(read_text(f, "the manifest part", ContractError))
+        except ContractError:
+            raise
+        except (OSError, ValueError, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else e
+            raise ContractError(f"{f}: not a valid manifest part ({why}); remove it and re-run its chunk",
                                 file=f) from None
         if not isinstance(data, dict):
             raise ContractError(f"{f}: not a valid manifest part (not a JSON object)", file=f)
@@ -776,15 +772,18 @@ def read_manifest(out_dir: os.PathLike) -> Dict[str, Any]:
         ContractError: the file is not JSON, or not a JSON object (naming it).
         OSError: it cannot be read.
     """
+    from .input_files import MAX_JSON_DEPTH, loads_bounded, read_text
+
+    out_dir = args.path("out_dir", out_dir)
     p = Path(out_dir) / "manifest.json"
     if not p.exists():
         return assemble_parts(read_parts(out_dir)) if (Path(out_dir) / PARTS_DIR).is_dir() else {}
-    with open(p, encoding="utf-8") as f:
-        text = f.read()
+    text = read_text(p, "the manifest", ContractError)
     try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ContractError(f"{p}: not a valid manifest (not JSON: {e}); fix it or move it away",
+        data = loads_bounded(text)
+    except (ValueError, RecursionError) as e:
+        why = f"nested deeper than {MAX_JSON_DEPTH} levels" if isinstance(e, RecursionError) else e
+        raise ContractError(f"{p}: not a valid manifest (not JSON: {why}); fix it or move it away",
                             file=p) from None
     if not isinstance(data, dict):
         raise ContractError(f"{p}: not a valid manifest (a JSON {type(data).__name__}, not an object); "

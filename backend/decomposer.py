@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import contract, geometry, sky as sky_mod, temporal
+from . import arguments as args, contract, geometry, sky as sky_mod, temporal
 from .depth_edges import EdgeSettings, display_guide, edge_settings, refine_depth
 from .estimators.base import PROVENANCE_PASSES, Estimator, EstimatorOutput, get_estimator
 from .footage import fit_long_side
@@ -123,6 +123,24 @@ def pass_provenance(out: EstimatorOutput, estimator_name: str, filled: List[str]
 #: what a relative depth made from affine-invariant disparity is, in the frame header
 RELATIVE_FROM_DISPARITY = ("1 / network disparity, whose shift is unknown and taken as 0 (no metric evidence "
                            "in this job): the depth ordering holds, far depth ratios are distorted")
+
+
+def _check_setup(estimator, estimator_options, device, intrinsics, sar) -> None:
+    """:class:`Decomposer`'s other arguments (``ArgumentError`` naming the argument)."""
+    if not isinstance(estimator, (str, Estimator)):
+        raise args.ArgumentError(f"estimator must be a name (str) or an Estimator, got {estimator!r}")
+    args.mapping("estimator_options", estimator_options)
+    args.text("device", device, none=True)
+    if intrinsics is not None:
+        try:
+            vals = [args.real_number("intrinsics", v) for v in intrinsics]
+        except TypeError:
+            vals = []
+        if len(vals) != 4 or vals[0] <= 0 or vals[1] <= 0:
+            raise args.ArgumentError(f"intrinsics must be (fx, fy, cx, cy) in pixels with fx, fy > 0, "
+                                     f"got {intrinsics!r}")
+    if args.real_number("sar", sar) <= 0:
+        raise args.ArgumentError(f"sar must be > 0, got {sar}")
 
 
 def check_estimator_output(out: EstimatorOutput, h: int, w: int, name: str) -> None:
@@ -268,7 +286,8 @@ class Decomposer:
                  intrinsics: Optional[Tuple[float, float, float, float]] = None, sar: float = 1.0,
                  albedo_detail: bool = True, detect_sky: bool = True, depth_edges: bool = False):
         self._check_options(processing_resolution=processing_resolution, stabilize=stabilize,
-                            strength=strength, hfov_deg=hfov_deg)
+                            strength=strength, hfov_deg=hfov_deg, albedo_detail=albedo_detail)
+        _check_setup(estimator, estimator_options, device, intrinsics, sar)
         if isinstance(estimator, Estimator):
             self.estimator = estimator
         else:
@@ -304,8 +323,13 @@ class Decomposer:
     @staticmethod
     def _check_options(*, processing_resolution: Optional[int] = None, stabilize: bool = False,
                        strength: float = DEFAULT_STRENGTH, hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
-                       **_unused) -> None:
-        """Raise ``ValueError`` for an option out of range (before any model loads)."""
+                       albedo_detail: bool = True, **_unused) -> None:
+        """Raise ``ValueError`` (:class:`backend.arguments.ArgumentError` for a wrong type)
+        for an option out of range (before any model loads)."""
+        processing_resolution = args.whole_number("processing_resolution", processing_resolution, minimum=0)
+        args.flag("stabilize", stabilize)
+        args.flag("albedo_detail", albedo_detail)
+        strength, hfov_deg = args.real_number("strength", strength), args.real_number("hfov_deg", hfov_deg)
         if processing_resolution is not None and processing_resolution != 0 \
                 and processing_resolution < MIN_RESOLUTION:
             raise ValueError(f"processing resolution must be 0 (full size) or at least {MIN_RESOLUTION} "
@@ -395,12 +419,13 @@ class Decomposer:
             and the stabilisation metrics.
 
         Raises:
-            ValueError: a frame that is not ``H x W x 3`` with H, W >= 1, or an
-                estimator result of the wrong shape or with NaN/Inf.
+            ValueError: a frame that is not ``H x W x 3`` with H, W >= 1, pixels or alpha
+                with NaN/Inf, alpha outside [0, 1], a dtype that is not real numbers
+                (complex, object), a ``number`` that is not a whole number >= 0, a ``meta``
+                that is not a dict (:class:`backend.arguments.ArgumentError`, also a
+                ``TypeError``), or an estimator result of the wrong shape or with NaN/Inf.
         """
-        rgb = np.asarray(rgb, dtype=np.float32)
-        if rgb.ndim != 3 or rgb.shape[2] != 3 or min(rgb.shape[:2]) < 1:
-            raise ValueError(f"frame must be H x W x 3 RGB, got shape {rgb.shape}")
+        rgb, alpha, number, meta = args.frame_input(rgb, alpha, number, meta)  # before any state changes
         H, W = rgb.shape[:2]
         plan = self.plan(W, H, meta)
         if number is not None and self._hist.number is not None and number != self._hist.number + 1:

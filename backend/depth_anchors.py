@@ -41,6 +41,7 @@ import numpy as np
 
 from . import contract, geometry
 from .imaging import resize
+from .input_files import check_regular, is_special_file_error
 
 ANCHOR_FILE = ".gbuffer_depth_anchors.npz"
 #: long side in pixels of a stored anchor
@@ -170,6 +171,7 @@ class DepthAnchors:
         """
         path = Path(path)
         try:
+            check_regular(path, "the depth anchors file")
             with np.load(path, allow_pickle=False) as z:
                 numbers, depth, mask = z["numbers"], z["depth"], z["mask"]
                 meta = json.loads(str(z["meta"]))
@@ -177,6 +179,8 @@ class DepthAnchors:
             raise ValueError(f"depth anchors {path} do not exist: compute them first "
                              f"(python -m backend farm anchors INPUT --out OUT ...)") from None
         except (OSError, KeyError, ValueError, EOFError) as e:
+            if is_special_file_error(e):
+                raise
             raise ValueError(f"depth anchors {path} are unreadable ({type(e).__name__}: {e}); "
                              f"recompute them (python -m backend farm anchors ...)") from None
         if meta.get("version") != FORMAT_VERSION or depth.ndim != 3 or depth.shape != mask.shape \

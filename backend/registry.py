@@ -44,6 +44,10 @@ class Registry:
         Raises:
             KeyError: unknown name (the message lists the known ones).
         """
+        if not isinstance(name, str):
+            from .arguments import ArgumentError
+
+            raise ArgumentError(f"{self.kind} must be a name (str), got {name!r} ({type(name).__name__})")
         if name not in self._factories:
             raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         f = self._factories[name]
@@ -56,6 +60,19 @@ class Registry:
         """``factory(**options)`` of ``name``.
 
         Raises:
-            KeyError: unknown name. Whatever the factory raises.
+            KeyError: unknown name.
+            ValueError: an option the factory does not take (one line naming it and the
+                options it takes; issue 36: was a ``TypeError``, exit 1 on the CLI).
+            Whatever else the factory raises.
         """
-        return self.factory(name)(**options)
+        factory = self.factory(name)
+        try:
+            return factory(**options)
+        except TypeError as e:  # a factory's own words for an option it does not take
+            text = str(e).splitlines()[0] if str(e) else ""
+            if options and ("unexpected keyword" in text or "unknown option" in text
+                            or any(repr(k) in text for k in options)):
+                raise ValueError(f"{self.kind} {name!r} takes no option "
+                                 f"{', '.join(k for k in options if k in text) or ', '.join(options)}: "
+                                 f"{text}") from None
+            raise

@@ -9,7 +9,6 @@ a file or folder to the system (``wm.path_open``: the default movie player for
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import bpy
 from bpy.props import StringProperty
 
 from ..addon import compositor
+from ..backend.input_files import load_json
 from . import backend_args
 
 RESULT_DIR = "result"
@@ -58,7 +58,7 @@ def _edited_passes(run_dir: Path) -> tuple:
     """The passes the compositor edited for a run (``edited_gbuffer/manifest.json``'s
     ``edited_passes``); ``()`` when the run had no edits."""
     try:
-        man = json.loads((run_dir / "edited_gbuffer" / "manifest.json").read_text(encoding="utf-8"))
+        man = load_json(run_dir / "edited_gbuffer" / "manifest.json")  # a FIFO: refused, never waited on
     except (OSError, ValueError):
         return ()
     passes = man.get("edited_passes") if isinstance(man, dict) else None
@@ -83,7 +83,7 @@ def run_history(root: os.PathLike, limit: Optional[int] = None) -> List[Run]:
         if not m or not d.is_dir():
             continue
         try:
-            man = json.loads((d / RESULT_DIR / "manifest.json").read_text(encoding="utf-8"))
+            man = load_json(d / RESULT_DIR / "manifest.json")
         except (OSError, ValueError):
             continue
         if not isinstance(man, dict):

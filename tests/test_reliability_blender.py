@@ -56,3 +56,30 @@ def test_sequence_from_1001_with_a_gap_keeps_its_numbers_in_the_scene(addon, tmp
     assert node.frame_start == 1002 and node.frame_offset == 1001 and node.frame_duration == 4
     for scene_frame in (1002, 1004, 1005):
         assert scene_frame - node.frame_start + 1 + node.frame_offset == scene_frame
+
+
+def test_run_history_skips_a_fifo_manifest_instead_of_hanging(addon, tmp_path):
+    """Issue 36, own hostile pass: the Restyle panel's run history read each run's
+    result/manifest.json with read_text(): a FIFO there froze Blender's UI."""
+    import json
+    import os
+    import threading
+
+    from gbuffer_editor.operators import results
+
+    for n in (1, 2):
+        d = tmp_path / f"restyle_{n:03d}" / results.RESULT_DIR
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text(json.dumps({"prompt": "fog", "frames": [], "complete": True}))
+    fifo = tmp_path / "restyle_002" / results.RESULT_DIR / "manifest.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    got = []
+    t = threading.Thread(target=lambda: got.append(results.run_history(tmp_path)), daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():  # unblock the reader before failing
+        with open(fifo, "w"):
+            pass
+        pytest.fail("run_history waited on a FIFO")
+    assert [r.number for r in got[0]] == [1]

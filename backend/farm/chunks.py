@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 
 from .. import contract, events
 from ..errors import JobError
+from ..input_files import load_json, read_text
 
 PLAN_FILE = ".gbuffer_farm.json"
 TOKEN_FILE = ".gbuffer_farm_token"
@@ -164,7 +165,7 @@ def claim_folder(plan: FarmPlan) -> None:
         os.link(tmp, path)  # exclusive create (atomic, NFS-safe)
     except FileExistsError:
         try:
-            old = json.loads(path.read_text())
+            old = load_json(path, "the farm job's identity file")
         except (OSError, ValueError):
             old = None
         if old != ident:
@@ -201,8 +202,8 @@ def check_visible(out: str, token: str, node: Optional[str] = None) -> str:
     """
     node = node or node_name()
     try:
-        ok = (Path(out) / TOKEN_FILE).read_text() == token
-    except OSError:
+        ok = read_text(Path(out) / TOKEN_FILE, "the farm token") == token
+    except (OSError, ValueError):
         ok = False
     if not ok:
         raise JobError(f"output folder {out} is not visible from worker node {node} (it cannot read "
@@ -263,7 +264,7 @@ def _drop_unrecorded(job: str, out: str, first: int, last: int) -> List[int]:
 
     path = part_path(out, first, last)
     try:
-        part = json.loads(path.read_text())
+        part = load_json(path, "the manifest part")
     except (OSError, ValueError):
         return []
     shash = part.get("settings_hash")

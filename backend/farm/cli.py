@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from .. import events
+from ..arguments import cli_float
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -48,7 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                     "SIGKILL. Unlike 'ray stop', other Ray clusters on the machine are left "
                                     "alone. One JSON line; exit 1 when a process survived.")
     st.add_argument("temp_dirs", nargs="+", metavar="TEMP_DIR", help="a node's --temp-dir")
-    st.add_argument("--timeout", type=float, default=20.0, metavar="S", help="seconds in all (default: %(default)s)")
+    st.add_argument("--timeout", type=cli_float, default=20.0, metavar="S", help="seconds in all (default: %(default)s)")
     st.set_defaults(func=run_stop)
     import importlib.util
 

@@ -32,6 +32,7 @@ import time
 from typing import Any, Dict, List
 
 from .. import events
+from ..arguments import cli_float, cli_int, int_text
 
 DEFAULT_OVERLAP = 8
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -42,9 +43,9 @@ def overlap_arg(text: str):
     if text.strip().lower() == "chain":
         return None
     try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'chain', got {text!r}") from None
+        v = int_text(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 in ASCII digits or 'chain', got {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'chain', got {v}")
     return v
@@ -63,7 +64,7 @@ def add_engines(sub) -> None:
         for job, mod in (("decompose", decompose_cli), ("restyle", restyle_cli)):
             p = mod.add_parser(jobs)
             g = p.add_argument_group("farm job")
-            g.add_argument("--chunk", type=int, required=True, metavar="N", help="frames per chunk (>= --overlap)")
+            g.add_argument("--chunk", type=cli_int, required=True, metavar="N", help="frames per chunk (>= --overlap)")
             g.add_argument("--overlap", type=overlap_arg, default=DEFAULT_OVERLAP, metavar="K|chain",
                            help="K: warmup frames computed (and discarded) before each chunk, chunks run in "
                                 "parallel; chain: each chunk continues from the previous chunk's last frame "
@@ -77,13 +78,13 @@ def add_engines(sub) -> None:
             if engine == "ray":
                 g.add_argument("--address", required=True, metavar="HOST:PORT",
                                help="the Ray cluster's head (GCS) address, e.g. 10.0.0.1:6379")
-                g.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S, metavar="S",
+                g.add_argument("--connect-timeout", type=cli_float, default=DEFAULT_CONNECT_TIMEOUT_S, metavar="S",
                                help="seconds to wait for the head to answer (default: %(default)s)")
-                g.add_argument("--retries", type=int, default=3, metavar="R",
+                g.add_argument("--retries", type=cli_int, default=3, metavar="R",
                                help="times a chunk is retried after its worker or node died (default: %(default)s)")
-                g.add_argument("--cpus-per-chunk", type=float, default=1.0, metavar="C",
+                g.add_argument("--cpus-per-chunk", type=cli_float, default=1.0, metavar="C",
                                help="Ray CPUs a chunk task takes (default: %(default)s)")
-                g.add_argument("--gpus-per-chunk", type=float, default=0.0, metavar="G",
+                g.add_argument("--gpus-per-chunk", type=cli_float, default=0.0, metavar="G",
                                help="Ray GPUs a chunk task takes (default: %(default)s: CPU-only clusters work)")
             p.set_defaults(func=run_farm, engine=engine, farm_job=job)
 

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from .. import contract, events
 from ..errors import JobError
+from ..input_files import is_special_file_error, read_image_bgr
 from ..jobs.outputs import read_own_manifest
 from ..jobs.parts import PARTS_DIR, parse_ranges, ranges
 
@@ -59,6 +60,8 @@ def _merge(out: Path, wanted: Optional[List[int]]) -> Dict[str, Any]:
     try:
         parts = contract.read_parts(out)
     except contract.ContractError as e:
+        if is_special_file_error(e):  # a FIFO: refused as the input it is (exit 2)
+            raise
         raise JobError(str(e), file=getattr(e, "file", None)) from None
     if not parts:
         raise JobError(f"no manifest parts in {out / PARTS_DIR}: nothing to merge (chunks run with "
@@ -111,13 +114,19 @@ def _merge(out: Path, wanted: Optional[List[int]]) -> Dict[str, Any]:
             "settings_hash": man.get("settings_hash")}
 
 
+#: per-frame fields measured against the previous frame (``--stabilize``): a shot's first
+#: frame and the frame after a gap have none, in a run nothing interrupted (issue 36)
+PAIR_FIELDS = frozenset({"flicker_raw", "flicker", "consistent_fraction"})
+
+
 def _incomplete_entries(frames: List[Dict[str, Any]]) -> List[int]:
-    """Frame numbers whose entry lacks a field that most entries have."""
+    """Frame numbers whose entry lacks a field that most entries have (fields measured
+    against the previous frame, :data:`PAIR_FIELDS`, are not required)."""
     from collections import Counter
 
     if len(frames) < 2:
         return []
-    count = Counter(k for e in frames for k in e)
+    count = Counter(k for e in frames for k in e if k not in PAIR_FIELDS)
     common = {k for k, c in count.items() if 2 * c > len(frames)}
     return [int(e["frame"]) for e in frames if not common <= set(e)]
 
@@ -148,13 +157,11 @@ def _restyle_summaries(out: Path, man: Dict[str, Any], done: List[int], parts) -
     outputs = man.setdefault("outputs", {})
     pngs = [rs.preview_path(out, n) for n in done if rs.preview_path(out, n).exists()]
     if wanted_mp4 and pngs and len(pngs) == len(done):
-        import cv2
-
         fps = Fraction((man.get("output") or {}).get("fps") or rs.DEFAULT_FPS)
         enc = Mp4Encoder.temporary(out, fps=fps)
         try:
             for p in pngs:
-                enc.add(cv2.imread(str(p), cv2.IMREAD_COLOR)[..., ::-1])
+                enc.add(read_image_bgr(p)[..., ::-1])
             enc.close()
             with open(enc.path, "rb") as f:
                 outputs[rs.MP4_NAME] = hashlib.sha256(f.read()).hexdigest()

@@ -47,7 +47,8 @@ import os
 from pathlib import Path
 from typing import Iterator, Optional
 
-from .. import colour
+from .. import arguments, colour
+from ..input_files import kind_of
 # the submodules' public names stay importable as ``backend.footage.NAME``
 from .frames import (BYTES_PER_PIXEL_PEAK, IMAGE_EXTS, MAX_PIXELS, MOVIE_EXTS,  # noqa: F401
                      SEQUENCE_FPS, TEXT_CODECS, Footage, FootageError, FootageInfo, SourceFrame,
@@ -83,7 +84,7 @@ def open_footage(
             unsupported codec, NaN/Inf pixels; the message names the file (and frame).
         backend.colour.ColourError: unknown colour space.
     """
-    p = str(Path(path).absolute())
+    p = str(Path(arguments.path("path", path)).absolute())
     if max_size is not None and int(max_size) < 1:
         raise FootageError(f"max_size must be >= 1, got {max_size}")
     if colorspace is not None:
@@ -100,7 +101,8 @@ def open_footage(
     if not pp.exists():
         raise FootageError(f"{p}: no such file or folder", file=p)
     if not pp.is_file():
-        raise FootageError(f"{p}: not a regular file", file=p)
+        raise FootageError(f"{p}: the input is {kind_of(pp.stat().st_mode)}, not a regular file; "
+                           f"nothing is read from it", file=p)
     if pp.suffix.lower() in IMAGE_EXTS:
         return _ImageFootage([p], "image", p, colorspace, max_size)
     return _MovieFootage(p, colorspace, max_size, start_frame)

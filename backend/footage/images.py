@@ -5,6 +5,7 @@ sequence reader. Part of :mod:`backend.footage`.
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Tuple
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from .. import colour, events, exr_colour
 from ..imaging import resize
+from ..input_files import native_path
 from .frames import (Footage, FootageError, FootageInfo, SEQUENCE_FPS, SourceFrame, _check_finite,
     _unreadable, _warn_once, check_frame_size, fit_long_side)
 from .naming import sequence_numbers
@@ -23,7 +25,7 @@ def _header_size(path: str) -> Optional[Tuple[int, int]]:
         if Path(path).suffix.lower() == ".exr":
             import OpenEXR
 
-            with OpenEXR.File(path, header_only=True) as f:
+            with OpenEXR.File(native_path(path), header_only=True) as f:
                 # the decoded frame fills the display window; the data window is read too:
                 # the larger of the two is what memory must hold (fresh-eyes trial: a
                 # 100000^2 display window around a 16x16 data window got past the limit)
@@ -68,7 +70,7 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str, tuple, 
     import OpenEXR
 
     try:
-        with OpenEXR.File(path, separate_channels=True) as f:
+        with OpenEXR.File(native_path(path), separate_channels=True) as f:
             if not f.parts:  # OpenEXR gives no parts when the pixel data cannot be read
                 raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
                                    file=path)
@@ -110,27 +112,67 @@ def _read_exr(path: str) -> Tuple[np.ndarray, Optional[np.ndarray], str, tuple, 
             chans["A"] = _to_display(np.ones((data_w[3] - data_w[1] + 1, data_w[2] - data_w[0] + 1),
                                              np.float32), data_w, disp_w)
 
-    def find(c):
-        if c in chans:
-            return chans[c]
-        cands = sorted(k for k in chans if k.rsplit(".", 1)[-1] == c)
-        return chans[cands[0]] if cands else None
-
-    r, g, b, a, y = (find(c) for c in ("R", "G", "B", "A", "Y"))
-    if r is not None and g is not None and b is not None:
-        rgb = np.stack([r, g, b], axis=-1)
-    elif y is not None:
-        rgb = np.repeat(y[..., None], 3, axis=-1)
-    elif r is not None:
-        rgb = np.repeat(r[..., None], 3, axis=-1)
-    else:
-        if not chans:  # OpenEXR returns no channels when the pixel data cannot be read
-            raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)",
-                               file=path)
-        raise FootageError(f"{path}: EXR has no R/G/B or Y channels (has {sorted(chans)})", file=path)
+    r, g, b, a, y = _exr_colour_channels(chans, path)
+    rgb = np.stack([r, g, b], axis=-1) if y is None else np.repeat(y[..., None], 3, axis=-1)
     dtype = str(rgb.dtype)
     windows = (data_w, disp_w) if overscan else None
     return rgb.astype(np.float32), (None if a is None else a.astype(np.float32)), dtype, stated, windows
+
+
+def _exr_colour_channels(chans: dict, path: str):
+    """``(R, G, B, A, Y)`` of an EXR's channels (``Y`` set only for a greyscale file; the
+    others then ``None`` but ``A``), by name: ``R``/``G``/``B``/``A``/``Y``, the last
+    component of a layer name (``beauty.R``), lowercase ``r, g, b, a`` when no uppercase
+    ones exist. Refused, naming the channels (issue 36, decided in docs/reliability.md):
+    only some of R, G, B (``R`` alone is data, not a colour image); CIE ``X, Y, Z``;
+    luminance-chroma ``Y, RY, BY``; ``UINT`` colour channels (ids, not radiance).
+
+    Raises:
+        FootageError: naming the file and its channels.
+    """
+    if not chans:  # OpenEXR returns no channels when the pixel data cannot be read
+        raise FootageError(f"{path}: unreadable OpenEXR file (truncated or corrupt pixel data)", file=path)
+    base = {}
+    for k in sorted(chans):
+        base.setdefault(k.rsplit(".", 1)[-1], k)
+    if not {"R", "G", "B", "Y", "A"} & set(base) and {"r", "g", "b"} & set(base):  # lowercase names
+        base = {n.upper(): k for n, k in base.items() if n in ("r", "g", "b", "a")}
+    have = sorted(chans)
+
+    def refuse(why):
+        return FootageError(f"{path}: {why} (channels {', '.join(have)}); convert it to RGB(A) or Y "
+                            f"(greyscale) first", file=path)
+    if {"X", "Z"} & set(base) and "Y" in base:
+        raise refuse("a CIE XYZ OpenEXR file is not read (its colours would be taken for grey)")
+    if {"RY", "BY"} & set(base):
+        raise refuse("a luminance/chroma (Y, RY, BY) OpenEXR file is not read (only its luminance would be)")
+    rgb = [base.get(c) for c in "RGB"]
+    if any(rgb) and not all(rgb):
+        raise refuse(f"has only {', '.join(c for c, k in zip('RGB', rgb) if k)} of R, G, B: not a colour image")
+    if not any(rgb) and "Y" not in base:
+        raise refuse("has no R, G, B or Y channel")
+    used = [k for k in (rgb if all(rgb) else [base["Y"]]) + [base.get("A")] if k]
+    ints = [k for k in used if np.asarray(chans[k]).dtype.kind in "ui"]
+    if ints:
+        raise refuse(f"channel(s) {', '.join(ints)} are UINT (whole numbers such as object ids), not radiance")
+    pick = {c: (chans[base[c]] if c in base else None) for c in "RGBAY"}
+    if all(rgb):
+        return pick["R"], pick["G"], pick["B"], pick["A"], None
+    return None, None, None, pick["A"], pick["Y"]
+
+
+def exr_pixel_aspect(path: str) -> Fraction:
+    """The ``pixelAspectRatio`` of an EXR's first part (``Fraction(1)`` when absent or odd)."""
+    import OpenEXR
+
+    try:
+        with OpenEXR.File(native_path(path), header_only=True) as f:
+            par = float(f.header().get("pixelAspectRatio", 1.0))
+    except Exception:  # noqa: BLE001 - unreadable: decoding reports it
+        return Fraction(1)
+    if not (np.isfinite(par) and 0.01 < par < 100):
+        return Fraction(1)
+    return Fraction(par).limit_denominator(1000)
 
 
 def _to_display(a: np.ndarray, data_w, disp_w) -> np.ndarray:
@@ -259,11 +301,13 @@ class _ImageFootage(Footage):
         self._first = (rgb, alpha)
         ext = Path(self._files[i0]).suffix.lower()
         rot = EXIF_ROTATION[exif_orientation(self._files[i0])] if ext != ".exr" else 0
+        # an EXR's pixelAspectRatio is honoured as a movie's SAR (intrinsics, manifest "sar")
+        sar = exr_pixel_aspect(self._files[i0]) if ext == ".exr" else Fraction(1)
         self.info = FootageInfo(
             path=path, kind=kind, width=w, height=h, out_width=ow, out_height=oh,
             fps=SEQUENCE_FPS, n_frames=len(self._files), rotation=rot, pix_fmt=pix_fmt, bit_depth=bits,
             codec=Path(self._files[i0]).suffix.lower().lstrip("."),
-            colorspace=cs_name, has_alpha=alpha is not None, files=self._files,
+            colorspace=cs_name, has_alpha=alpha is not None, files=self._files, sar=sar,
             windows=[list(w) for w in windows] if windows and max_size is None else None,
             numbers=sequence_numbers(self._files) if kind == "sequence" else [1],
         )
@@ -276,6 +320,19 @@ class _ImageFootage(Footage):
                            f"frames_missing; the job is not complete)", file=self._files[min(self._skip)],
                            frame=self.info.numbers[min(self._skip)])
         self._i0 = i0
+        #: frame numbers decoded with and without alpha (a mixed sequence: both non-empty)
+        self.alpha_frames: list = []
+        self.opaque_frames: list = []
+
+    def _note_alpha(self, alpha, num: int, f: str) -> None:
+        """Record whether frame ``num`` carries alpha; one ``warning`` when a frame differs
+        from the first (the manifest then says ``has_alpha: "mixed"``; issue 36)."""
+        (self.alpha_frames if alpha is not None else self.opaque_frames).append(num)
+        if (alpha is not None) != self.info.has_alpha and len(self.alpha_frames if alpha is not None
+                                                              else self.opaque_frames) == 1:
+            events.warning(f"{f} (frame {num}) {'carries' if alpha is not None else 'has no'} alpha, unlike the "
+                           f"sequence's first frame: the frames without alpha are taken as opaque "
+                           f"(manifest source.has_alpha: \"mixed\", alpha_frames)", frame=num, file=f)
 
     def __iter__(self) -> Iterator[SourceFrame]:
         info = self.info
@@ -300,6 +357,7 @@ class _ImageFootage(Footage):
                 raise FootageError(
                     f"{f} (frame {num}): size {rgb.shape[1]}x{rgb.shape[0]} differs from the "
                     f"sequence's {info.width}x{info.height}", frame=num, file=f)
+            self._note_alpha(alpha, info.numbers[i], f)
             rgb = resize(rgb, (info.out_width, info.out_height), "area")
             if alpha is not None:
                 alpha = resize(alpha, (info.out_width, info.out_height), "area")

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import contract, events, exr_attrs
+from .. import arguments as args, contract, events, exr_attrs
 from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, FALLBACK_METALLIC, FALLBACK_ROUGHNESS, MIN_RESOLUTION,
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
@@ -29,7 +29,7 @@ from ..errors import JobError
 from ..exr_colour import working_space as exr_working_space
 from ..footage import FootageError, open_footage
 from .decompose_manifest import (  # noqa: F401  (provenance_summary, flicker_summary: re-exported)
-    _job_manifest, flicker_summary, provenance_summary, record_summary,
+    _job_manifest, alpha_summary, flicker_summary, provenance_summary, record_summary,
 )
 from .decompose_shots import (_Shot, _WindowedShot, _camera_settings, _multiview_shot, _multiview_summary,
                               _windows_summary)
@@ -300,6 +300,7 @@ def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None
     """Run the decompose ``request`` (:class:`backend.jobs.request.DecomposeRequest`, already
     validated); ``progress`` and ``cancel`` as for :func:`decompose`, which documents the
     settings, the result and the errors."""
+    cancel, progress = args.cancel(cancel), args.progress(progress)  # an Event or a callable; a callable or stream
     with request.running(progress) as r:
         first, last = parse_frames(r.frames)
         if r.mesh is not None:
@@ -395,6 +396,7 @@ def _cut(info, first: int, last: Optional[int], handles: int) -> list:
 def _summaries(result, shot, dec: Decomposer, *, stabilize: bool, measured: bool, mesh) -> None:
     """The shot-level summaries in ``result.manifest`` after the frames (and the mesh)."""
     record_summary(result, provenance_summary)
+    record_summary(result, lambda frames: alpha_summary(result.manifest, getattr(shot, "src", None)))
     if stabilize and not measured:
         record_summary(result, flicker_summary)
     if measured:
@@ -413,10 +415,13 @@ def _use_anchors(path, dec: Decomposer, info, first: int, last: Optional[int]) -
             missing a frame of ``first..last`` (naming the file and the frame).
     """
     from ..depth_anchors import DepthAnchors, compatible
+    from ..input_files import is_special_file_error
 
     try:
         anchors = DepthAnchors.load(path)
     except ValueError as e:
+        if is_special_file_error(e):  # a FIFO given as --depth-anchors: a bad argument (exit 2)
+            raise
         raise JobError(str(e), file=str(path)) from None
     why = compatible(anchors, dec, info)
     if why is not None:

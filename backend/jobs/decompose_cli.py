@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .. import geometry
+from ..arguments import cli_float, cli_int, int_text
 from ..decomposer import DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, MIN_RESOLUTION
 from ..multiview.shot import MultiViewOptions
 from .decompose import decompose, parse_options, run_decompose  # noqa: F401  (decompose: its former import)
@@ -12,10 +13,7 @@ from .request import DecomposeRequest
 
 def resolution_arg(text: str) -> int:
     """argparse type of ``--processing-resolution``: 0 (full size) or an integer >= 16."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    v = int_text(text)  # ASCII digits only: '６４' is refused as --frames refuses it
     if v != 0 and v < MIN_RESOLUTION:
         raise argparse.ArgumentTypeError(
             f"{v} is too small: use 0 (full size) or at least {MIN_RESOLUTION} pixels")
@@ -25,7 +23,7 @@ def resolution_arg(text: str) -> int:
 def add_farm_chunk_args(p: argparse.ArgumentParser) -> None:
     """``--warmup K`` and ``--manifest-part`` (farm chunks; decompose and restyle)."""
     g = p.add_argument_group("farm chunk", "How a farm runs one chunk of a shot (see docs/farm_ray.md)")
-    g.add_argument("--warmup", type=int, default=None, metavar="K",
+    g.add_argument("--warmup", type=cli_int, default=None, metavar="K",
                    help="temporal state starts fresh K frames before the first of --frames (clamped to the "
                         "clip's first frame); they are computed, never written; never seeds from another "
                         "chunk's file. Enters the settings hash. Default: off (continue from the previous "
@@ -67,7 +65,7 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                         "(e.g. depth=/models/marigold-depth)")
     p.add_argument("--stabilize", action="store_true",
                    help="temporal stabilisation with optical flow (flicker metric in manifest.json)")
-    p.add_argument("--stabilize-strength", type=float, default=DEFAULT_STRENGTH, metavar="W",
+    p.add_argument("--stabilize-strength", type=cli_float, default=DEFAULT_STRENGTH, metavar="W",
                    help="history weight for --stabilize, in [0, 1) (default: %(default)s)")
     p.add_argument("--colorspace", default=None,
                    help="OpenColorIO name of the source colour space (default: sRGB; EXR: linear)")
@@ -85,7 +83,7 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                             "(opt-in, default off: mixed results on real footage; docs/decompose.md)")
     edges.add_argument("--no-depth-edges", dest="depth_edges", action="store_false",
                        help="keep the depth as estimated or measured")
-    p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
+    p.add_argument("--hfov", type=cli_float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
     add_farm_chunk_args(p)
     add_anchor_args(p)
@@ -103,11 +101,11 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
                          "determined focal length; written as OUT_cameras.json next to --out), else the "
                          "single-image path with a one-line note. none (default): single-image unless "
                          "--cameras")
-    mv.add_argument("--mv-neighbours", type=int, default=MultiViewOptions.neighbours, metavar="K",
+    mv.add_argument("--mv-neighbours", type=cli_int, default=MultiViewOptions.neighbours, metavar="K",
                     help="frames each frame is matched against (default: %(default)s)")
-    mv.add_argument("--mv-window", type=int, default=MultiViewOptions.window, metavar="N",
+    mv.add_argument("--mv-window", type=cli_int, default=MultiViewOptions.window, metavar="N",
                     help="frames searched for neighbours on each side (default: %(default)s)")
-    mv.add_argument("--mv-resolution", type=int, default=MultiViewOptions.processing_width, metavar="W",
+    mv.add_argument("--mv-resolution", type=cli_int, default=MultiViewOptions.processing_width, metavar="W",
                     help="width in pixels of the stereo matching (default: %(default)s)")
     mv.add_argument("--mv-densify", action="store_true",
                     help="piecewise-planar densification of the measured depth along image segments "
@@ -125,13 +123,13 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
 
 def _add_studio_arguments(p) -> None:
     """The studio-convention options (issue 38; docs/studio-pipeline.md)."""
-    p.add_argument("--start-frame", type=int, default=None, metavar="N",
+    p.add_argument("--start-frame", type=cli_int, default=None, metavar="N",
                    help="a movie's first frame number (e.g. 1001 for a studio plate): file names, --frames and "
                         "the header timecode count from it (default 1; image sequences keep their file numbers)")
     p.add_argument("--timecode", default=None, metavar="HH:MM:SS:FF",
                    help="the timecode of the source's first frame (non-drop-frame); default: the movie's "
                         "own timecode tag when it has one, else counted from the frame number")
-    p.add_argument("--handles", type=int, default=0, metavar="N",
+    p.add_argument("--handles", type=cli_int, default=0, metavar="N",
                    help="the first and last N frames written are handles: the manifest's 'cut' gives the "
                         "cut in/out inside them and each frame's header says whether it is a handle")
     p.add_argument("--passes", default=None, metavar="LIST",

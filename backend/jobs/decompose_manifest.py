@@ -73,11 +73,22 @@ def flicker_summary(frames) -> Dict[str, Any]:
     }}
 
 
+def alpha_summary(manifest: Dict[str, Any], src) -> Dict[str, Any]:
+    """``source`` with ``has_alpha: "mixed"`` and ``alpha_frames`` when the frames decoded
+    this run are a sequence where some carry alpha and some not; ``{}`` otherwise."""
+    from .outputs import _ranges
+
+    with_alpha, opaque = getattr(src, "alpha_frames", None), getattr(src, "opaque_frames", None)
+    if not with_alpha or not opaque:
+        return {}
+    return {"source": dict(manifest.get("source") or {}, has_alpha="mixed", alpha_frames=_ranges(with_alpha))}
+
+
 def record_summary(result: JobResult, summarise) -> None:
     """Add ``summarise(manifest frames)`` (:func:`provenance_summary`, :func:`flicker_summary`)
     to the job's ``manifest.json`` when it says anything."""
     man = result.manifest
     summary = summarise(man.get("frames", []))
-    if summary:
+    if summary and any(man.get(k) != v for k, v in summary.items()):  # unchanged: nothing written
         man.update(summary)
         contract.write_manifest(result.out_dir, man)

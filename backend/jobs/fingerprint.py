@@ -29,8 +29,10 @@ def file_sha256(path: os.PathLike) -> str:
     Raises:
         OSError: the file cannot be read.
     """
+    from ..input_files import open_regular
+
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while True:
             chunk = f.read(1 << 20)
             if not chunk:

@@ -136,10 +136,25 @@ class FrameRun:
         except OSError:
             pass
         if self.input_for is not None:
-            fp = self.input_for(number)
+            # what the frame was computed from, as its own header says (issue 36: an input
+            # replaced while the frame was in flight gave the entry the new fingerprint, or
+            # none after an error, while the header had the old one)
+            fp = self._stored_input(final)
+            if fp is None:
+                fp = self.input_for(number)
             if fp is not None:
                 entry["input"] = fp
         return entry
+
+    def _stored_input(self, final: Path) -> Optional[str]:
+        """The input fingerprint in the frame file's header (``read_input``), or None."""
+        if self.read_input is None:
+            return None
+        try:
+            v = self.read_input(final)
+        except Exception:  # noqa: BLE001 - unreadable or an older version's: recompute
+            return None
+        return v if isinstance(v, str) and v else None
 
     def _skip(self, number: int, final: Path) -> None:
         self.drain()  # report the frame in flight first: events stay in frame order

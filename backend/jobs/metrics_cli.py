@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .. import events
+from ..arguments import cli_int
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -22,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="local folder of a CLIP model (transformers CLIPVisionModelWithProjection, "
                         "model.safetensors or pytorch_model.bin; the paper's is "
                         "openai/clip-vit-large-patch14-336)")
-    p.add_argument("--max-frames", type=int, default=None, help="at most this many frames per set")
+    p.add_argument("--max-frames", type=cli_int, default=None, help="at most this many frames per set")
     p.add_argument("--device", default="cpu", help="torch device for CLIP (default cpu)")
     p.set_defaults(func=run)
     return p

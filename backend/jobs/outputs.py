@@ -29,12 +29,14 @@ of these cases, decided by :func:`check_previous_outputs` before anything is wri
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import contract, events
 from ..errors import JobError
+from ..input_files import is_special_file_error, load_json, native_path, refuse_special
 from .fingerprint import file_sha256
 
 #: the ``producer`` field of every manifest this product writes
@@ -81,8 +83,10 @@ def read_own_manifest(out: Path) -> Dict[str, Any]:
         return {}
     why = None
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        data = load_json(p, "the output folder's manifest")  # a FIFO: InputError, never waited on
+    except (OSError, ValueError) as e:
+        if is_special_file_error(e):
+            raise
         data, why = None, f"not readable as JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
     if why is None and not (isinstance(data, dict) and (
             data.get("producer") == PRODUCER or ("job" in data and "settings_hash" in data))):
@@ -208,7 +212,8 @@ def _stamped_number(p: Path) -> Optional[int]:
     def text(v):
         return v.decode() if isinstance(v, bytes) else v
 
-    with OpenEXR.File(str(p), header_only=True) as f:  # the header reads only while open
+    refuse_special(p, "the frame file")
+    with OpenEXR.File(native_path(p), header_only=True) as f:  # the header reads only while open
         h = f.header()
         number, source = text(h.get(contract.HEADER_PREFIX + "frame_number")), text(h.get("restyle/source_frame"))
     if number is not None:
@@ -351,7 +356,7 @@ def _foreign_files(book: "Ledger", on_disk: Dict[int, Path], stale: Dict[int, Pa
     for n in sorted(set(numbers or ()) | set(on_disk)):
         for c in (companions(n) if companions else ()):
             c = Path(c)
-            if not (c.is_file() or c.is_symlink()):
+            if not os.path.lexists(c):  # a FIFO or folder with our name is the user's too (issue 36)
                 continue
             if (n in stale or n not in on_disk) and not book.file_is_ours(c, n):
                 foreign.append(c)
@@ -359,7 +364,7 @@ def _foreign_files(book: "Ledger", on_disk: Dict[int, Path], stale: Dict[int, Pa
                 foreign.append(c)
     for x in extra_outputs:
         x = Path(x)
-        if (x.is_file() or x.is_symlink()) and not book.file_is_ours(x):
+        if os.path.lexists(x) and not book.file_is_ours(x):
             foreign.append(x)
     return foreign
 

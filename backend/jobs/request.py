@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from .. import contract, geometry
+from .. import arguments as args, contract, geometry
 from ..decomposer import DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, Decomposer
 from ..depth_edges import edge_settings
+from ..input_files import load_json
 from ..renderers.base import DEFAULT_RENDERER
 
 #: version of the request JSON file (``"request_version"``); a newer file is refused
@@ -81,7 +82,51 @@ _FRAMES_RE = re.compile(r"([0-9]+)\s*(-\s*([0-9]*))?", re.ASCII)
 
 
 def _path(v) -> Optional[str]:
-    return None if v is None else os.fspath(v)
+    return None if v is None else os.fsdecode(os.fspath(v))
+
+
+#: the command line's words for a request field, in messages (``out_dir (--out) ...``)
+_FLAGS = {"input": "input_path (INPUT)", "out": "out_dir (--out)", "gbuffer_dir": "gbuffer_dir (GBUFFER_DIR)",
+          "reference_dir": "reference_dir (--reference)", "estimator_options": "estimator_options (--estimator-option)",
+          "renderer_options": "renderer_options (--option)", "match_look": "match_look (--match-look)",
+          "depth_anchors": "depth_anchors (--depth-anchors)", "manifest_part": "manifest_part (--manifest-part)"}
+
+
+def _name(field: str) -> str:
+    return _FLAGS.get(field, f"{field} (--{field.replace('_', '-')})")
+
+
+def _finite_json(v: Any) -> bool:
+    """No NaN or infinity anywhere in an option value (numbers, lists, dicts)."""
+    if isinstance(v, float):
+        return v == v and v not in (float("inf"), float("-inf"))
+    if isinstance(v, (list, tuple)):
+        return all(_finite_json(x) for x in v)
+    if isinstance(v, dict):
+        return all(_finite_json(x) for x in v.values())
+    return True
+
+
+def _check_types(req, *, paths=(), flags=(), texts=(), optional_texts=(), mappings=(), whole=()) -> None:
+    """The request's fields checked by type before anything else (:mod:`backend.arguments`,
+    ``ArgumentError`` naming the keyword argument and its flag: ``out_dir (--out) must be a
+    path ...``); the values' ranges and blank paths are :meth:`_validate`'s. Issue 36, item 5."""
+    for k in paths:
+        v = getattr(req, k)
+        if v is not None and not isinstance(v, (str, bytes, os.PathLike)):
+            raise args.ArgumentError(f"{_name(k)} must be a path (str or os.PathLike), got {v!r} ({type(v).__name__})")
+    for k in flags:
+        args.flag(_name(k), getattr(req, k))
+    for k in texts:
+        args.text(_name(k), getattr(req, k))
+    for k in optional_texts:
+        args.text(_name(k), getattr(req, k), none=True)
+    for k in mappings:
+        if getattr(req, k) is not None:
+            args.mapping(_name(k), getattr(req, k))
+    for k in whole:
+        args.whole_number(_name(k), getattr(req, k))
+    args.frames_spec(req.frames)
 
 
 def _check_path(value, flag: str) -> None:
@@ -196,6 +241,10 @@ class DecomposeRequest(_Request):
     working_space: str = "rec709"
 
     def __post_init__(self):
+        _check_types(self, paths=("input", "out", "cameras", "mesh", "depth_anchors"),
+                     flags=("stabilize", "albedo_detail", "overwrite", "manifest_part"), texts=("camera",),
+                     optional_texts=("device", "colorspace", "passes", "layout", "working_space"),
+                     mappings=("estimator_options", "multiview"), whole=("warmup", "start_frame", "handles"))
         for name in ("input", "out", "cameras", "mesh", "depth_anchors"):
             object.__setattr__(self, name, _path(getattr(self, name)))
         object.__setattr__(self, "layout", "gbuffer" if self.layout is None else str(self.layout).strip().lower())
@@ -221,10 +270,20 @@ class DecomposeRequest(_Request):
         if self.depth_anchors is not None and self.cameras is not None:
             raise ValueError("--depth-anchors cannot be combined with --cameras (measured depth is "
                              "consistent across frames by construction)")
+        for k, v in self.estimator_options.items():  # as the CLI's --estimator-option refuses NaN
+            if not _finite_json(v):
+                raise ValueError(f"--estimator-option {k}={v!r}: {k} must be a finite number")
+        if self.multiview:  # an unknown key was a TypeError deep in the multi-view shot (issue 36)
+            from ..multiview.shot import MultiViewOptions
+
+            known = sorted(f.name for f in dataclasses.fields(MultiViewOptions))
+            unknown = sorted(set(self.multiview) - set(known))
+            if unknown:
+                raise ValueError(f"multiview option(s) {', '.join(unknown)} unknown; known: {', '.join(known)}")
         if self.mesh is not None and self.cameras is None:
             raise ValueError("--mesh needs --cameras: the mesh is fused from measured depth")
         Decomposer._check_options(processing_resolution=self.processing_resolution, stabilize=self.stabilize,
-                                  strength=self.strength, hfov_deg=self.hfov_deg)
+                                  strength=self.strength, hfov_deg=self.hfov_deg, albedo_detail=self.albedo_detail)
         self._validate_studio()
 
     def _validate_studio(self) -> None:
@@ -356,6 +415,9 @@ class RestyleRequest(_Request):
     lights: Optional[str] = None
 
     def __post_init__(self):
+        _check_types(self, paths=("gbuffer_dir", "out", "reference_dir", "match_look", "lights"),
+                     flags=("previews", "mp4", "flicker", "overwrite", "manifest_part"), texts=("renderer",),
+                     optional_texts=("prompt",), mappings=("renderer_options",), whole=("warmup",))
         for name in ("gbuffer_dir", "out", "reference_dir", "match_look", "lights"):
             object.__setattr__(self, name, _path(getattr(self, name)))
         object.__setattr__(self, "renderer_options", dict(self.renderer_options or {}))
@@ -369,6 +431,9 @@ class RestyleRequest(_Request):
         parse_frames(self.frames)
         _check_warmup(self.warmup)
         _check_precision(self.precision)
+        for k, v in self.renderer_options.items():  # as the CLI's --option refuses NaN (issue 36)
+            if not _finite_json(v):
+                raise ValueError(f"--option {k}={v!r}: {k} must be a finite number")
         if self.match_look is not None and (self.warmup is not None or self.manifest_part):
             raise ValueError("--match-look is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "each chunk would estimate its own transform")
@@ -407,7 +472,7 @@ def read_request(path: os.PathLike):
         ValueError: unreadable, not a request, or a bad setting (one line naming the file).
     """
     try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
+        d = load_json(path, "the request")  # a FIFO is refused, never waited on; nesting bounded
     except (OSError, ValueError) as e:
         raise ValueError(f"request {path}: cannot read it ({e})") from None
     kinds = {c.JOB: c for c in (DecomposeRequest, RestyleRequest)}

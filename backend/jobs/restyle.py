@@ -52,7 +52,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from . import flicker as flick
-from .. import contract, events, exr_attrs, exr_colour
+from .. import arguments as args, contract, events, exr_attrs, exr_colour
+from ..input_files import load_json
 from ..look_match import ColourStats, LookMatch, reference_stats
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
@@ -148,7 +149,7 @@ class RestyleJob:
             lm = self.out_dir / LOOK_MATCH_NAME
             if lm.exists() or lm.is_symlink():  # never replace a file this product did not write
                 try:
-                    ours = json.loads(lm.read_text()).get("method") == "monge-kantorovich-linear-log2"
+                    ours = load_json(lm).get("method") == "monge-kantorovich-linear-log2"
                 except (OSError, ValueError, AttributeError):
                     ours = False
                 if not ours or lm.is_symlink():
@@ -345,7 +346,7 @@ class RestyleJob:
         path = self.out_dir / LOOK_MATCH_NAME
         ref = self._ref_stats.to_dict()
         try:
-            old = json.loads(path.read_text())
+            old = load_json(path)
             if old.get("reference") == ref:
                 self._matcher = LookMatch.from_dict(old)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -558,6 +559,7 @@ def restyle(gbuffer_dir: os.PathLike, out_dir: os.PathLike, prompt: str = "", *,
 def run_restyle(request: RestyleRequest, *, progress: events.Progress = None,
                 cancel: Optional[threading.Event] = None) -> JobResult:
     """:func:`restyle` of a :class:`backend.jobs.request.RestyleRequest` (settings, result, errors: see there)."""
+    cancel, progress = args.cancel(cancel), args.progress(progress)  # an Event or a callable; a callable or stream
     with request.running(progress) as r:
         inputs = RestyleInputs.scan(r.gbuffer_dir, Path(r.out), r.frames, r.reference_dir)
         rig = _load_lights(r.lights, inputs) if r.lights is not None else None

@@ -5,6 +5,7 @@ import argparse
 import sys
 from typing import Any, Tuple
 
+from ..arguments import cli_float, cli_int
 from ..renderers.base import DEFAULT_RENDERER
 from .options import key_value
 from .request import RestyleRequest
@@ -40,9 +41,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--frames", help="inclusive frame numbers A-B (also A- or A), as in the G-buffer file names "
                    "(the source frame numbers, e.g. 1001-1100)")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (diffusion renderers; default auto)")
-    p.add_argument("--seed", type=int, default=None, help="seed (diffusion renderers)")
-    p.add_argument("--steps", type=int, default=None, help="denoising steps (diffusion renderers)")
-    p.add_argument("--strength", type=float, default=None,
+    p.add_argument("--seed", type=cli_int, default=None, help="seed (diffusion renderers)")
+    p.add_argument("--steps", type=cli_int, default=None, help="denoising steps (diffusion renderers)")
+    p.add_argument("--strength", type=cli_float, default=None,
                    help="diffusion renderers: img2img strength in (0, 1] (controlnet); VACE "
                         "conditioning scale in [0, 2] (wan-vace)")
     p.add_argument("--option", action="append", type=option_arg, default=[], metavar="KEY=VALUE",

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import flicker as flick
 from .. import contract, events
+from ..input_files import native_path, refuse_special
 from .flicker import PairError
 from .writers import DEFAULT_FPS, read_rgba_exr
 from .outputs import _ranges  # noqa: F401  (restyle's modules take it from here)
@@ -81,7 +82,8 @@ def read_manifest_entry(path: Path) -> Optional[Dict[str, Any]]:
 def _header_value(path: Path, key: str) -> Optional[str]:
     import OpenEXR
 
-    with OpenEXR.File(str(path), header_only=True) as f:
+    refuse_special(path, "the restyle frame")
+    with OpenEXR.File(native_path(path), header_only=True) as f:
         v = f.header().get(HEADER + key)
     return v.decode() if isinstance(v, bytes) else v
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import flicker as flick
 from .. import contract
+from ..input_files import read_image_bgr
 from ..renderers.shading import preview_8bit
 from .restyle_files import MP4_NAME, PREVIEW_DIR, output_path, preview_path
 from .restyle_settings import RestyleInputs, out_of_range
@@ -194,15 +195,13 @@ class _Previews:
         return False
 
     def _encode_from_pngs(self, done: List[int], record: Callable[[str, str], None]) -> bool:
-        import cv2
-
         pngs = [preview_path(self.out_dir, n) for n in done if preview_path(self.out_dir, n).exists()]
         if not pngs:
             return False
         enc = Mp4Encoder.temporary(self.out_dir, fps=self.fps)
         try:
             for p in pngs:
-                enc.add(cv2.imread(str(p), cv2.IMREAD_COLOR)[..., ::-1])
+                enc.add(read_image_bgr(p)[..., ::-1])
             self._commit(enc, record)
         except BaseException:
             enc.discard()

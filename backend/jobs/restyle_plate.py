@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import contract, events
 from ..errors import JobError
+from ..input_files import load_json
 
 JSON_NAME = "plate_lighting.json"
 EXR_NAME = "plate_lighting.exr"
@@ -111,7 +112,7 @@ def write_lighting(out_dir: Path, lighting) -> dict:
 
 def _ours(path: Path) -> bool:
     try:
-        return json.loads(path.read_text()).get("format") == "gbuffer-plate-lighting-1"
+        return load_json(path).get("format") == "gbuffer-plate-lighting-1"  # a FIFO: not ours
     except (OSError, ValueError, AttributeError):
         return False
 

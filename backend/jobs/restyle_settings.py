@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..input_files import refuse_special
 from .. import contract, events
 from ..errors import InputError
 from ..renderers.base import Renderer, get_renderer, read_prompt
@@ -67,7 +68,8 @@ class RestyleInputs:
         if reference_dir is not None:
             reference_dir = Path(reference_dir)
             if not reference_dir.is_dir():
-                raise JobError(f"reference G-buffer folder {reference_dir} does not exist", file=reference_dir)
+                what = "is not a folder" if reference_dir.exists() else "does not exist"
+                raise JobError(f"reference G-buffer folder {reference_dir} {what}", file=reference_dir)
             inputs.append(reference_dir)
             ref_files = contract.list_frames(reference_dir)
         check_output_safe(out_dir, inputs)
@@ -77,6 +79,8 @@ class RestyleInputs:
             raise JobError(f"no G-buffer frames ({contract.FILE_PREFIX}NNNN.exr) in {gbuffer_dir}",
                            file=gbuffer_dir)
         files = {n: p for n, p in all_files.items() if n >= first and (last is None or n <= last)}
+        for n, p in sorted(files.items()) + sorted(ref_files.items()):  # a FIFO is refused, never waited on
+            refuse_special(p, f"G-buffer frame {n}", contract.ContractError)
         _check_range(gbuffer_dir, all_files, files, frames, first, last)
         try:
             size = exr_size(files[min(files)])
@@ -126,9 +130,11 @@ def _check_range(gbuffer_dir: Path, all_files: Dict[int, Path], files: Dict[int,
     if not files:
         raise InputError(f"--frames {frames}: no frames in range; {gbuffer_dir} has {lo}-{hi}",
                          file=gbuffer_dir)
-    if last is not None and last > hi:
-        events.warning(f"--frames {frames}: {gbuffer_dir} ends at frame {hi}; clipped to "
-                       f"{max(first, lo)}-{hi}", file=gbuffer_dir)
+    if (last is not None and last > hi) or (frames and first < lo):  # either end: said, never silent
+        end = hi if last is None or last > hi else last
+        where = f"ends at frame {hi}" if last is not None and last > hi else f"starts at frame {lo}"
+        events.warning(f"--frames {frames}: {gbuffer_dir} {where} (frames {lo}-{hi}); clipped to "
+                       f"{max(first, lo)}-{end}", file=gbuffer_dir)
     gaps = [n for n in range(min(files), max(files) + 1) if n not in files]
     if gaps:
         events.warning(f"{gbuffer_dir} has no G-buffer frame {_ranges(gaps)} between {min(files)} and "

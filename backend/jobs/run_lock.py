@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from ..errors import JobError
 from . import locks
 
 
@@ -90,13 +91,26 @@ class _RunLock:
         if not self.path.exists():
             return False
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO: never waited on
         except OSError:
             return False
         try:
+            self._check_regular(fd)
             return not self._try_exclusive(fd)
         finally:
             os.close(fd)
+
+    def _check_regular(self, fd: int) -> None:
+        """Refuse a lock path that is not a regular file (a FIFO there blocked the job
+        forever; issue 36), naming it; it is never removed."""
+        import stat
+
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            from ..input_files import kind_of
+
+            raise JobError(f"{self.path} is {kind_of(mode)}, not the job's lock file; move it away or choose "
+                           f"another --out", file=self.path)
 
     def acquire(self) -> None:
         try:
@@ -104,9 +118,14 @@ class _RunLock:
         except ImportError:  # pragma: no cover - Windows
             return
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
         except OSError:
             return
+        try:
+            self._check_regular(fd)
+        except BaseException:
+            os.close(fd)
+            raise
         fcntl.flock(fd, fcntl.LOCK_SH)
         self.fd = fd
 

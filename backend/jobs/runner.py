@@ -58,6 +58,7 @@ from .frame_run import FrameRun, _cleanup_tmp
 # the runner's parts (one 1,000-line file before); every name stays importable from here
 from .job_types import MANIFEST_INTERVAL_S, Deferred, JobResult, RunOptions, WorkFn, settings_hash  # noqa: F401
 from .output_folder import check_output_safe, prepare_output_dir
+from .read_only import complete_read_only
 from .outputs import check_previous_outputs, read_own_manifest
 from .run_lock import RUN_LOCK, _manifest_lock, _RunLock, run_lock  # noqa: F401
 from .signals import CANCEL_SIGNALS, SignalCancel  # noqa: F401
@@ -146,11 +147,17 @@ def run_job(out_dir: os.PathLike, tasks: Iterable[Tuple[int, WorkFn]], *, settin
     stream = options.pop("stream", None)
     options.pop("progress_bar", None)
     opts = RunOptions(**options)
-    out = prepare_output_dir(check_output_safe(out_dir, opts.inputs))
-    if opts.path_for is None:
-        opts = dataclasses.replace(opts, path_for=lambda n: contract.frame_path(out, n))
     shash = settings_hash(settings)
     with events.reporting(progress if progress is not None else stream):
+        done = opts.part is None and not opts.overwrite and complete_read_only(  # finished, read-only mount
+            out_dir, opts.inputs, shash=shash, job=opts.job, path_for=opts.path_for, expected=opts.expected,
+            total=opts.total, t0=t0, read_hash=opts.read_hash, companions=opts.companions,
+            extra_outputs=opts.extra_outputs, read_input=opts.read_input, input_for=opts.input_for)
+        if done:
+            return done
+        out = prepare_output_dir(check_output_safe(out_dir, opts.inputs))
+        if opts.path_for is None:
+            opts = dataclasses.replace(opts, path_for=lambda n: contract.frame_path(out, n))
         if opts.part is not None:
             return _run_part(out, tasks, opts, settings=settings, cancel=cancel, t0=t0)
         with _manifest_lock(out):

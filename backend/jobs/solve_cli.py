@@ -3,6 +3,7 @@ alone (the solve of ``decompose --camera auto``; :mod:`backend.multiview.autosol
 from __future__ import annotations
 
 from .. import events
+from ..arguments import cli_float
 from ..multiview.autosolve import solve_footage, write_solve
 from .decompose import parse_frames
 
@@ -18,7 +19,7 @@ def add_parser(subparsers):
     p.add_argument("input", help="movie, image folder or pattern")
     p.add_argument("--out", required=True, help="cameras JSON to write (docs/cameras.md)")
     p.add_argument("--frames", help="inclusive range A-B of source frame numbers")
-    p.add_argument("--focal", type=float, default=None, metavar="PX",
+    p.add_argument("--focal", type=cli_float, default=None, metavar="PX",
                    help="the focal length in pixels at the footage's size, when known (then not searched)")
     p.add_argument("--refine-k1", action="store_true", help="also solve the radial distortion k1")
     p.add_argument("--colorspace", default=None, help="OpenColorIO name of the source colour space")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import events
+from ..arguments import cli_int
 
 
 def add_parser(subparsers):
@@ -14,7 +15,7 @@ def add_parser(subparsers):
                     "Existing files are never written over.")
     p.add_argument("cameras", help="camera file (our JSON or a COLMAP text model folder)")
     p.add_argument("--out", required=True, help="folder for the two maps")
-    p.add_argument("--frame", type=int, default=None,
+    p.add_argument("--frame", type=cli_int, default=None,
                    help="frame whose camera gives the lens (default: the first with distortion)")
     p.set_defaults(func=_run_cli)
     return p

@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 import numpy as np
 
 from .. import contract, exr_colour
+from ..input_files import native_path
 
 #: frame rate of the MP4 preview when the source's is unknown
 DEFAULT_FPS = Fraction(24)
@@ -60,9 +61,11 @@ def write_rgba_exr(path: os.PathLike, rgb: np.ndarray, alpha: Optional[np.ndarra
     hdr.update(exr_colour.colour_attributes())
     hdr.update(attributes or {})
     for k, v in (header or {}).items():
-        hdr[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+        # text is stored raw (restyle's readers read it raw), unless it holds bytes that
+        # are not UTF-8 (a prompt from a non-UTF-8 argv): then JSON-escaped
+        hdr[k] = v if isinstance(v, str) and contract.utf8(v) else json.dumps(v, sort_keys=True)
     with OpenEXR.File(hdr, chans) as f:
-        f.write(str(path))
+        f.write(native_path(path))
     return Path(path)
 
 

@@ -17,6 +17,7 @@ from typing import Optional
 
 from .. import events
 from ..contract import atomic_path
+from ..input_files import load_json
 from .camera_files import JSON_FORMAT, save_cameras_json
 from .sfm import SolveReport, select_tracks, solve_tracks, to_gray, track_features
 
@@ -88,7 +89,7 @@ def write_solve(report: SolveReport, path: os.PathLike) -> Path:
     path = Path(path)
     if path.exists():
         try:
-            fmt = json.loads(path.read_text(encoding="utf-8")).get("format")
+            fmt = load_json(path).get("format")
         except (OSError, ValueError, AttributeError):
             fmt = None
         if fmt != JSON_FORMAT:

@@ -15,6 +15,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..input_files import loads_json, read_text
 from .cameras import COLMAP_MODELS, Camera, CameraError, validate_camera
 
 JSON_FORMAT = "gbuffer-cameras"
@@ -23,10 +24,16 @@ _CONVENTIONS = ("blender", "opencv")
 
 
 def _read_text(path: Path) -> str:
+    """The camera file's text: a regular file only (a FIFO is refused, never waited on)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path, "the camera file", CameraError)
     except OSError as e:
         raise CameraError(f"{path}: cannot read camera file ({e.strerror or e})", file=path) from None
+
+
+def _load_json(path: Path):
+    """The camera file's JSON (nesting bounded; errors name the file)."""
+    return loads_json(_read_text(path), path, "the camera file", CameraError)
 
 
 def _distortion_from_json(d, path) -> Tuple[str, Tuple[float, ...]]:
@@ -60,10 +67,7 @@ def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
             frame, or a camera that fails :func:`validate_camera`.
     """
     path = Path(path)
-    try:
-        doc = json.loads(_read_text(path))
-    except json.JSONDecodeError as e:
-        raise CameraError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})", file=path) from None
+    doc = _load_json(path)
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
         raise CameraError(f"{path}: not a camera file (\"format\" must be {JSON_FORMAT!r})", file=path)
     conv = doc.get("convention", "blender")
@@ -91,6 +95,10 @@ def load_cameras_json(path: os.PathLike) -> Dict[int, Camera]:
         fi = _json_intrinsics(entry["intrinsics"], path, frame) if "intrinsics" in entry else intr
         if not np.all(np.isfinite(m)):
             raise CameraError(f"{path}, frame {frame}: camera_to_world has non-finite values",
+                              file=path, frame=frame)
+        if not np.allclose(m[3], (0.0, 0.0, 0.0, 1.0), atol=1e-9):
+            raise CameraError(f"{path}, frame {frame}: camera_to_world's bottom row is {m[3].tolist()}, not "
+                              f"[0, 0, 0, 1]: not a rigid camera pose (a projection or a transposed matrix?)",
                               file=path, frame=frame)
         cam = make(m, w, h, *fi, distortion_model=model, distortion=coeffs, name=str(frame))
         cams[frame] = validate_camera(cam, path, frame)
@@ -317,7 +325,7 @@ def _json_points(doc, path: Path) -> Optional[np.ndarray]:
 
 
 def _json_extras(path: Path) -> Tuple[str, Optional[Tuple[float, float]], Optional[np.ndarray]]:
-    doc = json.loads(_read_text(path))
+    doc = _load_json(path)
     units = doc.get("units", "solve units")
     if units not in UNITS:
         raise CameraError(f"{path}: unknown units {units!r}; one of {UNITS}", file=path)

@@ -232,6 +232,30 @@ def rotation_to_quaternion(R) -> np.ndarray:
     return -q if q[0] < 0 else q
 
 
+#: the largest camera position accepted, in the file's units (issue 36: a translation
+#: of 1e308 was accepted); a solve in any unit stays far below
+MAX_POSITION = 1e9
+
+
+def _check_magnitudes(cam: Camera, at: str, file, frame) -> None:
+    """Values no camera has, refused naming the value: a position beyond
+    :data:`MAX_POSITION`, a principal point outside the image by more than half its size
+    (``cx=500`` on a 64 px frame), a focal length over 1000 image widths."""
+    pos = -np.asarray(cam.R, np.float64).T @ np.asarray(cam.t, np.float64)
+    if not np.all(np.abs(pos) <= MAX_POSITION):
+        raise CameraError(f"{at}camera position {np.array2string(pos, precision=4)} is beyond {MAX_POSITION:g} "
+                          f"units from the origin: not a camera pose (a unit or export error?)",
+                          file=file, frame=frame)
+    for name, v, size in (("cx", cam.cx, cam.width), ("cy", cam.cy, cam.height)):
+        if not -0.5 * size <= v <= 1.5 * size:
+            raise CameraError(f"{at}principal point {name}={v:g} lies far outside the {cam.width}x{cam.height} "
+                              f"image (expected about {size / 2:g}): intrinsics for another image size?",
+                              file=file, frame=frame)
+    if max(cam.fx, cam.fy) > 1000 * max(cam.width, cam.height):
+        raise CameraError(f"{at}focal length fx={cam.fx:g}, fy={cam.fy:g} is over 1000 image widths "
+                          f"({cam.width}x{cam.height} px): not a camera's", file=file, frame=frame)
+
+
 def validate_camera(cam: Camera, file=None, frame=None) -> Camera:
     """Check one camera; returns it unchanged.
 
@@ -258,6 +282,7 @@ def validate_camera(cam: Camera, file=None, frame=None) -> Camera:
         raise CameraError(f"{at}degenerate pose: rotation is not orthonormal with det +1 "
                           f"(|R R^T - I| = {err:.3g}, det = {np.linalg.det(R):.3g})",
                           file=file, frame=frame)
+    _check_magnitudes(cam, at, file, frame)
     if cam.distortion_model not in DISTORTION_MODELS:
         raise CameraError(f"{at}unknown distortion model {cam.distortion_model!r}; "
                           f"one of {DISTORTION_MODELS}", file=file, frame=frame)

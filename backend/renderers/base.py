@@ -138,7 +138,12 @@ def read_prompt(prompt: str, renderer: RendererRef = DEFAULT_RENDERER) -> Tuple[
         PromptError: (a ``ValueError``) words outside the vocabulary of a
             closed-vocabulary renderer; the message lists the vocabulary.
         KeyError: an unknown renderer name.
+        ArgumentError: a prompt that is not text (a ``ValueError`` and a ``TypeError``).
     """
+    if prompt is not None and not isinstance(prompt, str):
+        from ..arguments import ArgumentError
+
+        raise ArgumentError(f"prompt must be text (str), got {prompt!r} ({type(prompt).__name__})")
     if isinstance(renderer, str):
         cls = renderer_class(renderer)
     else:

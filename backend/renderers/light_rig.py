@@ -344,17 +344,23 @@ def load_lights(path: os.PathLike) -> LightRig:
         LightsError: missing or unreadable file, malformed JSON, or a bad light (one line
             naming the file and the light).
     """
-    source = os.fspath(path)
-    try:
-        with open(source, "r", encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as e:
+    from ..input_files import is_special_file_error, loads_bounded, read_text
+
+    source = os.fsdecode(os.fspath(path))
+    try:  # a regular file only: a FIFO is refused, never waited on (issue 36)
+        text = read_text(source, "the lights file", LightsError)
+    except LightsError as e:
+        if is_special_file_error(e):
+            raise
+        raise LightsError(f"lights file {source}: cannot be read ({e})", file=source) from None
+    except OSError as e:
         raise LightsError(f"lights file {source}: cannot be read ({getattr(e, 'strerror', None) or e})",
                           file=source) from None
     try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise LightsError(f"lights file {source}: malformed JSON ({e})", file=source) from None
+        data = loads_bounded(text)
+    except (ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e
+        raise LightsError(f"lights file {source}: malformed JSON ({why})", file=source) from None
     return parse_lights(data, source)
 
 

@@ -166,6 +166,10 @@ def parse_prompt(prompt: str) -> Tuple[Look, ...]:
     Raises:
         PromptError: for words outside the vocabulary (message lists the vocabulary).
     """
+    if prompt is not None and not isinstance(prompt, str):
+        from ..arguments import ArgumentError
+
+        raise ArgumentError(f"prompt must be text (str), got {prompt!r} ({type(prompt).__name__})")
     tokens = _tokenize(prompt or "")
     phrases = _phrases()
     items: List[Tuple[str, str]] = []
