@@ -371,8 +371,10 @@ def detect_sky(rgb_linear: np.ndarray) -> SkyResult:
     import cv2
 
     rgb = np.asarray(rgb_linear, np.float32)
-    if rgb.ndim != 3 or rgb.shape[2] != 3 or min(rgb.shape[:2]) < 2:
+    if rgb.ndim != 3 or rgb.shape[2] != 3:
         raise ValueError(f"frame must be H x W x 3 RGB, got shape {rgb.shape}")
+    if min(rgb.shape[:2]) < 8:  # a sliver of a frame: too little to tell sky from anything
+        return SkyResult(np.zeros(rgb.shape[:2], bool), 0.0, "frame under 8 px on a side")
     small, reason, s = detect_sky_small(rgb)
     H, W = rgb.shape[:2]
     if not small.any():
