@@ -76,3 +76,22 @@ def dolly_cameras(n=5, dolly=0.12, jitter=0.004, seed=0):
     return cams
 
 
+
+
+def write_shot(folder, cams, cam_file, units="metres", depth_range=(3.0, 12.0)):
+    """Write the ray-cast scene seen by ``cams`` as ``folder/shot_0001.png ...`` (a tinted
+    grey texture, 8-bit sRGB PNG) and the cameras as our JSON ``cam_file``; returns the exact
+    planar depths, one ``H x W`` float32 array per camera."""
+    import cv2
+
+    from backend.multiview.camera_files import save_cameras_json
+
+    folder.mkdir()
+    depths = []
+    for i, cam in enumerate(cams, 1):
+        grey, depth = render(cam)
+        rgb = np.clip(np.stack([grey, 0.8 * grey + 0.1, 0.6 * grey + 0.2], -1), 0, 1)
+        cv2.imwrite(str(folder / f"shot_{i:04d}.png"), (rgb[..., ::-1] * 255 + 0.5).astype(np.uint8))
+        depths.append(depth)
+    save_cameras_json(cam_file, dict(enumerate(cams, 1)), units=units, depth_range=depth_range)
+    return depths

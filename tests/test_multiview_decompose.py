@@ -9,27 +9,16 @@ import numpy as np
 import pytest
 
 from backend import contract, decompose, geometry
-from backend.multiview.camera_files import save_cameras_json
 from backend.multiview.cameras import CameraError
 
-from multiview_util import dolly_cameras, render
+from multiview_util import dolly_cameras, write_shot
 
 
 def _shot(tmp_path, n=7, units="metres", depth_range=(3.0, 12.0)):
     """An image sequence of the ray-cast scene, its exact depths and a camera file."""
-    import cv2
-
     cams = dolly_cameras(n=n, dolly=0.1)
-    seq = tmp_path / "shot"
-    seq.mkdir()
-    depths = []
-    for i, cam in enumerate(cams, 1):
-        grey, depth = render(cam)
-        rgb = np.clip(np.stack([grey, 0.8 * grey + 0.1, 0.6 * grey + 0.2], -1), 0, 1)
-        cv2.imwrite(str(seq / f"shot_{i:04d}.png"), (rgb[..., ::-1] * 255 + 0.5).astype(np.uint8))
-        depths.append(depth)
-    cam_file = tmp_path / "cams.json"
-    save_cameras_json(cam_file, dict(enumerate(cams, 1)), units=units, depth_range=depth_range)
+    seq, cam_file = tmp_path / "shot", tmp_path / "cams.json"
+    depths = write_shot(seq, cams, cam_file, units=units, depth_range=depth_range)
     return seq, cams, depths, cam_file
 
 

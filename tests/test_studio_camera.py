@@ -8,32 +8,21 @@ import json
 import numpy as np
 
 from backend import contract, decompose, exr_attrs, extra_passes
-from backend.multiview.camera_files import save_cameras_json
 from backend.multiview.cameras import Camera
 
-from multiview_util import dolly_cameras, render
+from multiview_util import dolly_cameras, write_shot
 
 
 def _shot_with_a_stop(tmp_path):
     """Six frames: a sideways dolly for frames 1-3, then the camera stops (frames 4-6
     at frame 3's position, only handheld rotation jitter): frames 5 and 6 have no
     neighbour with parallax within the window and fall back."""
-    import cv2
-
     cams = dolly_cameras(n=6, dolly=0.1)
     c3 = cams[2].center
     cams = cams[:3] + [Camera(c.width, c.height, c.fx, c.fy, c.cx, c.cy, R=c.R, t=-c.R @ c3, name=c.name)
                        for c in cams[3:]]
-    seq = tmp_path / "shot"
-    seq.mkdir()
-    depths = []
-    for i, cam in enumerate(cams, 1):
-        grey, depth = render(cam)
-        rgb = np.clip(np.stack([grey, 0.8 * grey + 0.1, 0.6 * grey + 0.2], -1), 0, 1)
-        cv2.imwrite(str(seq / f"shot_{i:04d}.png"), (rgb[..., ::-1] * 255 + 0.5).astype(np.uint8))
-        depths.append(depth)
-    cam_file = tmp_path / "cams.json"
-    save_cameras_json(cam_file, dict(enumerate(cams, 1)), units="metres", depth_range=(3.0, 12.0))
+    seq, cam_file = tmp_path / "shot", tmp_path / "cams.json"
+    depths = write_shot(seq, cams, cam_file)
     return seq, cams, depths, cam_file
 
 
