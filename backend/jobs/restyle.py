@@ -556,7 +556,7 @@ def run_restyle(request: RestyleRequest, *, progress: events.Progress = None,
         look = RestyleLook.create(r.prompt, r.renderer, r.renderer_options, lights=rig)
         if r.reference_dir is None:  # the folder it was edited from, when recorded (issue 39)
             ref = recorded_reference(inputs.gbuffer_dir, contract.read_manifest(inputs.gbuffer_dir), None,
-                                     look.renderer, inputs.files[inputs.first])
+                                     look.renderer, inputs.files[inputs.first], inputs.files)
             if ref is not None:
                 inputs = RestyleInputs.scan(r.gbuffer_dir, Path(r.out), r.frames, ref)
         return RestyleJob(inputs, look, r).run(overwrite=r.overwrite, cancel=cancel)
