@@ -2,7 +2,8 @@
 
 For UIs and ``--help``: :func:`describe_estimators` / :func:`describe_renderers` give one
 dict per registered name with a one-line ``summary``, what it ``needs`` (packages,
-models, a GPU), its ``state`` in words and ``ready``; :func:`readiness` gives the reason
+models, a GPU), its ``state`` in words and ``ready``, and the plugin's declared facts
+(:mod:`backend.plugins`: ``licence``, ``windowed``, ``devices``, ``needs_torch``); :func:`readiness` gives the reason
 a name cannot run (``None`` when it can), so a job is refused before anything runs.
 
 Checks are cheap: packages by ``importlib.util.find_spec`` (nothing imported), models by
@@ -16,49 +17,11 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-#: name -> summary, packages, models (hub repo ids), gpu (recommended), where to get models
-_ESTIMATORS: Dict[str, dict] = {
-    "embedded": {"summary": "bundled G-buffer network on ONNX Runtime, CPU, ~0.1 s per frame",
-                 "packages": ("onnxruntime",), "models": (), "gpu": False},
-    "marigold": {"summary": "Marigold diffusion models (depth, normals, appearance); "
-                            "30-50 s per frame on a CPU",
-                 "packages": ("torch", "diffusers", "transformers"),
-                 "models": ("prs-eth/marigold-depth-v1-1", "prs-eth/marigold-normals-v1-1",
-                            "prs-eth/marigold-iid-appearance-v1-1"), "gpu": True},
-    "depth-anything-v2-small": {"summary": "Depth Anything V2 Small (Apache-2.0, ONNX Runtime, no torch): "
-                                           "pretrained relative depth, normals from it, materials from the "
-                                           "embedded network; network at upstream's size (short side 518: 518 x 924 "
-                                           "for 16:9); about 1.2 s per frame at 294 x 518 (fit=frame) on 2 idle CPU "
-                                           "cores, about 4x that at 518 x 924",
-                                "packages": ("onnxruntime",),
-                                "models": (("onnx-community/depth-anything-v2-small", "onnx/model.onnx"),),
-                                "gpu": False},
-    "video-depth-anything-small": {"summary": "Video Depth Anything Small (Apache-2.0, ONNX Runtime, no torch): "
-                                              "consistent relative depth over the shot in overlapping 32-frame "
-                                              "windows, normals from it, materials from the embedded network; "
-                                              "needs an ONNX export in the models folder (none is published)",
-                                   "packages": ("onnxruntime",),
-                                   "models": (("depth-anything/Video-Depth-Anything-Small", "onnx/model.onnx"),),
-                                   "gpu": False},
-}
-_RENDERERS: Dict[str, dict] = {
-    "embedded": {"summary": "physically based relighting + atmosphere, numpy, CPU; a list of "
-                            "look words (see the prompt words)", "packages": (), "models": (), "gpu": False},
-    "controlnet": {"summary": "Stable Diffusion 1.5 + ControlNet depth/normal, free-form prompts",
-                   "packages": ("torch", "diffusers", "transformers"),
-                   "models": ("stable-diffusion-v1-5/stable-diffusion-v1-5", "lllyasviel/control_v11f1p_sd15_depth",
-                              "lllyasviel/control_v11p_sd15_normalbae"), "gpu": True},
-    "flux2-klein": {"summary": "FLUX.2 [klein] 4B img2img (Apache-2.0, ~16 GB download, ~13 GB VRAM): a "
-                               "photoreal restyle that keeps the composition, 4 steps",
-                    "packages": ("torch", "diffusers", "transformers"),
-                    "models": ("black-forest-labs/FLUX.2-klein-4B",), "gpu": True},
-    "wan-vace": {"summary": "Wan2.1 VACE 1.3B video restyle of whole windows of frames, G-buffer depth (or "
-                            "normals) as the control video, free-form prompts; a GPU with 8+ GB VRAM at 480p",
-                 "packages": ("torch", "diffusers", "transformers"),
-                 "models": ("Wan-AI/Wan2.1-VACE-1.3B-diffusers",), "gpu": True},
-}
+from . import plugins
+from .plugins import PluginInfo
+
 #: the estimator Decompose runs in place of the default ``embedded`` once its model is in
 #: the models folder (the add-on's *Best Available Prior*, on by default): pretrained depth
 #: (Depth Anything V2 Small, Apache-2.0), materials still from the embedded network
@@ -114,29 +77,34 @@ def _package_present(name: str, extra_sites=()) -> bool:
         return False
 
 
-def _describe(name: str, spec: Optional[dict], cache_dir, extra_sites=(), check_packages: bool = True) -> dict:
-    if spec is None:  # registered by a plug-in: nothing known about it
-        return {"name": name, "summary": "registered plug-in", "needs": "unknown", "state": "registered",
-                "ready": True, "missing_packages": [], "missing_models": [], "gpu": False}
-    pk = [p for p in spec["packages"] if check_packages and not _package_present(p, extra_sites)]
-    md = [m if isinstance(m, str) else m[0] for m in spec["models"]
+def _describe(name: str, spec: Optional[PluginInfo], cache_dir, extra_sites=(), check_packages: bool = True,
+              registered: bool = True) -> dict:
+    """One catalog row (module docstring) from the plugin's facts (:mod:`backend.plugins`)."""
+    row = {"name": name, "gpu": False, "licence": "", "windowed": False, "devices": [], "needs_torch": False,
+           "missing_packages": [], "missing_models": []}
+    if not registered:
+        return dict(row, summary="unknown name", needs="unknown", state="not registered", ready=False)
+    if spec is None:  # registered by a plug-in at run time: nothing known about it
+        return dict(row, summary="registered plug-in", needs="unknown", state="registered", ready=True)
+    pk = [p for p in spec.packages if check_packages and not _package_present(p, extra_sites)]
+    md = [m if isinstance(m, str) else m[0] for m in spec.models
           if not (model_present(m, cache_dir) if isinstance(m, str) else model_present(m[0], cache_dir, m[1]))]
     needs = []
-    if spec["gpu"]:
+    if spec.gpu:
         needs.append("a GPU (CPU works, slowly)")
-    if spec["packages"]:
-        needs.append("packages " + ", ".join(spec["packages"]))
-    if spec["models"]:
-        n = len(spec["models"])
+    if spec.packages:
+        needs.append("packages " + ", ".join(spec.packages))
+    if spec.models:
+        n = len(spec.models)
         needs.append(f"{n} downloaded model" + ("s" if n > 1 else ""))
     if pk or md:
         state = "missing " + "; ".join(filter(None, [("packages " + ", ".join(pk)) if pk else "",
                                                       ("models " + ", ".join(md)) if md else ""]))
     else:
         state = "ready"
-    return {"name": name, "summary": spec["summary"] + ".", "needs": ", ".join(needs) or "nothing extra",
-            "state": state, "ready": not (pk or md), "missing_packages": pk, "missing_models": md,
-            "gpu": bool(spec["gpu"])}
+    return dict(row, summary=spec.summary + ".", needs=", ".join(needs) or "nothing extra", state=state,
+                ready=not (pk or md), missing_packages=pk, missing_models=md, gpu=spec.gpu, licence=spec.licence,
+                windowed=spec.windowed, devices=list(spec.devices), needs_torch=spec.needs_torch)
 
 
 def describe_estimators(cache_dir: Optional[os.PathLike] = None, **kw) -> List[dict]:
@@ -146,7 +114,7 @@ def describe_estimators(cache_dir: Optional[os.PathLike] = None, **kw) -> List[d
     from .estimators.base import available_estimators
 
     names = sorted(available_estimators(), key=lambda n: (n != "embedded", n))
-    return [_describe(n, _ESTIMATORS.get(n), cache_dir, **kw) for n in names]
+    return [_describe(n, plugins.info("estimator", n), cache_dir, **kw) for n in names]
 
 
 def describe_renderers(cache_dir: Optional[os.PathLike] = None, **kw) -> List[dict]:
@@ -154,21 +122,23 @@ def describe_renderers(cache_dir: Optional[os.PathLike] = None, **kw) -> List[di
     from .renderers import available_renderers
 
     names = sorted(available_renderers(), key=lambda n: (n != "embedded", n))
-    return [_describe(n, _RENDERERS.get(n), cache_dir, **kw) for n in names]
+    return [_describe(n, plugins.info("renderer", n), cache_dir, **kw) for n in names]
 
 
 def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None, **kw) -> Optional[str]:
     """Why ``kind`` (``"estimator"`` / ``"renderer"``) ``name`` cannot run here: a first
     line saying how many packages / models are missing and where to get them, then a
-    line per kind naming them; ``None`` when it can (or when nothing is known about it).
+    line per kind naming them; ``None`` when it can (a plug-in registered at run time,
+    of which nothing is known, can). A name that is not registered cannot run: one line
+    listing the known names.
 
     Raises:
         ValueError: ``kind`` is neither.
     """
-    table = {"estimator": _ESTIMATORS, "renderer": _RENDERERS}.get(kind)
-    if table is None:
-        raise ValueError(f"kind must be 'estimator' or 'renderer', got {kind!r}")
-    d = _describe(name, table.get(name), cache_dir, **kw)
+    known = _registered(kind)  # ValueError: another kind
+    d = _describe(name, plugins.info(kind, name), cache_dir, registered=name in known, **kw)
+    if not d["ready"] and name not in known:
+        return f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}"
     if d["ready"]:
         return None
     parts, names = [], []
@@ -180,3 +150,16 @@ def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None, **k
         parts.append(f"{len(md)} model{'s' if len(md) > 1 else ''} missing: download in {MODELS_WHERE}")
         names.append("models: " + ", ".join(md))
     return f"{kind} '{name}' cannot run: " + "; ".join(parts) + "\n" + "\n".join(names)
+
+
+def _registered(kind: str) -> List[str]:
+    """Names registered for ``kind`` (built-ins and plug-ins registered at run time)."""
+    if kind == "estimator":
+        from .estimators.base import available_estimators
+
+        return available_estimators()
+    if kind == "renderer":
+        from .renderers import available_renderers
+
+        return available_renderers()
+    raise ValueError(f"kind must be 'estimator' or 'renderer', got {kind!r}")

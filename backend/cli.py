@@ -43,16 +43,20 @@ def estimators_help() -> str:
     """``--help`` lines: each registered estimator with what it needs and its state."""
     from .catalog import describe_estimators
 
-    return "\n".join(_wrap(f"{d['name']}: {d['summary']} Needs: {d['needs']}. State: {d['state']}.")
-                     for d in describe_estimators())
+    return "\n".join(_wrap(_help_line(d)) for d in describe_estimators())
 
 
 def renderers_help() -> str:
     """``--help`` lines: each registered renderer with what it needs and its state."""
     from .catalog import describe_renderers
 
-    return "\n".join(_wrap(f"{d['name']}: {d['summary']} Needs: {d['needs']}. State: {d['state']}.")
-                     for d in describe_renderers())
+    return "\n".join(_wrap(_help_line(d)) for d in describe_renderers())
+
+
+def _help_line(d: dict) -> str:
+    """One catalog row (:mod:`backend.catalog`) as a ``--help`` line."""
+    licence = f" Licence: {d['licence']}." if d.get("licence") else ""
+    return f"{d['name']}: {d['summary']} Needs: {d['needs']}.{licence} State: {d['state']}."
 
 
 def prompt_words_help() -> str:

@@ -607,7 +607,7 @@ def _option_names(name: str) -> Optional[List[str]]:
     for sig in sigs:
         named += [p.name for p in sig.parameters.values() if p.name != "self" and p.name not in named
                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if not named and any(p.kind == p.VAR_KEYWORD for p in sigs[0].parameters.values()):
+    if not named and sigs and any(p.kind == p.VAR_KEYWORD for p in sigs[0].parameters.values()):
         return None
     return named
 

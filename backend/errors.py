@@ -67,6 +67,6 @@ def require_packages(feature: str, *modules: str) -> None:
     if missing:
         raise MissingPackagesError(
             f"{feature} needs {', '.join(modules)}; this Python ({sys.executable}) lacks "
-            f"{', '.join(missing)}: install the diffusion packages (Blender: Preferences > Add-ons > "
-            f"G-Buffer Editor > Install Diffusion Packages, or point External Python at an environment "
-            f"that has them)")
+            f"{', '.join(missing)}: install them into this Python (the versions requirements.txt pins, "
+            f"docs/install.md); in Blender: Preferences > Add-ons > G-Buffer Editor > Install Diffusion "
+            f"Packages, or point External Python at an environment that has them")

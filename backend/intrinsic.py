@@ -329,12 +329,25 @@ def _retinex_log_shading(refl, rgb, lit, chroma_edge, luma_edge, lum_contrast, r
     return np.where(lit, log_s, med).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class IntrinsicOptions:
+    """The method's choices and tuning (:func:`decompose_frame`'s keyword options, documented there)."""
+
+    use_sh: bool = False
+    fit_lighting: bool = False
+    use_retinex: bool = True
+    fit_size: int = 192
+    work_size: int = WORK_SIZE
+    chroma_edge: float = CHROMA_EDGE
+    luma_edge: float = LUMA_EDGE
+    lum_contrast: float = LUM_CONTRAST
+    fix_highlights: bool = False
+    shading_radius: float = SHADING_RADIUS
+    shading_eps: float = SHADING_EPS
+
+
 def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: Optional[np.ndarray] = None,
-                    *, use_sh: bool = False, fit_lighting: bool = False, use_retinex: bool = True,
-                    fit_size: int = 192, work_size: int = WORK_SIZE,
-                    chroma_edge: float = CHROMA_EDGE, luma_edge: float = LUMA_EDGE,
-                    lum_contrast: float = LUM_CONTRAST, fix_highlights: bool = False,
-                    shading_radius: float = SHADING_RADIUS, shading_eps: float = SHADING_EPS) -> Intrinsics:
+                    **options) -> Intrinsics:
     """Albedo with the light taken out, for one frame (see the module docstring).
 
     The shading is estimated at ``work_size`` (long side; area downscale) and upsampled
@@ -344,6 +357,7 @@ def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: O
         rgb: ``H x W x 3`` float32 scene-linear Rec.709, >= 0 (NaN/inf treated as 0).
         normal: ``H x W x 3`` unit camera-space OpenGL normals, or ``None`` (no SH step).
         confidence: ``H x W`` in [0, 1]; < 0.5 is sky/background (excluded); ``None`` = all.
+        options: the fields of :class:`IntrinsicOptions` (another name is a ``TypeError``):
         use_sh: divide by the SH irradiance (off by default: it costs 0.15-0.4 dB on the
             TUNE seeds with the embedded network's normals, and with exact normals).
         fit_lighting: fit the SH lighting (``Intrinsics.sh``) even when not dividing.
@@ -363,6 +377,7 @@ def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: O
     Raises:
         ValueError: shapes do not match.
     """
+    o = IntrinsicOptions(**options)
     rgb = np.maximum(np.nan_to_num(np.asarray(rgb, np.float32), nan=0.0, posinf=0.0, neginf=0.0), 0.0)
     if rgb.ndim != 3 or rgb.shape[2] != 3:
         raise ValueError(f"expected an H x W x 3 frame, got {rgb.shape}")
@@ -375,11 +390,11 @@ def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: O
     if int(lit.sum()) < MIN_PIXELS:
         return _fallback(rgb, "no lit surface")
     info = {"lit_pixels": int(lit.sum()), "method": []}
-    if fix_highlights:
+    if o.fix_highlights:
         hl = highlight_mask(rgb, surface)
         rgb = _fill_chroma(rgb, hl)
         info["highlight_fraction"] = float(hl.mean())
-    f = min(1.0, work_size / max(h, w))
+    f = min(1.0, o.work_size / max(h, w))
     sz = (max(1, round(w * f)), max(1, round(h * f)))
     small = cv2.resize(rgb, sz, interpolation=cv2.INTER_AREA) if f < 1 else rgb
     lit_s = cv2.resize(lit.astype(np.float32), sz, interpolation=cv2.INTER_AREA) > 0.5 if f < 1 else lit
@@ -387,17 +402,17 @@ def decompose_frame(rgb: np.ndarray, normal: Optional[np.ndarray], confidence: O
         return _fallback(rgb, "no lit surface")
     log_s = np.zeros(small.shape, np.float32)
     sh = None
-    if normal is not None and (use_sh or fit_lighting):
+    if normal is not None and (o.use_sh or o.fit_lighting):
         n_s = cv2.resize(np.ascontiguousarray(normal, np.float32), sz, interpolation=cv2.INTER_AREA) if f < 1 \
             else normal
         sh, log_sh = _sh_log_shading(small, n_s / np.maximum(np.linalg.norm(n_s, axis=-1, keepdims=True), 1e-6),
-                                     lit_s, fit_size)
-        if log_sh is not None and use_sh:
+                                     lit_s, o.fit_size)
+        if log_sh is not None and o.use_sh:
             log_s += log_sh
             info["method"].append("sh2")
-    if use_retinex:
-        log_s += _retinex_log_shading(small / np.exp(log_s), small, lit_s, chroma_edge, luma_edge,
-                                      lum_contrast, shading_radius, shading_eps)[..., None]
+    if o.use_retinex:
+        log_s += _retinex_log_shading(small / np.exp(log_s), small, lit_s, o.chroma_edge, o.luma_edge,
+                                      o.lum_contrast, o.shading_radius, o.shading_eps)[..., None]
         info["method"].append("colour-retinex")
     if f < 1:
         log_s = cv2.resize(log_s, (w, h), interpolation=cv2.INTER_LINEAR)

@@ -45,11 +45,16 @@ def _tiny_tokenizer(folder):
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
+    return build_tiny_sd(tmp_path_factory.mktemp("tiny_sd"))
+
+
+def build_tiny_sd(root):
+    """A random-weight SD 1.5 pipeline (``root/base``) and ControlNets (``root/depth``,
+    ``root/normal``) of the real architectures, tiny; returns ``root``."""
     from diffusers import (AutoencoderKL, ControlNetModel, DDIMScheduler, StableDiffusionPipeline,
                            UNet2DConditionModel)
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    root = tmp_path_factory.mktemp("tiny_sd")
     torch.manual_seed(0)
     tok_dir = root / "tok"
     tok_dir.mkdir()

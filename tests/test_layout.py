@@ -96,3 +96,33 @@ def test_no_product_file_over_800_lines_and_no_function_over_80_without_a_reason
                 if LONG_REASON not in (ast.get_docstring(node) or ""):
                     long_functions.append(f"{path.relative_to(REPO)}:{node.name} ({_code_lines(node)})")
     assert long_files == [] and long_functions == []
+
+
+#: the functions allowed more than 12 parameters: the diffusion renderers' constructors, whose
+#: keyword arguments are their ``--option`` names, and a test scene's knobs
+WIDE_ALLOWED = {"backend/renderers/wan_vace.py:__init__", "backend/renderers/controlnet.py:__init__",
+                "backend/renderers/flux2_klein.py:__init__", "backend/renderers/synthetic.py:sphere_scene"}
+
+
+def wide_functions(root: Path, limit: int = 12) -> dict:
+    """``"path:name" -> parameter count`` (self/cls not counted) of the functions in backend/,
+    addon/ and operators/ taking more than ``limit`` parameters."""
+    found = {}
+    for folder in ("backend", "addon", "operators"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    a = node.args
+                    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                    n = len(names) + (a.vararg is not None) + (a.kwarg is not None) - (names[:1] in (["self"], ["cls"]))
+                    if n > limit:
+                        found[f"{path.relative_to(root).as_posix()}:{node.name}"] = n
+    return found
+
+
+def test_settings_do_not_travel_through_wide_signatures():
+    """At most 4 functions take more than 12 parameters (there were 14: settings now travel in
+    one request, backend/jobs/request.py, and the runner's options in RunOptions)."""
+    wide = wide_functions(REPO)
+    assert set(wide) <= WIDE_ALLOWED, {k: v for k, v in wide.items() if k not in WIDE_ALLOWED}
+    assert len(WIDE_ALLOWED) <= 4

@@ -5,9 +5,9 @@ Cycles rendered with that light, and far better than the plate alone. The lights
 written by the add-on's own gatherer (``addon.scene.lights.scene_lights``), so this also
 checks that Blender's light objects reach the backend in the right place and units.
 
-Held-out seeds 200 (point) and 202 (area) measure 31.2 and 29.9 dB (plate alone 15.1 and
-19.0 dB). The whole table (held-out mean 32.1 dB, 7 of 12 scenes >= 30 dB and three more
-within 0.3 dB), with the scenes that miss the bar: ``benchmarks/results/relight_fidelity.md``. Renders 2 x 2 frames at 128x96, 32 samples:
+Held-out seeds 200 (point) and 202 (area) measure 31.3 and 31.8 dB (plate alone 15.1 and
+19.0 dB). The whole table (held-out mean 33.2 dB, 11 of 12 scenes >= 30 dB, the sun scene
+207 at 28.5): ``benchmarks/results/relight_fidelity.md``. Renders 2 x 2 frames at 128x96, 32 samples:
 about 10 s on 2 cores, in the bpy 5.0.1 lane.
 """
 from __future__ import annotations
@@ -38,9 +38,9 @@ def test_plate_plus_our_light_matches_cycles_on_a_held_out_scene(tmp_path, seed)
     assert doc["space"] == "world" and [lt["name"] for lt in doc["lights"]] == [rs.ADDED]
     assert doc["lights"][0]["type"] == rs.TYPES[seed % 4]
     r = rs.score(paths)
-    # the bar is 30 dB; seed 202 measures 29.92, just under it. 0.5 dB margin for Cycles'
-    # noise between builds and platforms (the seeds were fixed before measuring, not picked)
-    assert r["relit"] >= 29.5, r
+    # the issue's bar (the seeds were fixed before measuring, not picked); they measure
+    # 31.3 and 31.8 dB, over 1 dB above it for Cycles' noise between builds and platforms
+    assert r["relit"] >= 30.0, r
     assert r["relit"] > r["plate"] + 8.0, r
 
 

@@ -432,16 +432,10 @@ def export_scene_gbuffers(
     out_dir: os.PathLike,
     frames: Optional[Iterable[int]] = None,
     *,
-    camera=None,
-    view_layer=None,
-    resolution: Optional[Tuple[int, int]] = None,
-    samples: Optional[int] = None,
-    denoise: Optional[bool] = None,
-    threads: Optional[int] = None,
     motion_blur_steps: int = 1,
     skip_existing: bool = False,
-    persistent_data: bool = False,
     progress: Optional[Callable[[int, int, Path], None]] = None,
+    **render_options,
 ) -> List[Path]:
     """Render ``frames`` of ``scene`` to contract G-buffer files in ``out_dir``.
 
@@ -451,8 +445,9 @@ def export_scene_gbuffers(
             scene frame. Existing files are replaced atomically, or kept when
             ``skip_existing``.
         frames: scene frame numbers (default ``frame_start..frame_end``).
-        camera, view_layer, resolution, samples, denoise, threads,
-            persistent_data: see :class:`GBufferRenderer`.
+        render_options: :class:`GBufferRenderer`'s keyword options (``camera``,
+            ``view_layer``, ``resolution``, ``samples``, ``denoise``, ``threads``,
+            ``seed``, ``persistent_data``); another name is a ``TypeError``.
         motion_blur_steps: sub-frames averaged per frame (see
             :meth:`GBufferRenderer.render_frame`).
         progress: called as ``progress(done, total, path)`` after each frame.
@@ -467,9 +462,7 @@ def export_scene_gbuffers(
     out_dir.mkdir(parents=True, exist_ok=True)
     frames = list(range(scene.frame_start, scene.frame_end + 1) if frames is None else frames)
     paths = []
-    with GBufferRenderer(scene, camera=camera, view_layer=view_layer, resolution=resolution,
-                         samples=samples, denoise=denoise, threads=threads,
-                         persistent_data=persistent_data) as gr:
+    with GBufferRenderer(scene, **render_options) as gr:
         manifest = ExportManifest(out_dir, gr, frames, motion_blur_steps)
         for i, fr in enumerate(frames):
             path = contract.frame_path(out_dir, int(fr))

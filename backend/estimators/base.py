@@ -10,6 +10,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
+from .. import plugins
 from ..registry import Registry
 
 
@@ -86,6 +87,9 @@ class Estimator:
     """
 
     name = "base"
+    #: computes depth over windows of frames of the shot (``feed``/``take``, e.g.
+    #: ``video-depth-anything-small``) rather than frame by frame in :meth:`predict`
+    windowed: bool = False
     default_resolution: Optional[int] = None
     max_resolution: Optional[int] = None
 
@@ -152,12 +156,7 @@ def _resolution(default: Optional[int], cap: Optional[int], requested: Optional[
 
 
 #: the estimator registry; built-ins load their modules only when created
-ESTIMATORS = Registry("estimator", __package__, {
-    "embedded": ".embedded:EmbeddedEstimator",
-    "marigold": ".marigold:MarigoldEstimator",
-    "depth-anything-v2-small": ".onnx_depth:DepthAnythingEstimator",
-    "video-depth-anything-small": ".video_depth:VideoDepthAnythingEstimator",
-})
+ESTIMATORS = Registry("estimator", __package__, plugins.factories("estimator"))
 
 
 def register_estimator(name: str, factory: Callable[..., Estimator]) -> None:

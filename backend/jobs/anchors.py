@@ -28,11 +28,6 @@ from ..depth_anchors import ANCHOR_FILE, DepthAnchors, anchor_meta, anchor_size,
 from ..errors import JobError
 from ..footage import open_footage
 
-#: decompose keyword arguments the anchors depend on (the others are accepted and ignored)
-ANCHOR_KWARGS = ("frames", "estimator", "estimator_options", "processing_resolution", "device", "colorspace",
-                 "start_frame")
-
-
 def anchors_path(out: os.PathLike) -> Path:
     """``OUT/.gbuffer_depth_anchors.npz``."""
     return Path(out) / ANCHOR_FILE
@@ -75,7 +70,7 @@ def compute_anchors(input_path: os.PathLike, out: os.PathLike, *, frames: Option
         clip_frame_range(first, last, info.numbers or info.n_frames, info.path, frames)
         dec = Decomposer(estimator, processing_resolution=processing_resolution, estimator_options=estimator_options,
                          device=device, sar=float(info.sar))
-        if getattr(dec.estimator, "windowed", False):
+        if dec.estimator.windowed:
             # its depth comes from windows over the shot (feed/take), not frame by frame
             raise ValueError(f"depth anchors: estimator {dec.estimator_name!r} computes depth in windows over "
                              f"the shot; the anchor pass does not support it yet: use --no-depth-anchors or "

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import contract, events, geometry
+from .. import contract, events
 from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, FALLBACK_METALLIC, FALLBACK_ROUGHNESS, MIN_RESOLUTION,
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
@@ -166,40 +166,13 @@ def _warn_capped_resolution(requested, dec, estimator: str, info) -> None:
                        f"{info.width}x{info.height})")
 
 
-def decompose(
-    input_path: os.PathLike,
-    out_dir: os.PathLike,
-    *,
-    frames: Optional[str] = None,
-    estimator: str = DEFAULT_ESTIMATOR,
-    estimator_options: Optional[Dict[str, Any]] = None,
-    processing_resolution: Optional[int] = None,
-    device: Optional[str] = None,
-    stabilize: bool = False,
-    strength: float = DEFAULT_STRENGTH,
-    colorspace: Optional[str] = None,
-    hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
-    overwrite: bool = False,
-    albedo_detail: bool = True,
-    cameras: Optional[os.PathLike] = None,
-    camera: str = "none",
-    multiview: Optional[Dict[str, Any]] = None,
-    mesh: Optional[os.PathLike] = None,
-    progress: events.Progress = None,
-    cancel: Optional[threading.Event] = None,
-    max_size: Optional[int] = None,
-    stream=None,
-    progress_bar: Optional[bool] = None,
-    warmup: Optional[int] = None,
-    manifest_part: bool = False,
-    depth_anchors: Optional[os.PathLike] = None,
-    start_frame: Optional[int] = None,
-    handles: int = 0,
-    passes: Optional[str] = None,
-    layout: Optional[str] = None,
-    working_space: Optional[str] = None,
-) -> JobResult:
+def decompose(input_path: os.PathLike, out_dir: os.PathLike, *, progress: events.Progress = None,
+              cancel: Optional[threading.Event] = None, **settings) -> JobResult:
     """Decompose footage into a G-buffer contract sequence in ``out_dir``.
+
+    The settings are keyword arguments, the fields of
+    :class:`backend.jobs.request.DecomposeRequest` (an unknown one is a ``TypeError``);
+    this builds the request and runs it (:func:`run_decompose`).
 
     Args:
         input_path: movie, image, image folder or ``%04d``/``####`` pattern.
@@ -283,15 +256,11 @@ def decompose(
         FootageError, JobError, JobCancelled, ValueError (bad arguments, e.g. a negative
         ``warmup``), KeyError (unknown estimator).
     """
-    if processing_resolution is None and max_size is not None:
-        processing_resolution = max_size
-    request = DecomposeRequest(
-        input_path, out_dir, frames=frames, estimator=estimator, estimator_options=estimator_options,
-        processing_resolution=processing_resolution, device=device, stabilize=stabilize, strength=strength,
-        colorspace=colorspace, hfov_deg=hfov_deg, albedo_detail=albedo_detail, overwrite=overwrite,
-        cameras=cameras, camera=camera, multiview=multiview, mesh=mesh, warmup=warmup,
-        manifest_part=manifest_part, depth_anchors=depth_anchors, start_frame=start_frame, handles=handles,
-        passes=passes, layout=layout, working_space=working_space)
+    max_size, stream = settings.pop("max_size", None), settings.pop("stream", None)
+    settings.pop("progress_bar", None)
+    if settings.get("processing_resolution") is None and max_size is not None:
+        settings["processing_resolution"] = max_size
+    request = DecomposeRequest(input_path, out_dir, **settings)
     return run_decompose(request, progress=progress if progress is not None else stream, cancel=cancel)
 
 
@@ -385,7 +354,7 @@ def _make_shot(src, dec: Decomposer, out: Path, first: int, last: Optional[int],
             events.warning("--stabilize is ignored with --cameras: measured depth is consistent "
                            "across frames by construction")
         return shot, _camera_settings(shot.camset, shot.mv.options)
-    if getattr(dec.estimator, "windowed", False):
+    if dec.estimator.windowed:
         return _WindowedShot(src, dec, out, first, last, r.estimator, reopen=reopen), None
     return _Shot(src, dec, out, first, last, r.estimator), None
 

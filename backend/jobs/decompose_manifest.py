@@ -14,7 +14,7 @@ from ..decomposer import Decomposer
 from .runner import JobResult
 
 
-#: multi-view options added by issue 24, left out of the settings while at their defaults
+#: multi-view options added after the first release, left out of the settings while at their defaults
 #: (so the hash of a run without them is unchanged and earlier outputs still resume)
 _NEW_OPTION_DEFAULTS = {"densify": False, "surface": False, "plane_agreement": 0.02}
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from .. import contract, events
 from ..errors import JobCancelled, JobError
 from .fingerprint import file_sha256
-from .job_types import Deferred, JobResult, WorkFn, settings_hash, _reraise
+from .job_types import Deferred, JobResult, RunOptions, WorkFn, settings_hash, _reraise
 from .manifest_book import _Clock, _InFlight, _ManifestBook, _ranges
 from .outputs import STATS, stat_key, _rel
 from .run_lock import _FINISHED, _manifest_lock
@@ -52,32 +52,25 @@ class FrameRun:
     thread, :class:`_InFlight`), :attr:`clock` (throughput), :attr:`result`.
     """
 
-    def __init__(self, out: Path, *, settings: Dict[str, Any], total: Optional[int], job: str,
-                 path_for: Callable[[int], Path], manifest: Optional[Dict[str, Any]],
-                 read_hash: Optional[Callable[[Path], Optional[str]]],
-                 on_frame: Optional[Callable[[int, Dict[str, Any]], None]],
-                 cancel: Optional[threading.Event], old: Dict[str, Any], t0: float,
-                 input_for: Optional[Callable[[int], Optional[str]]] = None,
-                 read_input: Optional[Callable[[Path], Optional[str]]] = None,
-                 expected: Optional[Sequence[int]] = None, throttle: Optional[bool] = None,
-                 read_entry: Optional[Callable[[Path], Optional[Dict[str, Any]]]] = None):
-        self.out, self.total, self.job, self.path_for = out, total, job, path_for
-        self.read_entry = read_entry
-        self.input_for, self.read_input = input_for, read_input
-        self.before_done: Optional[Callable[[JobResult], None]] = None
-        self.read_hash, self.on_frame, self.t0 = read_hash, on_frame, t0
+    def __init__(self, out: Path, opts: RunOptions, *, settings: Dict[str, Any], cancel: Optional[threading.Event],
+                 old: Dict[str, Any], t0: float):
+        self.out, self.total, self.job, self.path_for = out, opts.total, opts.job, opts.path_for
+        self.read_entry = opts.read_entry
+        self.input_for, self.read_input = opts.input_for, opts.read_input
+        self.before_done: Optional[Callable[[JobResult], None]] = opts.before_done
+        self.read_hash, self.on_frame, self.t0 = opts.read_hash, opts.on_frame, t0
         self.cancel = cancel if cancel is not None else threading.Event()
         self.shash = settings_hash(settings)
-        self.book = _ManifestBook(out, self.shash, old, manifest, job, settings, path_for,
-                                  throttle=(read_hash is not None) if throttle is None else throttle)
-        self.book.expected = None if expected is None else sorted(set(int(n) for n in expected))
+        self.book = _ManifestBook(out, self.shash, old, opts.manifest, opts.job, settings, opts.path_for,
+                                  throttle=(opts.read_hash is not None) if opts.throttle is None else opts.throttle)
+        self.book.expected = None if opts.expected is None else sorted(set(int(n) for n in opts.expected))
         stale = self.book.drop_stale()
-        if stale:  # fresh-eyes trial (issue 16): they were listed as if still part of the shot
+        if stale:  # they were listed as if still part of the shot
             events.warning(f"{out}: {len(stale)} frame(s) of an earlier run ({_ranges(stale)}, e.g. "
-                           f"{Path(path_for(stale[0])).name}) have no input frame any more: they are left "
+                           f"{Path(opts.path_for(stale[0])).name}) have no input frame any more: they are left "
                            f"on disk but no longer listed in manifest.json; delete them, or they show in "
-                           f"an image sequence of this folder", frame=stale[0], file=Path(path_for(stale[0])))
-        self.result = JobResult(out_dir=out, total=total, settings_hash=self.shash, manifest=self.book.data)
+                           f"an image sequence of this folder", frame=stale[0], file=Path(opts.path_for(stale[0])))
+        self.result = JobResult(out_dir=out, total=opts.total, settings_hash=self.shash, manifest=self.book.data)
         self.pending: List[_InFlight] = []
         self.clock = _Clock()
         self.done = 0  # frames handled (computed or skipped), in order

@@ -8,7 +8,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..errors import JobCancelled, JobError
 from .output_folder import _oserror_text
@@ -32,6 +32,39 @@ class JobResult:
     elapsed_s: float = 0.0
     settings_hash: str = ""
     manifest: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How :func:`backend.jobs.runner.run_job` treats one job's frames: everything but the
+    folder, the tasks, the settings, the progress and the cancel event. The fields are
+    :func:`~backend.jobs.runner.run_job`'s keyword arguments, documented there; an unknown
+    one is a ``TypeError``."""
+
+    total: Optional[int] = None
+    inputs: Sequence[Any] = ()
+    job: str = "job"
+    path_for: Optional[Callable[[int], Path]] = None
+    manifest: Optional[Dict[str, Any]] = None
+    read_hash: Optional[Callable[[Path], Optional[str]]] = None
+    on_frame: Optional[Callable[[int, Dict[str, Any]], None]] = None
+    overwrite: bool = False
+    companions: Optional[Callable[[int], Sequence[Path]]] = None
+    extra_outputs: Sequence[Path] = ()
+    input_for: Optional[Callable[[int], Optional[str]]] = None
+    read_input: Optional[Callable[[Path], Optional[str]]] = None
+    expected: Optional[Sequence[int]] = None
+    throttle: Optional[bool] = None
+    numbers: Optional[Sequence[int]] = None
+    before_done: Optional[Callable[["JobResult"], None]] = None
+    leftovers: Sequence[str] = ()
+    part: Optional[Tuple[int, int]] = None
+    read_entry: Optional[Callable[[Path], Optional[Dict[str, Any]]]] = None
+
+    @property
+    def written_numbers(self) -> Optional[Sequence[int]]:
+        """The frame numbers this run writes: ``numbers``, else ``expected``."""
+        return self.numbers if self.numbers is not None else self.expected
 
 
 @dataclass

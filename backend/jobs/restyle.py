@@ -54,7 +54,6 @@ import numpy as np
 from . import flicker as flick
 from .. import contract, events, exr_attrs, exr_colour
 from ..look_match import ColourStats, LookMatch, reference_stats
-from ..renderers.base import DEFAULT_RENDERER
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
     _source_fps)
@@ -464,29 +463,13 @@ def _lights_manifest(rig) -> Optional[Dict[str, Any]]:
             "lights": [{"name": lt.name, "type": lt.type} for lt in rig.lights]}
 
 
-def restyle(
-    gbuffer_dir: os.PathLike,
-    out_dir: os.PathLike,
-    prompt: str = "",
-    *,
-    renderer: str = DEFAULT_RENDERER,
-    renderer_options: Optional[Dict[str, Any]] = None,
-    frames: Optional[str] = None,
-    previews: bool = True,
-    mp4: bool = True,
-    flicker: bool = True,
-    reference_dir: Optional[os.PathLike] = None,
-    overwrite: bool = False,
-    match_look: Optional[os.PathLike] = None,
-    progress: events.Progress = None,
-    cancel: Optional[threading.Event] = None,
-    stream=None,
-    progress_bar: Optional[bool] = None,
-    warmup: Optional[int] = None,
-    manifest_part: bool = False,
-    lights: Optional[os.PathLike] = None,
-) -> JobResult:
+def restyle(gbuffer_dir: os.PathLike, out_dir: os.PathLike, prompt: str = "", *, progress: events.Progress = None,
+            cancel: Optional[threading.Event] = None, **settings) -> JobResult:
     """Re-render a G-buffer sequence with a prompt (see module docstring for outputs).
+
+    The settings are keyword arguments, the fields of
+    :class:`backend.jobs.request.RestyleRequest` (an unknown one is a ``TypeError``);
+    this builds the request and runs it (:func:`run_restyle`).
 
     Args:
         gbuffer_dir: folder of ``gbuffer_NNNN.exr`` contract frames (possibly edited).
@@ -540,10 +523,9 @@ def restyle(
             past the last frame is clipped, with a ``warning`` event.
         KeyError: unknown renderer.
     """
-    request = RestyleRequest(gbuffer_dir, out_dir, prompt, renderer=renderer, renderer_options=renderer_options,
-                             frames=frames, previews=previews, mp4=mp4, flicker=flicker,
-                             reference_dir=reference_dir, overwrite=overwrite, match_look=match_look,
-                             warmup=warmup, manifest_part=manifest_part, lights=lights)
+    stream = settings.pop("stream", None)
+    settings.pop("progress_bar", None)
+    request = RestyleRequest(gbuffer_dir, out_dir, prompt, **settings)
     return run_restyle(request, progress=progress if progress is not None else stream, cancel=cancel)
 
 

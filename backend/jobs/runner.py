@@ -45,52 +45,26 @@ Minimal use (this is the whole API a job needs)::
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, IO, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from .. import contract, events
 from ..errors import JobCancelled, JobError  # noqa: F401  (JobCancelled re-exported: its former home)
 from .frame_run import FrameRun, _cleanup_tmp
 # the runner's parts (one 1,000-line file before); every name stays importable from here
-from .job_types import MANIFEST_INTERVAL_S, Deferred, JobResult, WorkFn, settings_hash  # noqa: F401
+from .job_types import MANIFEST_INTERVAL_S, Deferred, JobResult, RunOptions, WorkFn, settings_hash  # noqa: F401
 from .output_folder import check_output_safe, prepare_output_dir
 from .outputs import check_previous_outputs, read_own_manifest
 from .run_lock import RUN_LOCK, _manifest_lock, _RunLock, run_lock  # noqa: F401
 from .signals import CANCEL_SIGNALS, SignalCancel  # noqa: F401
 
 
-def run_job(
-    out_dir: os.PathLike,
-    tasks: Iterable[Tuple[int, WorkFn]],
-    *,
-    settings: Dict[str, Any],
-    total: Optional[int] = None,
-    inputs: Sequence[os.PathLike] = (),
-    job: str = "job",
-    path_for: Optional[Callable[[int], Path]] = None,
-    manifest: Optional[Dict[str, Any]] = None,
-    read_hash: Optional[Callable[[Path], Optional[str]]] = None,
-    progress: "events.Progress" = None,
-    cancel: Optional[threading.Event] = None,
-    on_frame: Optional[Callable[[int, Dict[str, Any]], None]] = None,
-    overwrite: bool = False,
-    companions: Optional[Callable[[int], Sequence[Path]]] = None,
-    extra_outputs: Sequence[Path] = (),
-    stream: Optional[IO[str]] = None,
-    progress_bar: Optional[bool] = None,
-    input_for: Optional[Callable[[int], Optional[str]]] = None,
-    read_input: Optional[Callable[[Path], Optional[str]]] = None,
-    expected: Optional[Sequence[int]] = None,
-    throttle: Optional[bool] = None,
-    numbers: Optional[Sequence[int]] = None,
-    before_done: Optional[Callable[[JobResult], None]] = None,
-    leftovers: Sequence[str] = (),
-    part: Optional[Tuple[int, int]] = None,
-    read_entry: Optional[Callable[[Path], Optional[Dict[str, Any]]]] = None,
-) -> JobResult:
+def run_job(out_dir: os.PathLike, tasks: Iterable[Tuple[int, WorkFn]], *, settings: Dict[str, Any],
+            progress: "events.Progress" = None, cancel: Optional[threading.Event] = None, **options) -> JobResult:
     """Run a frame job with progress, cancel, resume and atomic output.
 
     Args:
@@ -108,6 +82,8 @@ def run_job(
         job: job name recorded in the manifest (``decompose``, ``restyle``).
         path_for: frame number -> final output path; default
             :func:`backend.contract.frame_path` in ``out_dir``.
+        options: the keyword arguments below (:class:`RunOptions`; an unknown one is a
+            ``TypeError``).
         manifest: extra top-level manifest fields (e.g. source metadata). The runner
             adds ``job``, ``settings``, ``settings_hash``, ``frames`` (list of
             ``{"frame", "file", "settings_hash", ...}``) and ``complete``.
@@ -167,45 +143,36 @@ def run_job(
             stay on disk).
     """
     t0 = time.monotonic()
-    out = prepare_output_dir(check_output_safe(out_dir, inputs))
-    path_for = path_for or (lambda n: contract.frame_path(out, n))
+    stream = options.pop("stream", None)
+    options.pop("progress_bar", None)
+    opts = RunOptions(**options)
+    out = prepare_output_dir(check_output_safe(out_dir, opts.inputs))
+    if opts.path_for is None:
+        opts = dataclasses.replace(opts, path_for=lambda n: contract.frame_path(out, n))
     shash = settings_hash(settings)
     with events.reporting(progress if progress is not None else stream):
-        if part is not None:
-            return _run_part(out, tasks, part, settings=settings, shash=shash, total=total, job=job,
-                             path_for=path_for, manifest=manifest, read_hash=read_hash, cancel=cancel,
-                             on_frame=on_frame, overwrite=overwrite, companions=companions,
-                             extra_outputs=extra_outputs, input_for=input_for, read_input=read_input,
-                             expected=expected, throttle=throttle, t0=t0,
-                             numbers=numbers if numbers is not None else expected, before_done=before_done,
-                             read_entry=read_entry)
+        if opts.part is not None:
+            return _run_part(out, tasks, opts, settings=settings, cancel=cancel, t0=t0)
         with _manifest_lock(out):
             # under the folder lock: no other job starts, finishes or checks meanwhile
             old = read_own_manifest(out)
             lock = run_lock(out)
             from .parts import check_no_foreign_parts
 
-            check_no_foreign_parts(out, shash, job)  # farm chunks take no lock: their parts say it
+            check_no_foreign_parts(out, shash, opts.job)  # farm chunks take no lock: their parts say it
             if old.get("settings_hash") not in (None, shash) and lock.others_running():
                 raise JobError(
-                    f"another {old.get('job') or job} job with other settings (settings hash "
+                    f"another {old.get('job') or opts.job} job with other settings (settings hash "
                     f"{old.get('settings_hash')}) is writing into {out} right now; one folder holds one "
                     f"set of settings: wait for it to finish, or choose another --out", file=out)
-            check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
-                                   overwrite=overwrite, companions=companions, extra_outputs=extra_outputs,
-                                   read_input=read_input, input_for=input_for,
-                                   numbers=numbers if numbers is not None else expected)
-            if overwrite:
+            _check_previous(out, shash, old, opts, overwrite=opts.overwrite)
+            if opts.overwrite:
                 old = read_own_manifest(out)
-            run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
-                           read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
-                           input_for=input_for, read_input=read_input, expected=expected,
-                           throttle=throttle, read_entry=read_entry)
+            run = FrameRun(out, opts, settings=settings, cancel=cancel, old=old, t0=t0)
             run.book.runlock = lock
             run.book.created = not old
-            run.before_done = before_done
             if not lock.others_running():  # a hard kill's temporaries (a live chunk's are kept)
-                for pattern in (".tmp_manifest*", *leftovers):
+                for pattern in (".tmp_manifest*", *opts.leftovers):
                     for p in out.glob(pattern):
                         _cleanup_tmp(p)
             lock.acquire()
@@ -217,30 +184,29 @@ def run_job(
         return run.run(tasks)
 
 
-def _run_part(out: Path, tasks, part: Tuple[int, int], *, settings, shash, total, job, path_for, manifest,
-              read_hash, cancel, on_frame, overwrite, companions, extra_outputs, input_for, read_input,
-              expected, throttle, t0, numbers, before_done, read_entry=None) -> JobResult:
-    """:func:`run_job` in farm chunk mode (``part``): no lock, the manifest part only."""
-    from .parts import clean_part_temporaries, folder_view
+def _run_part(out: Path, tasks, opts: RunOptions, *, settings, cancel, t0) -> JobResult:
+    """:func:`run_job` in farm chunk mode (``opts.part``): no lock, the manifest part only."""
+    from .parts import clean_part_temporaries, folder_view, input_identity
 
-    first, last = int(part[0]), int(part[1])
-    if overwrite:
+    first, last = int(opts.part[0]), int(opts.part[1])
+    if opts.overwrite:
         raise ValueError("--overwrite cannot be combined with --manifest-part: farm chunks never remove "
                          "other chunks' files; empty the folder (or choose another --out) first")
-    from .parts import input_identity
-
+    shash = settings_hash(settings)
     # JobError: other settings / other chunking / other inputs
-    old = folder_view(out, shash, job, (first, last), identity=input_identity(manifest or {}))
-    chunk = [n for n in (numbers if numbers is not None else range(first, last + 1)) if first <= n <= last]
-    check_previous_outputs(out, shash, old, job=job, path_for=path_for, read_hash=read_hash,
-                           overwrite=False, companions=companions, extra_outputs=extra_outputs,
-                           read_input=read_input, input_for=input_for, numbers=chunk)
-    run = FrameRun(out, settings=settings, total=total, job=job, path_for=path_for, manifest=manifest,
-                   read_hash=read_hash, on_frame=on_frame, cancel=cancel, old=old, t0=t0,
-                   input_for=input_for, read_input=read_input, expected=expected, throttle=throttle,
-                   read_entry=read_entry)
+    old = folder_view(out, shash, opts.job, (first, last), identity=input_identity(opts.manifest or {}))
+    numbers = opts.numbers if opts.numbers is not None else range(first, last + 1)
+    chunk = [n for n in numbers if first <= n <= last]
+    _check_previous(out, shash, old, dataclasses.replace(opts, numbers=chunk), overwrite=False)
+    run = FrameRun(out, opts, settings=settings, cancel=cancel, old=old, t0=t0)
     run.book.part = (first, last, chunk)
-    run.before_done = before_done
     clean_part_temporaries(out, first, last)
     run.book.save_part(None)  # claim: the part names these settings before the first frame
     return run.run(tasks)
+
+
+def _check_previous(out: Path, shash: str, old: Dict[str, Any], opts: RunOptions, *, overwrite: bool) -> None:
+    """:func:`backend.jobs.outputs.check_previous_outputs` with the run's options."""
+    check_previous_outputs(out, shash, old, job=opts.job, path_for=opts.path_for, read_hash=opts.read_hash,
+                           overwrite=overwrite, companions=opts.companions, extra_outputs=opts.extra_outputs,
+                           read_input=opts.read_input, input_for=opts.input_for, numbers=opts.written_numbers)

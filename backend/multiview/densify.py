@@ -270,12 +270,26 @@ def _propagate(allp, own, mean_lab, plane, seg_conf, fill_colour, hop_decay, fil
     return has
 
 
+@dataclass(frozen=True)
+class DensifyTuning:
+    """:func:`densify_planes`'s tuning (its keyword options, documented there)."""
+
+    threshold: float = 0.5
+    step: Optional[int] = None
+    compactness: float = 10.0
+    min_measured: float = 0.25
+    max_resid: float = 0.03
+    merge_ratio: float = 1.3
+    merge_floor: float = 0.002
+    merge_cap: float = 0.01
+    fill_colour: float = 12.0
+    hop_decay: float = 0.8
+    max_hops: int = 8
+    fill_confidence: float = 0.45
+
+
 def densify_planes(guide_rgb: np.ndarray, depth: np.ndarray, confidence: np.ndarray,
-                   intrinsics: Tuple[float, float, float, float], *, threshold: float = 0.5,
-                   step: Optional[int] = None, compactness: float = 10.0, min_measured: float = 0.25,
-                   max_resid: float = 0.03, merge_ratio: float = 1.3, merge_floor: float = 0.002, merge_cap: float = 0.01,
-                   fill_colour: float = 12.0, hop_decay: float = 0.8, max_hops: int = 8,
-                   fill_confidence: float = 0.45) -> Densified:
+                   intrinsics: Tuple[float, float, float, float], **tuning) -> Densified:
     """Piecewise-planar densification of measured depth along image segments (module doc).
 
     Args:
@@ -284,6 +298,7 @@ def densify_planes(guide_rgb: np.ndarray, depth: np.ndarray, confidence: np.ndar
         depth: ``H x W`` float32 planar depth > 0 (measured; any value where not
             confident). confidence: ``H x W`` float32 in [0, 1].
         intrinsics: ``(fx, fy, cx, cy)`` in pixels of this grid.
+        tuning: the fields of :class:`DensifyTuning` (another name is a ``TypeError``):
         threshold: confidence from which a pixel is a measurement.
         step: superpixel side in pixels (default ``max(8, W // 16)``; tuned on one held-in scene).
         min_measured: share of a segment that must be measured for its own plane.
@@ -305,39 +320,39 @@ def densify_planes(guide_rgb: np.ndarray, depth: np.ndarray, confidence: np.ndar
     """
     import cv2
 
+    t = DensifyTuning(**tuning)
     h, w = depth.shape
     if guide_rgb.shape[:2] != (h, w) or confidence.shape != (h, w):
         raise ValueError(f"guide {guide_rgb.shape[:2]}, depth {(h, w)} and confidence "
                          f"{confidence.shape} differ in size")
     lab = cv2.cvtColor(np.clip(guide_rgb[..., :3], 0, 1).astype(np.float32), cv2.COLOR_RGB2Lab)
-    step = step or max(8, w // 16)
-    labels, n = _compact(slic(lab, step, compactness))
+    labels, n = _compact(slic(lab, t.step or max(8, w // 16), t.compactness))
     lf = labels.ravel()
     ys, xs = np.mgrid[0:h, 0:w]
     xs, ys = xs.ravel().astype(np.float64), ys.ravel().astype(np.float64)
     q = 1.0 / np.maximum(depth.astype(np.float64).ravel(), 1e-12)
     conf = np.clip(confidence.astype(np.float64).ravel(), 0, 1)
-    meas = (conf >= threshold) & np.isfinite(q) & (depth.ravel() > 0)
+    meas = (conf >= t.threshold) & np.isfinite(q) & (depth.ravel() > 0)
     wts = np.where(meas, conf, 0.0)
     cnt = np.bincount(lf, minlength=n).astype(np.float64)
     share = np.bincount(lf, meas.astype(np.float64), minlength=n) / np.maximum(cnt, 1)
     theta, cen, resid, _, ww_fit = _fit_planes(lf, n, xs, ys, q, wts)
-    own = (share >= min_measured) & (resid <= max_resid) & (theta[:, 2] > 0)
+    own = (share >= t.min_measured) & (resid <= t.max_resid) & (theta[:, 2] > 0)
 
     # merge neighbouring planar segments whose joint plane fits about as well as each
-    region = _merge_regions(labels, lf, n, own, xs, ys, q, ww_fit, merge_ratio, merge_floor, merge_cap)
+    region = _merge_regions(labels, lf, n, own, xs, ys, q, ww_fit, t.merge_ratio, t.merge_floor, t.merge_cap)
     reg_lf = region[lf]
     rtheta, rcen, rresid, _, _ = _fit_planes(reg_lf, n, xs, ys, q, wts)
     origin = lambda th, ce: np.stack([th[:, 0], th[:, 1], th[:, 2] - th[:, 0] * ce[:, 0] - th[:, 1] * ce[:, 1]], -1)
     plane = np.where(own[:, None], origin(rtheta[region], rcen[region]), 0.0)
     fit_res = np.where(own, rresid[region], np.inf)
-    seg_conf = np.where(own, np.clip(share / 0.6, 0, 1) * np.exp(-np.square(fit_res / max_resid)), 0.0)
+    seg_conf = np.where(own, np.clip(share / 0.6, 0, 1) * np.exp(-np.square(fit_res / t.max_resid)), 0.0)
 
     # propagate into unmeasured segments by colour
     mean_lab = np.stack([np.bincount(lf, lab.reshape(-1, 3)[:, c], minlength=n) / np.maximum(cnt, 1)
                          for c in range(3)], -1)
-    has = _propagate(_adjacent_pairs(labels), own, mean_lab, plane, seg_conf, fill_colour, hop_decay,
-                     fill_confidence, max_hops)
+    has = _propagate(_adjacent_pairs(labels), own, mean_lab, plane, seg_conf, t.fill_colour, t.hop_decay,
+                     t.fill_confidence, t.max_hops)
     # a segment inherits the plane of a region (region labels for output)
     qv = plane[lf, 0] * xs + plane[lf, 1] * ys + plane[lf, 2]
     if meas.any():  # planes extrapolated beyond the measured depths are not evidence

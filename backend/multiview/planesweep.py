@@ -339,12 +339,22 @@ def _prepare(ref_img, ref_cam: Camera, nb_imgs, nb_cams, width: Optional[int]):
     return out_g, out_c
 
 
+@dataclass(frozen=True)
+class SweepTuning:
+    """:func:`plane_sweep`'s tuning (its keyword options, documented there)."""
+
+    processing_width: Optional[int] = None
+    window: int = 7
+    best_k: Optional[int] = None
+    plane_step_px: float = 1.5
+    min_planes: int = 8
+    max_planes: int = 192
+    sgm: bool = True
+    sgm_penalties: Tuple[float, float] = (0.1, 1.0)
+
+
 def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarray],
-                nb_cams: Sequence[Camera], near: float, far: float, *,
-                processing_width: Optional[int] = None, window: int = 7,
-                best_k: Optional[int] = None, plane_step_px: float = 1.5,
-                min_planes: int = 8, max_planes: int = 192, sgm: bool = True,
-                sgm_penalties: Tuple[float, float] = (0.1, 1.0)) -> SweepResult:
+                nb_cams: Sequence[Camera], near: float, far: float, **tuning) -> SweepResult:
     """Depth of the reference frame by plane sweep against K neighbours (see module doc).
 
     Args:
@@ -353,6 +363,7 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
         ref_cam: its camera (``W x H``, no distortion).
         nb_imgs, nb_cams: K >= 1 neighbour frames and cameras (any sizes).
         near, far: depth range to search, ``0 < near < far`` (cameras' units).
+        tuning: the fields of :class:`SweepTuning` (another name is a ``TypeError``):
         processing_width: width the sweep runs at (frames are area-downsampled,
             intrinsics scaled); ``None`` = full size.
         window: NCC window side in processing pixels (odd).
@@ -374,19 +385,20 @@ def plane_sweep(ref_img: np.ndarray, ref_cam: Camera, nb_imgs: Sequence[np.ndarr
         CameraError: no neighbours, bad depth range, image/camera size mismatch, or a
             camera with lens distortion.
     """
+    t = SweepTuning(**tuning)
     if not nb_cams or len(nb_cams) != len(nb_imgs):
         raise CameraError(f"frame {ref_cam.name}: plane sweep needs >= 1 neighbour frame "
                           "with a camera")
     if not (0 < near < far) or not math.isfinite(far):
         raise CameraError(f"frame {ref_cam.name}: depth range must satisfy 0 < near < far < inf, "
                           f"got near={near}, far={far}")
-    greys, cams = _prepare(ref_img, ref_cam, nb_imgs, nb_cams, processing_width)
-    n = _num_planes(cams[0], cams[1:], near, far, plane_step_px, min_planes, max_planes)
+    greys, cams = _prepare(ref_img, ref_cam, nb_imgs, nb_cams, t.processing_width)
+    n = _num_planes(cams[0], cams[1:], near, far, t.plane_step_px, t.min_planes, t.max_planes)
     inv = np.linspace(1.0 / near, 1.0 / far, n).astype(np.float64)
-    k = best_k or (len(nb_cams) + 1) // 2
-    vol = _cost_volume(greys[0], greys[1:], cams[0], cams[1:], inv, window, min(k, len(nb_cams)))
-    if sgm:
-        agg = sgm_aggregate(vol, greys[0], *sgm_penalties)
+    k = t.best_k or (len(nb_cams) + 1) // 2
+    vol = _cost_volume(greys[0], greys[1:], cams[0], cams[1:], inv, t.window, min(k, len(nb_cams)))
+    if t.sgm:
+        agg = sgm_aggregate(vol, greys[0], *t.sgm_penalties)
         idx, off, a0, second = _winner(agg)
         c0 = np.take_along_axis(vol, idx[None], 0)[0]
         second = second - a0 + c0  # uniqueness margin measured on the aggregated costs

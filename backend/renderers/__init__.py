@@ -5,4 +5,3 @@ from .base import (DEFAULT_RENDERER, Renderer, available_renderers, get_renderer
 __all__ = ["DEFAULT_RENDERER", "Renderer", "available_renderers", "get_renderer", "read_prompt",
            "register_renderer", "renderer_class"]
 
-register_renderer("flux2-klein", ".flux2_klein:Flux2KleinRenderer")

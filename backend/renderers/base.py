@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..contract import GBufferFrame
+from .. import plugins
 from ..registry import Registry
 from .prompt import Look, PromptError, parse_prompt
 
@@ -159,11 +160,7 @@ def _parse(prompt: str, free_text: bool) -> Tuple[Look, ...]:
 
 #: the renderer registry; built-ins load their modules only when created (or their
 #: class is asked for, :func:`renderer_class`)
-RENDERERS = Registry("renderer", __package__, {
-    "embedded": ".embedded:EmbeddedRenderer",
-    "controlnet": ".controlnet:ControlNetRenderer",
-    "wan-vace": ".wan_vace:WanVaceRenderer",
-})
+RENDERERS = Registry("renderer", __package__, plugins.factories("renderer"))
 
 
 def register_renderer(name: str, factory: Union[Callable[..., Renderer], str]) -> None:

@@ -20,9 +20,10 @@ energy compensation (Fdez-Aguera 2019), as Cycles' multiscatter GGX.
 
 Approximations (stated in ``docs/lights.md``): an area light is a grid of point
 emitters over its shape sharing one soft shadow (2 x 2 shadow rays); point radius and
-sun angle do not soften shadows; shadows come from the depth buffer only (what the
-camera does not see casts no shadow, see :func:`shadow_visibility`); the added light's
-indirect light is one screen-space bounce (:func:`glossy_bounce`).
+sun angle do not soften shadows, they only widen the specular lobe (:func:`_widened`);
+shadows come from the depth buffer only (what the camera does not see casts no shadow,
+see :func:`shadow_visibility`); the added light's indirect light is one screen-space
+bounce (:func:`glossy_bounce`).
 """
 from __future__ import annotations
 
@@ -45,10 +46,16 @@ SHADOW_THICKNESS = 0.08
 #: ... or, when larger, this many times the occluder's width at that pixel: twice the
 #: distance to the nearest depth edge, in metres (a sphere or a box seen face on is about
 #: as deep as it is wide; see occluder_thickness)
-SHADOW_WIDTH_FACTOR = 2.0
+SHADOW_WIDTH_FACTOR = 3.0
 #: a depth edge: the second difference of inverse depth above this fraction of it (zero
 #: on any plane, large across a silhouette)
 EDGE_CURVATURE = 0.02
+#: ... and the depth jumps by more than this fraction between neighbours (0: creases count)
+EDGE_JUMP = 0.05
+#: shadow samples along the on-screen part of the ray at (i / steps) ** this (1: even)
+SHADOW_STEP_POWER = 2.0
+#: march only the part of the ray that lies on screen
+SHADOW_CLIP_TO_FRAME = True
 #: a sample must be behind the depth buffer by more than this fraction of its depth
 SHADOW_BIAS = 0.01
 #: area lights: emitter grid per side (n x n point emitters over the shape)
@@ -61,6 +68,8 @@ AREA_SHADOW_STEPS = 24
 SHADOW_FILTER_FRACTION = 0.015
 #: ... and at least this many pixels (odd)
 SHADOW_FILTER_MIN = 3
+#: specular lobes widen by this times the tangent of the emitter's angular radius (_widened)
+LOBE_WIDEN = 0.5
 #: occluder weight from Confidence: an occluder casts no shadow at or below CONF_LO, a full
 #: one at or above CONF_HI (linear in between); chosen on phone_office.mp4 (embedded
 #: estimator: its window corner's wrong near depth has Confidence ~0.7, the objects 0.9+)
@@ -75,6 +84,8 @@ MIN_ROUGHNESS = 0.03
 BELOW_LO, BELOW_HI = -0.1, 0.2
 #: the glossy bounce fades out from roughness 0 to this
 GLOSSY_MAX_ROUGHNESS = 1.0
+#: the bounce's reflections only hit surfaces that face the ray
+SSR_FACING = True
 #: the bounce is computed on a grid whose long side is at most this (see _bounce_at_scale)
 BOUNCE_MAX_SIDE = 320
 #: a light's effect is dropped below this irradiance (W/m^2) everywhere
@@ -106,6 +117,26 @@ def _emitters(st: LightState, p: np.ndarray, grid: int) -> List[Tuple[np.ndarray
             e = e * np.maximum(-(l * st.direction.astype(F32)[:, None]).sum(0), F32(0.0))
         out.append((l, e.astype(F32), q))
     return out
+
+
+def _widened(alpha: np.ndarray, st: LightState, p: np.ndarray, target: Optional[np.ndarray],
+             grid: int) -> np.ndarray:
+    """GGX ``alpha`` widened by the angle an emitter subtends (Karis 2013's sphere-light
+    trick): ``min(1, alpha + LOBE_WIDEN x tan(half angle))``, the half angle being the
+    point light's radius, an area light's grid cell (half its side / ``grid``) or half
+    the sun's disc, over the distance. A mirror then shows a light's extent, not a dot
+    (nor an area light's grid of dots). N float32."""
+    if LOBE_WIDEN <= 0:
+        return alpha
+    if st.type == "sun":
+        t = math.tan(0.5 * st.angle)
+        return np.minimum(alpha + F32(LOBE_WIDEN * t), F32(1.0)) if t > 0 else alpha
+    r = st.radius if st.type in ("point", "spot") else 0.5 * max(st.size, st.size_y) / grid
+    if r <= 0 or target is None:
+        return alpha
+    d = target.astype(F32)[:, None] - p
+    dist = np.sqrt(np.maximum((d * d).sum(0), F32(1e-8)))
+    return np.minimum(alpha + F32(LOBE_WIDEN * r) / dist, F32(1.0))
 
 
 def _spot_attenuation(st: LightState, l: np.ndarray) -> np.ndarray:
@@ -212,9 +243,15 @@ def occluder_thickness(depth: np.ndarray, sky: np.ndarray, fx: float,
     d = np.where(sky, np.inf, depth).astype(F32)
     inv = np.where(sky, F32(0.0), F32(1.0) / np.maximum(d, F32(1e-6)))
     edge = sky.copy()
+    dd = np.where(sky, F32(0.0), d)
     for ax in (0, 1):
         c = np.abs(np.diff(inv, 2, axis=ax))
-        big = c > F32(EDGE_CURVATURE) * np.maximum(inv[1:-1] if ax == 0 else inv[:, 1:-1], F32(1e-9))
+        mid = inv[1:-1] if ax == 0 else inv[:, 1:-1]
+        big = c > F32(EDGE_CURVATURE) * np.maximum(mid, F32(1e-9))
+        if EDGE_JUMP > 0:  # a silhouette also jumps in depth; a crease (box on the floor) does not
+            a = np.abs(np.diff(dd, axis=ax)) > F32(EDGE_JUMP) * np.minimum(
+                dd[:-1] if ax == 0 else dd[:, :-1], dd[1:] if ax == 0 else dd[:, 1:])
+            big &= (a[:-1] | a[1:]) if ax == 0 else (a[:, :-1] | a[:, 1:])
         if ax == 0:
             edge[1:-1] |= big
         else:
@@ -227,31 +264,36 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
                       k: Tuple[float, float, float, float], target: Optional[np.ndarray],
                       direction: np.ndarray, *, steps: Optional[int] = None,
                       thickness: Optional[float] = None, bias: Optional[float] = None,
-                      width_factor: Optional[float] = None,
+                      width_factor: Optional[float] = None, occluder: Optional[np.ndarray] = None,
                       weight: Optional[np.ndarray] = None) -> np.ndarray:
     """Shadows traced in the depth buffer (a screen-space ray march toward the light).
 
     From each point ``p`` toward the light (to ``target``, or along ``direction`` for a
-    sun, as far as twice the farthest depth), clipped in front of the camera, ``steps``
-    samples spaced evenly in screen space (perspective-correct depth along the segment);
-    a sample that lies behind the depth buffer by more than ``bias`` x its depth and by
-    less than ``thickness`` x the buffer's depth (or the step's own depth change) is an
-    occluder. Samples within 1.5 px of the start pixel, outside the frame or on sky are
+    sun, as far as twice the farthest depth), clipped in front of the camera and to the
+    part of the segment that is on screen, ``steps`` samples at ``((i + jitter) /
+    steps) ** SHADOW_STEP_POWER`` of that part in screen space (denser near the start;
+    perspective-correct depth); a sample that lies behind the depth buffer by more than
+    ``bias`` x its depth and by less than the occluder's assumed depth (the larger of
+    ``thickness`` x the buffer's depth and :func:`occluder_thickness`, or the step's own
+    depth change) is an occluder. Samples within 2 px of the start pixel or on sky are
     ignored.
 
     Limits: only what the camera sees casts shadows (an occluder off screen or hidden
-    behind another surface casts none); every occluder is assumed ``thickness`` deep, so
-    a thin pole far in front of a wall can shadow a little too much and a thick object
-    seen edge-on too little; shadows are hard (no penumbra from a light's size).
+    behind another surface casts none); an occluder's depth is a guess from its width on
+    screen, so a thin pole far in front of a wall can shadow a little too much and a deep
+    object seen edge-on too little; shadows are hard (no penumbra from a light's size:
+    in the relight benchmark a point radius of up to 0.1 or a sun disc of up to 2 degrees
+    gives penumbrae of a few centimetres, under a pixel at 128x96, a few at full HD).
 
     Args:
         depth: H x W planar depth. ``sky``: H x W bool (no surface: never occludes).
         p: 3 x N camera-space points; ``pix``: their ``(row, col)`` indices.
         k: ``(fx, fy, cx, cy)``. ``target``: (3,) light position or ``None`` (sun).
         direction: (3,) unit direction from the surface toward a sun (unused with target).
+        occluder: H x W :func:`occluder_thickness` (computed when ``None``; zeros: every
+            occluder ``thickness`` deep, as for an estimated depth).
         weight: H x W float32 in [0, 1], how opaque each pixel is as an occluder
-            (:func:`occluder_weight`: Confidence and the depth's reliability); ``None``: 1.
-        width_factor: the width-based thickness (:func:`occluder_thickness`); 0 turns it off.
+            (:func:`occluder_weight`: its Confidence); ``None``: 1.
 
     Returns:
         N float32 in [0, 1]: 1 lit, 0 in shadow (1 - the largest weight of an occluder
@@ -284,9 +326,8 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     flat = padded.ravel()
     # each pixel's assumed depth: the larger of a fraction of its depth and its width
     tpad = np.zeros((h + 2, w + 2), F32)
-    base_t = F32(thickness) * np.where(sky, F32(0.0), buf)
-    tpad[1:-1, 1:-1] = (base_t if width_factor == 0 else
-                        np.maximum(base_t, occluder_thickness(depth, sky, fx, width_factor)))
+    tpad[1:-1, 1:-1] = np.maximum(F32(thickness) * np.where(sky, F32(0.0), buf),
+                                  occluder_thickness(depth, sky, fx, width_factor) if occluder is None else occluder)
     tflat = tpad.ravel()
     wflat = None
     if weight is not None:
@@ -303,8 +344,18 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     # jittered, the bands become fine noise that shadow_filter() averages out
     jit = (F32(52.9829189) * np.modf(F32(0.06711056) * c0.astype(F32) + F32(0.00583715) * r0.astype(F32))[0])
     jit = np.modf(jit)[0].astype(F32)
+    # the segment's part on screen (a sun's ray runs far past the frame): samples beyond it
+    # read "no surface"; spend them all on screen, denser near the start (contact shadows)
+    s_end = np.ones_like(du)
+    for a0, da, lim in ((u0, du, w), (v0, dv, h)):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(da > 0, (lim - a0) / da, np.where(da < 0, -a0 / da, np.inf))
+        s_end = np.minimum(s_end, np.clip(t, 0.0, 1.0)).astype(F32)
+    if not SHADOW_CLIP_TO_FRAME:
+        s_end = np.ones_like(du)
     for i in range(1, steps + 1):
         s = (F32(i - 1) + jit) * F32(1.0 / steps)
+        s = s_end * (s * s if SHADOW_STEP_POWER == 2 else s ** F32(SHADOW_STEP_POWER))
         # pixel indices + 1 in the padded buffer, clipped onto its "no surface" ring
         ui = np.clip(u0 + du * s + F32(1.0), 0.0, w + 1).astype(np.int32)
         vi = np.clip(v0 + dv * s + F32(1.0), 0.0, h + 1).astype(np.int32)
@@ -457,15 +508,19 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     # an estimated depth's surfaces taken as thin (no width-based thickness), and the
     # visibility smoothed edge-aware, guided by the frame
     trusted = depth_trusted(frame)
-    trace = dict(weight=occluder_weight(frame), width_factor=None if trusted else 0.0)
+    occ = None
+    if shadows:  # once per frame
+        occ = occluder_thickness(depth, ~surf, k[0]) if trusted else np.zeros(depth.shape, F32)
+    trace = dict(occluder=occ, weight=occluder_weight(frame))
     guide = None if trusted else frame_guide(frame)
     for st in live:
         shared = None  # an area light's emitters share one soft shadow (AREA_SHADOW_GRID^2 rays)
-        for l, e, target in _emitters(st, p, max(1, int(AREA_GRID if area_grid is None else area_grid))):
+        grid = max(1, int(AREA_GRID if area_grid is None else area_grid))
+        for l, e, target in _emitters(st, p, grid):
             lit = np.abs(e) > F32(EPS)  # negative power: negative irradiance
             if not lit.any():
                 continue
-            rad = _bsdf(n, v, nv, l, f0, alpha, kd, ms) * e
+            rad = _bsdf(n, v, nv, l, f0, _widened(alpha, st, p, target, grid), kd, ms) * e
             if shadows and st.shadow:
                 if st.type == "area":
                     if shared is None:
@@ -508,7 +563,7 @@ def light_under_look(out: np.ndarray, frame: contract.GBufferFrame, rig: LightRi
 
 
 def _area_shadow(st: LightState, depth: np.ndarray, surf: np.ndarray, p: np.ndarray,
-                 pix: Tuple[np.ndarray, np.ndarray], k, steps: Optional[int], trace: Optional[dict] = None,
+                 pix: Tuple[np.ndarray, np.ndarray], k, steps: Optional[int], trace: dict,
                  guide: Optional[np.ndarray] = None) -> np.ndarray:
     """An area light's visibility (N, in [0, 1]): the mean of hard shadows traced to
     ``AREA_SHADOW_GRID^2`` points spread over its shape, a penumbra of that many steps."""
@@ -518,7 +573,7 @@ def _area_shadow(st: LightState, depth: np.ndarray, surf: np.ndarray, p: np.ndar
         front = ((q.astype(F32)[:, None] - p) * -st.direction.astype(F32)[:, None]).sum(0) > 0  # lit side
         if front.any():
             vis[front] += shadow_visibility(depth, ~surf, p[:, front], (pix[0][front], pix[1][front]), k, q,
-                                            -st.direction, steps=steps, **(trace or {}))
+                                            -st.direction, steps=steps, **trace)
     return shadow_filter(vis * F32(1.0 / len(pts)), np.ones(p.shape[1], bool), pix[0], pix[1], depth.shape, guide)
 
 
@@ -592,7 +647,8 @@ def glossy_bounce(frame: contract.GBufferFrame, direct: np.ndarray, k: Tuple[flo
     mask = surf & (rough < F32(max_roughness))
     if not mask.any():
         return out
-    colour, weight = sh.screen_space_reflection(np.asarray(frame.depth, F32), normal, direct, k, mask)
+    colour, weight = sh.screen_space_reflection(np.asarray(frame.depth, F32), normal, direct, k, mask,
+                                                facing=SSR_FACING)
     _planar, _length, view = sh.camera_rays(h, w, k)
     nv = np.maximum((normal * view).sum(0), F32(1e-4))
     r_up = F32(2.0) * nv * ny - sh.dot3(view, up)   # reflected direction . up

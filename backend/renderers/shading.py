@@ -331,8 +331,8 @@ def lowpass(img: np.ndarray, scale: int = 8, radius: int = 2) -> np.ndarray:
 
 def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.ndarray,
                             intrinsics: Tuple[float, float, float, float], mask: np.ndarray, *,
-                            steps: int = 32, reach: float = 8.0,
-                            thickness: float = 0.06, refine: int = 5) -> Tuple[np.ndarray, np.ndarray]:
+                            steps: int = 32, reach: float = 8.0, thickness: float = 0.06,
+                            refine: int = 5, facing: bool = False) -> Tuple[np.ndarray, np.ndarray]:
     """Screen-space reflections: what a mirror at each masked pixel would see in the frame.
 
     A deferred renderer's standard reflection term (e.g. McGuire & Mara, "Efficient GPU
@@ -351,6 +351,8 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
         radiance: ``3 x H x W`` scene-linear colour to reflect.
         intrinsics: ``(fx, fy, cx, cy)`` in pixels of this ``H x W`` grid.
         mask: ``H x W`` bool, the pixels to trace (glossy surfaces).
+        facing: only surfaces facing the ray are hits (a mirror cylinder's reflected ray
+            grazing past its own lower surface does not hit it).
 
     Returns:
         ``(colour 3 x H x W, weight H x W in [0, 1])`` (float32; 0 where not traced).
@@ -384,6 +386,8 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
     # step's own advance in depth (geometric steps would otherwise skip thin hits)
     step_dz = np.abs(np.diff(qz, axis=0, prepend=qz[:1] * F32(0.99)))
     hit = inside & (qz > scene) & (qz - scene < np.maximum(F32(thickness) * scene, step_dz))
+    if facing:  # a surface the ray meets from behind is its own surface curving away: no hit
+        hit &= (normal[0][vi, ui] * r[0] + normal[1][vi, ui] * r[1] + normal[2][vi, ui] * r[2]) < F32(0.0)
     found = hit.any(0)
     if not found.any():
         return colour, weight
@@ -411,12 +415,10 @@ def screen_space_reflection(depth: np.ndarray, normal: np.ndarray, radiance: np.
             t_hi = np.where(behind, tm, t_hi)
             t_lo = np.where(behind, t_lo, tm)
         hz = np.maximum(-(ps[2] + rs[2] * t_hi), F32(1e-4))
-        hu = hu.copy()
-        hv = hv.copy()
+        hu, hv = hu.copy(), hv.copy()
         hu[sel] = F32(fx) * (ps[0] + rs[0] * t_hi) / hz + F32(cx)
         hv[sel] = F32(cy) - F32(fy) * (ps[1] + rs[1] * t_hi) / hz
-    hu = hu - F32(0.5)
-    hv = hv - F32(0.5)
+    hu, hv = hu - F32(0.5), hv - F32(0.5)
     # bilinear sample of the radiance at the hits (edge-clamped)
     x0 = np.clip(np.floor(hu), 0, w - 1).astype(np.int32)
     y0 = np.clip(np.floor(hv), 0, h - 1).astype(np.int32)
