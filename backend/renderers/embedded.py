@@ -56,18 +56,18 @@ from .looks import DAYLIGHT, LookParams, average_irradiance, build_params
 from .particles import (RAIN_LAYERS, RAIN_SLANT, SNOW_LAYERS, SNOW_SHUTTER_S,  # noqa: F401
                         _box_cover, _falling, _hash01, _ParticleLayer, _rain_streaks, _snowflakes)
 from .prompt import Look
+# snow cover and wet surfaces live in .surfaces; re-exported here for tests and tools
+from .surfaces import SNOW_ALBEDO, _depth_up, _surface_edits, snow_cover, snow_cover_of  # noqa: F401
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 5
+RENDER_VERSION = 6
 #: version of the differential plate (issue 39; in the resume hash of runs with no look or a reference)
 PLATE_VERSION = 1
 ALBEDO_EPS = 0.02
 MAX_SOURCE_SHADING = 8.0
 #: detail is faded where log-depth departs from its local mean (by half at 1/this)
 DETAIL_DEPTH_GATE = 25.0
-#: linear albedo of fresh snow (slightly blue, high; Warren 1982 ~0.9 in the visible)
-SNOW_ALBEDO = (0.9, 0.91, 0.93)
 #: nearest scene distance (metres) at which caustics are placed on relative depth
 CAUSTIC_NEAR_M = 1.0
 #: opacity of falling snowflakes over the frame; kept low so falling snow
@@ -286,8 +286,9 @@ class EmbeddedRenderer(Renderer):
 
         # --- surfaces, BRDF inputs -------------------------------------------------------------
         ny = normal[1]
-        ny_depth = _depth_up(depth, sh.intrinsics_for(h, w, intr, self.fov_y_deg)) if p.snow > 0 else None
-        albedo, rough, metal, cover = _surface_edits(p, albedo, rough, metal, ny, ny_depth)
+        guide = sh.luminance(sh.chw(frame.combined[..., :3])) if p.snow > 0 else None  # the footage
+        ny_depth = _depth_up(depth, sh.intrinsics_for(h, w, intr, self.fov_y_deg), guide) if p.snow > 0 else None
+        albedo, rough, metal, cover = _surface_edits(p, albedo, rough, metal, ny, ny_depth, guide)
         if cover is not None and detail is not None:
             # fresh snow buries the ground's texture: keep only 30 % of the footage's
             # detail under full cover (it also carried the footage's noise onto bright snow)
@@ -512,78 +513,6 @@ def _detail_ratio(s_src: np.ndarray, depth: np.ndarray, strength: float) -> np.n
     return detail
 
 
-def snow_cover(p: LookParams, albedo, rough, metal, ny, ny_depth=None) -> np.ndarray:
-    """Where fresh snow settles, ``H x W`` float32 in [0, 1].
-
-    Physically based accumulation (after Fearing 2000, "Computer modelling of fallen
-    snow", SIGGRAPH: snow rests on surfaces by their slope and what they are):
-    ``snow x up x dry x not_water``, where
-
-    * ``up = smoothstep(0.25, 0.7, n_y)``: up-facing surfaces; ``n_y`` is the larger of
-      the estimated normal's and the depth buffer's (``ny_depth``: estimated normals on
-      far ground seen at a grazing angle often face the camera, the depth says ground);
-    * ``dry = smoothstep(0.12, 0.3, roughness) x (1 - metallic)``: no snow on specular
-      surfaces (liquid water, ice, polished tops, metal): lowering a surface's roughness
-      in the compositor keeps it open;
-    * ``not_water = 1 - smoothstep(0.2, 0.45, (B - R) / mean(albedo))``: snow melts in
-      open water; in a daylight plate water is the blue-dominant surface (sand, rock,
-      soil, vegetation and snow itself are not), so a blue excess of the albedo is the
-      water cue (on boat.mp4: water 0.58-0.90, land -0.39-0.35, 10th-90th percentile).
-    """
-    up_y = ny if ny_depth is None else np.maximum(ny, ny_depth)
-    dry = sh.smoothstep(0.12, 0.3, rough) * (F32(1.0) - metal)
-    blue = (albedo[2] - albedo[0]) / np.maximum(albedo.mean(0), F32(0.02))
-    not_water = F32(1.0) - sh.smoothstep(0.2, 0.45, blue)
-    return np.clip(F32(p.snow) * sh.smoothstep(0.2, 0.9, up_y) * dry * not_water, 0.0, 1.0)
-
-
-def snow_cover_of(frame: GBufferFrame, p: LookParams, fov_y_deg: float = sh.DEFAULT_FOV_Y_DEG) -> np.ndarray:
-    """:func:`snow_cover` of a contract frame under look parameters ``p`` (H x W, [0, 1])."""
-    h, w = frame.shape
-    intr = sh.intrinsics_for(h, w, (frame.meta or {}).get("intrinsics"), fov_y_deg)
-    return snow_cover(p, np.clip(sh.chw(frame.albedo), 0.0, 1.0), np.clip(frame.roughness, 0.0, 1.0),
-                      np.clip(frame.metallic, 0.0, 1.0), sh.chw(frame.normal)[1],
-                      _depth_up(np.asarray(frame.depth, dtype=F32), intr))
-
-
-def _surface_edits(p: LookParams, albedo, rough, metal, ny, ny_depth=None):
-    """Snow cover (:func:`snow_cover`); wet surfaces (darker, smoother, puddles).
-
-    Returns ``(albedo, roughness, metallic, snow cover or None)``."""
-    one = F32(1.0)
-    cover = None
-    if p.snow > 0:
-        cover = snow_cover(p, albedo, rough, metal, ny, ny_depth)
-        albedo = albedo + (sh.col(SNOW_ALBEDO) - albedo) * cover
-        rough = rough + (F32(0.55) - rough) * cover
-        metal = metal * (one - cover)
-    if p.wetness > 0:
-        wet = F32(p.wetness)
-        puddle = sh.smoothstep(0.6, 0.9, ny) * wet
-        albedo = albedo * (one - F32(0.45) * wet)
-        rough = rough * (one - F32(0.6) * wet) * (one - F32(0.9) * puddle)
-    return albedo, rough, metal, cover
-
-
-def _depth_up(depth: np.ndarray, intr) -> np.ndarray:
-    """``n_y`` of the normals of the depth buffer (smoothed on a ~160 px grid), H x W."""
-    import cv2
-
-    from ..geometry import normals_from_depth
-
-    h, w = depth.shape
-    k = max(1, int(round(max(h, w) / 160)))
-    hl, wl = max(2, h // k), max(2, w // k)
-    d = resize(np.ascontiguousarray(depth, dtype=F32), (wl, hl), "area")
-    d = cv2.GaussianBlur(d, (0, 0), 1.5, borderType=cv2.BORDER_REPLICATE)
-    fx, fy, cx, cy = intr
-    n = normals_from_depth(d, (fx * wl / w, fy * hl / h, cx * wl / w, cy * hl / h))
-    ny = np.ascontiguousarray(n[..., 1], dtype=F32)
-    if min(hl, wl) > 4:  # one-sided differences at the border: take the inner neighbours'
-        ny[0], ny[-1], ny[:, 0], ny[:, -1] = ny[1], ny[-2], ny[:, 1], ny[:, -2]
-    return sh.upsample(ny, h, w)
-
-
 #: surfaces rougher than this reflect only the hemisphere (no screen-space reflection)
 SSR_MAX_ROUGHNESS = 0.45
 #: screen-space reflections are traced on a grid whose long side is about this many pixels
@@ -697,6 +626,17 @@ def _water_light_filter(p: LookParams) -> np.ndarray:
     return (1.0 - p.water) + p.water * np.exp(-0.7 * np.asarray(p.water_atten) * p.water_depth_m)
 
 
+#: caustics: the ratio of the depth's per-row step to the normals' footprint over which
+#: the pattern's z coordinate slides to the camera-plane height (see _caustic_gain)
+CAUSTIC_RAMP = (3.0, 6.0)
+
+
+def _step_length(px: np.ndarray, pz: np.ndarray, axis: int) -> np.ndarray:
+    """Metres the scene point (``px``, ``pz``) moves per pixel along ``axis`` (central
+    differences, one-sided at the frame's edges), H x W float32."""
+    return np.hypot(np.gradient(px, axis=axis), np.gradient(pz, axis=axis)).astype(F32)
+
+
 def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
                   time_s: float) -> np.ndarray:
     """Caustics on up-facing surfaces as a key-light factor (H x W, >= 0, mean ~1).
@@ -710,10 +650,25 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     the nearest surface at 0 m; the pattern's positions start at
     :data:`CAUSTIC_NEAR_M` so the bottom rows are not one stretched blob.
     """
+    import cv2
+
     dist_w = d.ray_unit * d.water_scale
     pos_d = d.unit * d.water_scale + F32(CAUSTIC_NEAR_M)
     up = sh.smoothstep(0.2, 0.9, ny)
     footprint = (dist_w + F32(CAUSTIC_NEAR_M)) * F32(1.0 / fx) / np.maximum(n_dot_v, F32(0.05))
+    px, pz = planar[0] * pos_d, planar[2] * pos_d
+    # where the depth recedes much faster per pixel than the normals say (the estimated
+    # depth of a dolphin's back ramps like the floor behind it), (x, z) squeezed the web
+    # into thin horizontal lines across the bodies: there the pattern's second coordinate
+    # slides to the camera-plane height y, whose per-pixel step is the normals' footprint
+    # (a smooth blend of coordinates warps the web, it does not cut it)
+    ramp = _step_length(px, pz, 0) / np.maximum(footprint, F32(1e-6))
+    slide = sh.smoothstep(CAUSTIC_RAMP[0], CAUSTIC_RAMP[1], ramp)
+    # ... but not on the floor itself (estimated n_y >= 0.85: the sand on dolphins.mp4 is
+    # 0.87-0.91, the bodies 0.04-0.57), where the squeeze is the floor's perspective
+    slide = slide * (F32(1.0) - sh.smoothstep(0.7, 0.85, ny))
+    slide = cv2.GaussianBlur(slide, (0, 0), max(2.0, planar.shape[2] / 120.0))
+    py = planar[1] * pos_d
     lam_min = sh.CAUSTIC_WAVELENGTHS[0]
     fade = np.exp(dist_w * F32(-1.0 / 8.0)) * np.clip(
         F32(1.0) - footprint * F32(1.0 / (0.5 * lam_min)), 0.0, 1.0)
@@ -723,8 +678,12 @@ def _caustic_gain(p: LookParams, planar, d: _Distances, n_dot_v, ny, fx: float,
     gain = np.ones_like(weight)
     lit = weight > 0.01
     if lit.any():
-        c = sh.caustics(planar[0][lit] * pos_d[lit], planar[2][lit] * pos_d[lit], time_s,
-                        depth_m=p.water_depth_m)
+        c = sh.caustics(px[lit], pz[lit], time_s, depth_m=p.water_depth_m)
+        sl = slide[lit]
+        on = sl > 0.01
+        if on.any():
+            c2 = sh.caustics(px[lit][on], py[lit][on], time_s, depth_m=p.water_depth_m)
+            c[on] = c[on] + (c2 - c[on]) * sl[on]
         gain[lit] = F32(1.0) + weight[lit] * (c - F32(1.0))
     return gain
 
@@ -771,6 +730,23 @@ def _fog(out: np.ndarray, p: LookParams, planar, ray_len, view, dist_fog, lf, ke
     return sh.koschmieder(out, t_fog, air), t_fog
 
 
+#: day for night keeps the subject readable: the tone curve is steepened (up to
+#: NIGHT_MAX_GAMMA) until the frame's 99th-percentile luminance sits at least this far
+#: above its log-average. An overcast look (rain) under a weak moon key is flat (p99 1.38x
+#: the log-average on dolphins.mp4), and the plain curve left its highlights at 85/255.
+NIGHT_MIN_CONTRAST = 2.0
+NIGHT_MAX_GAMMA = 2.3
+
+
+def _night_gamma(gamma: float, contrast: float) -> float:
+    """The night curve's exponent: ``gamma``, or steeper where the frame's p99 / log-average
+    luminance ``contrast`` raised to it stays under :data:`NIGHT_MIN_CONTRAST`."""
+    if contrast <= 1.0 + 1e-3:
+        return gamma
+    need = math.log(NIGHT_MIN_CONTRAST) / math.log(contrast)
+    return float(min(max(gamma, need), max(gamma, NIGHT_MAX_GAMMA)))
+
+
 def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
     """Saturation, tint, exposure, the night tone curve; -> H x W x 3, NaN -> 0,
     clipped to [0, 1e4]."""
@@ -783,7 +759,8 @@ def _post(out: np.ndarray, p: LookParams) -> np.ndarray:
         # saturation kept): L -> L (L / (pivot Lavg))^(g - 1)
         lum = np.maximum(sh.luminance(out), F32(1e-5))
         log_avg = float(np.exp(np.mean(np.log(lum[::4, ::4]), dtype=np.float64)))
-        gain = np.power(lum * F32(1.0 / (p.night_pivot * log_avg)), F32(p.night_gamma - 1.0))
+        gamma = _night_gamma(p.night_gamma, float(np.percentile(lum[::4, ::4], 99)) / log_avg)
+        gain = np.power(lum * F32(1.0 / (p.night_pivot * log_avg)), F32(gamma - 1.0))
         out = out * np.minimum(gain, F32(3.0))
     rgb = sh.hwc(out)
     np.fmax(rgb, F32(0.0), out=rgb)  # fmax maps NaN to 0
