@@ -264,7 +264,7 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
                       k: Tuple[float, float, float, float], target: Optional[np.ndarray],
                       direction: np.ndarray, *, steps: Optional[int] = None,
                       thickness: Optional[float] = None, bias: Optional[float] = None,
-                      width_factor: Optional[float] = None, occluder: Optional[np.ndarray] = None,
+                      occluder: Optional[np.ndarray] = None,
                       weight: Optional[np.ndarray] = None) -> np.ndarray:
     """Shadows traced in the depth buffer (a screen-space ray march toward the light).
 
@@ -327,7 +327,7 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     # each pixel's assumed depth: the larger of a fraction of its depth and its width
     tpad = np.zeros((h + 2, w + 2), F32)
     tpad[1:-1, 1:-1] = np.maximum(F32(thickness) * np.where(sky, F32(0.0), buf),
-                                  occluder_thickness(depth, sky, fx, width_factor) if occluder is None else occluder)
+                                  occluder_thickness(depth, sky, fx) if occluder is None else occluder)
     tflat = tpad.ravel()
     wflat = None
     if weight is not None:
