@@ -8,7 +8,7 @@ Layout of a frame file (one part per pass, named ``GBuffer.<Pass>`` as Blender 5
 writes them; scanline, ZIP compression)::
 
     GBuffer.Combined.{R,G,B,A}   half   scene-linear Rec.709 source frame
-    GBuffer.Depth.V              float  planar depth along the camera axis
+    GBuffer.Depth.Z              float  planar depth along the camera axis (before: Depth.V, still read)
     GBuffer.Normal.{X,Y,Z}       half   camera space, OpenGL (+X right, +Y up, +Z to camera)
     GBuffer.Albedo.{R,G,B}       half   linear base colour, 0..1
     GBuffer.Metallic.V           half   0..1
@@ -46,13 +46,14 @@ FRAME_DIGITS = 4
 #: pass name -> (channel suffixes, numpy dtype on disk, Blender socket type)
 PASSES: Dict[str, tuple] = {
     "Combined": (("R", "G", "B", "A"), np.float16, "RGBA"),
-    "Depth": (("V",), np.float32, "VALUE"),
+    "Depth": (("Z",), np.float32, "VALUE"),
     "Normal": (("X", "Y", "Z"), np.float16, "VECTOR"),
     "Albedo": (("R", "G", "B"), np.float16, "RGBA"),
     "Metallic": (("V",), np.float16, "VALUE"),
     "Roughness": (("V",), np.float16, "VALUE"),
     "Confidence": (("V",), np.float16, "VALUE"),
 }
+LEGACY_SUFFIXES: Dict[str, tuple] = {"Depth": ("V",)}  #: read too (files before Depth.Z, Blender's/OIIO's name)
 REQUIRED_PASSES = ("Combined", "Depth", "Normal", "Albedo", "Metallic", "Roughness")
 
 #: Header attribute names (all strings unless noted), prefixed to avoid clashes.
@@ -416,7 +417,7 @@ def _parts(frame: GBufferFrame):
     ws = exr_colour.working_space(meta.get("working_space"))
     frame = exr_colour.to_working(frame, ws)
     common = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    common.update(exr_attrs.standard_attributes(meta, frame.shape))
+    common.update(exr_attrs.standard_attributes(meta, frame.shape), **exr_attrs.depth_attributes(meta))
     if layouts.check(meta.get("layout")) == "nuke":  # one part: colour tags for the beauty
         common.update(exr_colour.colour_attributes(ws))
         common.update((HEADER_PREFIX + k, v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items())
@@ -598,6 +599,8 @@ def _find_pass(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional[np
         from .layouts import find_nuke
 
         arr = find_nuke(chans, name)
+        if arr is None and name in LEGACY_SUFFIXES:  # folders written before
+            arr = _find_layered(chans, name, LEGACY_SUFFIXES[name])
     return arr
 
 

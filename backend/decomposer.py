@@ -42,7 +42,9 @@ FALLBACK_ROUGHNESS = 0.5
 FALLBACK_METALLIC = 0.0
 SKY_CONFIDENCE = contract.NO_SURFACE  # confidence at or below this marks "no surface"
 #: how the sky detector is named in ``pass_models["confidence"]``
-SKY_METHOD = "sky detector (smooth, bright, top-connected; backend/sky.py)"
+#: (it names its version: a change of the detector changes the settings hash, so a folder
+#: is never resumed with sky masks of two versions)
+SKY_METHOD = "sky detector v2 (smooth, bright or edge-bounded blue, top-connected; backend/sky.py)"
 MIN_RESOLUTION = 16  # smallest processing resolution (long side) accepted; 0 / None = full size
 
 ALBEDO_DETAIL_RANGE = (0.25, 4.0)
@@ -144,6 +146,18 @@ def check_estimator_output(out: EstimatorOutput, h: int, w: int, name: str) -> N
 def _resample(arr: np.ndarray, w: int, h: int, nearest: bool = False) -> np.ndarray:
     """float32 resample to ``(w, h)`` (bilinear, or nearest for masks)."""
     return resize(np.asarray(arr, dtype=np.float32), (w, h), "nearest" if nearest else "linear")
+
+
+def _windows(meta, width: int, height: int):
+    """``((data window), (display window))`` from a frame's meta when the data window is
+    ``width x height`` and differs from the display window; else ``None``."""
+    data, disp = (meta or {}).get("data_window"), (meta or {}).get("display_window")
+    if not data or not disp or list(data) == list(disp):
+        return None
+    data, disp = tuple(int(v) for v in data), tuple(int(v) for v in disp)
+    if (data[2] - data[0] + 1, data[3] - data[1] + 1) != (int(width), int(height)):
+        return None
+    return data, disp
 
 
 @dataclass
@@ -295,12 +309,21 @@ class Decomposer:
         if not 0.0 < hfov_deg < 180.0:
             raise ValueError(f"hfov_deg must be in (0, 180), got {hfov_deg}")
 
-    def plan(self, width: int, height: int) -> FramePlan:
-        """Processing size and intrinsics for ``width x height`` frames."""
-        key = (int(width), int(height))
+    def plan(self, width: int, height: int, meta: Optional[Dict[str, Any]] = None) -> FramePlan:
+        """Processing size and intrinsics for ``width x height`` frames. An overscan frame
+        (``meta`` with ``data_window`` / ``display_window``, ``[x0, y0, x1, y1]``, the data
+        window ``width x height``): the assumed field of view spans the display window,
+        centred on it, in data-window pixels (:func:`geometry.intrinsics_from_fov_windows`)."""
+        wins = _windows(meta, width, height)
+        key = (int(width), int(height), wins)
         if key not in self._plans:
             pw, ph = fit_long_side(key[0], key[1], self.resolution)
-            intr = self.intrinsics or geometry.intrinsics_from_fov(key[0], key[1], self.hfov_deg, self.sar)
+            if self.intrinsics:
+                intr = self.intrinsics
+            elif wins:
+                intr = geometry.intrinsics_from_fov_windows(wins[0], wins[1], self.hfov_deg, self.sar)
+            else:
+                intr = geometry.intrinsics_from_fov(key[0], key[1], self.hfov_deg, self.sar)
             self._plans[key] = FramePlan(key[0], key[1], pw, ph, tuple(intr), self.intrinsics is None)
         return self._plans[key]
 
@@ -370,7 +393,7 @@ class Decomposer:
         if rgb.ndim != 3 or rgb.shape[2] != 3 or min(rgb.shape[:2]) < 1:
             raise ValueError(f"frame must be H x W x 3 RGB, got shape {rgb.shape}")
         H, W = rgb.shape[:2]
-        plan = self.plan(W, H)
+        plan = self.plan(W, H, meta)
         if number is not None and self._hist.number is not None and number != self._hist.number + 1:
             self.reset()
         self._number = number if number is not None else (self._hist.number or 0) + 1

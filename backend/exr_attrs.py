@@ -79,6 +79,27 @@ def timecode(frame_number: int, fps: Fraction) -> Tuple[int, int, int, int]:
     return (n // (3600 * base)) % 24, (n // (60 * base)) % 60, (n // base) % 60, n % base
 
 
+def parse_timecode(text: str, fps: Optional[Fraction] = None) -> int:
+    """Frames counted from 00:00:00:00 of a non-drop-frame timecode ``"HH:MM:SS:FF"`` at
+    the rounded rate (``fps``; ``None``: only the form is checked, 0 returned).
+
+    Raises:
+        ValueError: not ``HH:MM:SS:FF`` (drop-frame ``;`` included), or a field out of range
+            (hours < 24, minutes and seconds < 60, frames < the rounded rate).
+    """
+    import re
+
+    m = re.fullmatch(r"(\d{1,2}):(\d{2}):(\d{2}):(\d{2})", str(text).strip())
+    if not m:
+        raise ValueError(f"timecode {text!r}: expected HH:MM:SS:FF (non-drop-frame)")
+    h, mi, s, f = (int(g) for g in m.groups())
+    base = 60 if fps is None else max(1, int(round(float(fps))))
+    if h >= 24 or mi >= 60 or s >= 60 or f >= base:
+        raise ValueError(f"timecode {text!r}: a field is out of range (hours < 24, minutes and seconds < 60, "
+                         f"frames < {base})")
+    return 0 if fps is None else ((h * 60 + mi) * 60 + s) * base + f
+
+
 def camera_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str, Any]:
     """``worldToCamera``, ``worldToNDC``, focal length and aperture of a frame whose
     meta carries ``camera.camera_to_world`` and ``intrinsics``; ``{}`` otherwise.
@@ -100,15 +121,22 @@ def camera_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str,
 
 def time_attributes(meta: Dict[str, Any]) -> Dict[str, Any]:
     """``framesPerSecond`` and ``timeCode`` from ``meta['fps']`` (``"num/den"``) and
-    ``meta['frame_number']``; ``{}`` without a rate."""
+    ``meta['frame_number']``; ``{}`` without a rate. With ``meta['timecode_start']`` (the
+    source's first frame's timecode, ``--timecode`` or the movie's tag) and
+    ``meta['timecode_frame']`` (that first frame's number), the timecode counts from it;
+    else from the frame number (frame 0 = 00:00:00:00)."""
     import OpenEXR
 
     fps = _rate(meta.get("fps"))
     if fps is None:
         return {}
     out: Dict[str, Any] = {"framesPerSecond": fps}  # a Fraction is written as a rational
-    if isinstance(meta.get("frame_number"), int):
-        out["timeCode"] = OpenEXR.TimeCode(*timecode(meta["frame_number"], fps), *([0] * 14))
+    n = meta.get("frame_number")
+    if isinstance(n, int):
+        start, ref = meta.get("timecode_start"), meta.get("timecode_frame")
+        if isinstance(start, str) and isinstance(ref, int):
+            n = parse_timecode(start, fps) + n - ref
+        out["timeCode"] = OpenEXR.TimeCode(*timecode(n, fps), *([0] * 14))
     return out
 
 
@@ -124,6 +152,22 @@ def window_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str,
         return {}
     d = list(map(int, disp))
     return {"dataWindow": ((x0, y0), (x1, y1)), "displayWindow": ((d[0], d[1]), (d[2], d[3]))}
+
+
+#: ``depthUnits`` text per ``depth_kind`` (what a comp artist reads in Nuke's metadata as
+#: ``exr/depthUnits``): the depth channel's units and kind
+DEPTH_UNITS = {
+    "metric": "metres; planar z (distance along the camera axis), not 1/z",
+    "up_to_scale": "the camera file's units (metric up to one factor for the whole shot); planar z, not 1/z",
+    "relative": "relative, no unit: 1 (near) to 100 (far) per frame, not metric (no camera); planar z, not 1/z",
+}
+
+
+def depth_attributes(meta: Dict[str, Any]) -> Dict[str, Any]:
+    """``depthUnits``: a plain-text statement of the depth channel's units and kind from
+    ``meta['depth_kind']`` (:data:`DEPTH_UNITS`); ``{}`` for an unknown kind."""
+    text = DEPTH_UNITS.get(meta.get("depth_kind"))
+    return {"depthUnits": text} if text else {}
 
 
 def standard_attributes(meta: Dict[str, Any], shape: Tuple[int, int]) -> Dict[str, Any]:

@@ -23,7 +23,7 @@ the cross product degenerates the normal is ``(0, 0, 1)``.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -58,6 +58,32 @@ def intrinsics_from_fov(
         raise ValueError(f"hfov_deg must be in (0, 180), got {hfov_deg}")
     fx = (width / 2.0) / math.tan(math.radians(hfov_deg) / 2.0)
     return fx, fx * float(sar), width / 2.0, height / 2.0
+
+
+def intrinsics_from_fov_windows(
+    data_window: Sequence[int], display_window: Sequence[int], hfov_deg: float = DEFAULT_HFOV_DEG,
+    sar: float = 1.0,
+) -> Tuple[float, float, float, float]:
+    """Pinhole intrinsics of an overscan frame (an OpenEXR data window larger than its
+    display window): the field of view spans the *display* window and the principal
+    point is its centre, both in pixels of the *data* window (the pixels written, origin
+    at the data window's upper-left corner), so ``cx = (dispX0 - dataX0) + dispW / 2``.
+
+    Args:
+        data_window, display_window: ``[x0, y0, x1, y1]`` inclusive, in OpenEXR pixel
+            coordinates.
+        hfov_deg, sar: as :func:`intrinsics_from_fov`.
+
+    Returns:
+        ``(fx, fy, cx, cy)`` in pixels.
+
+    Raises:
+        ValueError: an empty window or a field of view outside (0, 180).
+    """
+    dx0, dy0 = int(data_window[0]), int(data_window[1])
+    x0, y0, x1, y1 = (int(v) for v in display_window)
+    fx, fy, cx, cy = intrinsics_from_fov(x1 - x0 + 1, y1 - y0 + 1, hfov_deg, sar)
+    return fx, fy, cx + (x0 - dx0), cy + (y0 - dy0)
 
 
 def scale_intrinsics(intr, from_wh: Tuple[int, int], to_wh: Tuple[int, int]):

@@ -49,6 +49,11 @@ def test_outputs_metadata_and_previews(gb, tmp_path):
         assert hdr["restyle/source_frame"] == f"gbuffer_{n:04d}.exr"
         # the EXR holds the renderer's output (half precision)
         frame = contract.read_frame(contract.frame_path(gb, n))
+        # the header records the camera the renderer used: the G-buffer's intrinsics, not its
+        # unused fallback field of view
+        rec = json.loads(hdr["restyle/renderer"])
+        assert rec["camera"] == "gbuffer intrinsics" and rec["fov_y_deg"] is None
+        np.testing.assert_allclose(rec["intrinsics"], frame.meta["intrinsics"])
         want = EmbeddedRenderer().render(frame, "dense fog", frame_index=n - 1, time_s=(n - 1) / 24)
         np.testing.assert_allclose(read_rgba_exr(p), want, rtol=2e-3, atol=1e-3)
         png = preview_path(out, n)

@@ -92,6 +92,10 @@ def test_aces_plate_in_right_colour_out_and_stated(tmp_path, interop, chroma, at
     _assert_stated_rec709(contract.frame_path(tmp_path / "gb", 1001))
     warns = [e["message"] for e in events if e["event"] == "warning"]
     assert any("states ACES" in w and "converted" in w for w in warns), warns
+    # consistent with the refusal below (which says to leave --colorspace out): the warning
+    # does not ask for --colorspace
+    assert not any("name --colorspace" in w for w in warns), warns
+    assert any("no --colorspace needed" in w for w in warns), warns
 
 
 def test_contradicting_colorspace_is_refused(tmp_path):

@@ -69,8 +69,8 @@ def test_openimageio_takes_depth_z_as_the_depth_channel(both):
         i = 0
         while inp.seek_subimage(i, 0):
             spec = inp.spec()
-            # 3.1+ translates each part's colorInteropID into oiio:ColorSpace; 3.0 leaves
-            # it empty on multi-part files and gives the attribute as read
+            # OIIO 3.0 leaves oiio:ColorSpace empty on multi-part files and gives
+            # colorInteropID as read (3.1+ per-part spaces: the TD's report, not run here)
             space = spec.get_string_attribute("oiio:ColorSpace") or spec.get_string_attribute("colorInteropID")
             spaces[spec.channelnames[0].split(".")[1]] = space
             i += 1
@@ -78,3 +78,81 @@ def test_openimageio_takes_depth_z_as_the_depth_channel(both):
         assert spaces["Depth"] == spaces["Normal"] == spaces["Vector"] == "data"
     finally:
         inp.close()
+
+
+def test_default_layout_depth_is_depth_z_and_folders_written_before_still_read(both, tmp_path):
+    """The default layout names depth ``GBuffer.Depth.Z`` (Blender's own name): OpenImageIO
+    finds the depth channel on the Depth part (it found none on ``Depth.V``). A frame
+    written before, with ``GBuffer.Depth.V``, still reads with the same depth."""
+    import shutil
+
+    import OpenEXR
+
+    oiio = pytest.importorskip("OpenImageIO")
+    path = contract.frame_path(both / "gbuffer", 2)
+    inp = oiio.ImageInput.open(str(path))
+    try:
+        i, z = 0, {}
+        while inp.seek_subimage(i, 0):
+            spec = inp.spec()
+            z[spec.channelnames[0].split(".")[1]] = (spec.channelnames[spec.z_channel]
+                                                      if spec.z_channel >= 0 else None)
+            i += 1
+    finally:
+        inp.close()
+    print("OpenImageIO z_channel per part:", z)
+    assert z["Depth"] == "GBuffer.Depth.Z"
+    new = contract.read_frame(path, validate=True)
+    # the same frame as an earlier version wrote it: Depth.V
+    old_dir = tmp_path / "old"
+    old_dir.mkdir()
+    old = contract.frame_path(old_dir, 2)
+    with OpenEXR.File(str(path), separate_channels=True) as f:
+        parts = []
+        for p in f.parts:
+            chans = {k.replace("GBuffer.Depth.Z", "GBuffer.Depth.V"): v for k, v in p.channels.items()}
+            parts.append(OpenEXR.Part(dict(p.header), chans, p.name()))
+        OpenEXR.File(parts).write(str(old))
+    with OpenEXR.File(str(old), separate_channels=True) as f:
+        assert "GBuffer.Depth.V" in f.parts[[p.name() for p in f.parts].index("GBuffer.Depth")].channels
+    back = contract.read_frame(old, validate=True)
+    np.testing.assert_array_equal(back.depth, new.depth)
+    shutil.rmtree(old_dir)
+
+
+def test_what_openimageio_3_0_reports_for_an_acescg_file(tmp_path):
+    """An ACEScg single-part (Nuke layout) frame states AP1 chromaticities and
+    ``lin_ap1_scene``; OpenImageIO passes both through as attributes. OpenImageIO 3.0
+    (the venv's pin) reports ``oiio:ColorSpace = lin_rec709`` whatever the file states: its
+    default for OpenEXR, documented in docs/studio-pipeline.md, not something we write."""
+    import cv2
+
+    from backend import exr_colour
+
+    oiio = pytest.importorskip("OpenImageIO")
+    img = tmp_path / "still.png"
+    cv2.imwrite(str(img), (_texture(48, 64)[..., ::-1] * 255 + 0.5).astype(np.uint8))
+    decompose(img, tmp_path / "gb", estimator="embedded", layout="nuke", working_space="acescg")
+    path = next((tmp_path / "gb").glob("gbuffer_*.exr"))
+    inp = oiio.ImageInput.open(str(path))
+    try:
+        spec = inp.spec()
+        assert spec.get_string_attribute("colorInteropID") == "lin_ap1_scene"
+        np.testing.assert_allclose(spec.getattribute("chromaticities"), exr_colour.PRIMARIES["lin_ap1_scene"],
+                                   atol=1e-6)
+        if oiio.VERSION < 30100:
+            assert spec.get_string_attribute("oiio:ColorSpace") == "lin_rec709"
+    finally:
+        inp.close()
+
+
+def test_depth_units_are_stated_where_nuke_shows_them(both):
+    """Without a camera, depth is relative (1..100): every G-buffer says so in a plain
+    ``depthUnits`` attribute (Nuke shows it as ``exr/depthUnits``), in both layouts."""
+    import OpenEXR
+
+    for layout in ("nuke", "gbuffer"):
+        with OpenEXR.File(str(contract.frame_path(both / layout, 2)), header_only=True) as f:
+            for p in f.parts:
+                text = p.header["depthUnits"]
+                assert text.startswith("relative") and "1 (near) to 100 (far)" in text and "not 1/z" in text

@@ -162,6 +162,9 @@ class FootageInfo:
     #: overscan EXR input: ``[data_window, display_window]``, each ``[x0, y0, x1, y1]``
     #: inclusive (frames hold the data window); ``None``: the frame is the display window
     windows: Optional[List[List[int]]] = None
+    #: the source's timecode of its first frame (``"HH:MM:SS:FF"``, a movie's stream or
+    #: container ``timecode`` tag), or ``--timecode``; ``None``: not stated
+    timecode: Optional[str] = None
 
     def frame_numbers(self) -> Optional[List[int]]:
         """Every source frame number of the footage, in order (``None``: a movie whose

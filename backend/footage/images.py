@@ -193,7 +193,8 @@ def _read_image(path: str, colorspace: Optional[str], index: int):
         rgb, cs_name = colour.from_stated(rgb, colorspace, stated, path)
         if colorspace is None and cs_name != colour.LINEAR:
             _warn_once("stated", f"{path}: the header states {cs_name} (chromaticities / colorInteropID): "
-                                 f"converted to scene-linear Rec.709 (name --colorspace to check it)", path)
+                                 f"converted to scene-linear Rec.709 (no --colorspace needed; one naming "
+                                 f"another space is refused)", path)
         bits = 16 if dtype == "float16" else 32
         return rgb, alpha, f"exr-{dtype}", bits, True, cs_name, windows
     import cv2

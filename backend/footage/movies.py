@@ -116,6 +116,7 @@ class _MovieFootage(Footage):
                 rotation=self._k * 90, pix_fmt=pix_fmt, bit_depth=self._bits, codec=cc.name,
                 colorspace=cs_name, has_alpha=self._alpha,
             )
+            self.info.timecode = _timecode_tag(self._container, stream)
             self._start = 1 if start_frame is None else int(start_frame)
             if start_frame is not None:
                 n = self.info.n_frames
@@ -248,3 +249,23 @@ class _MovieFootage(Footage):
         if not seconds or seconds <= 0:
             return None
         return int(round(seconds * float(self.info.fps)))
+
+
+def _timecode_tag(container, stream) -> Optional[str]:
+    """The movie's start timecode, ``"HH:MM:SS:FF"``, from the video stream's or the
+    container's ``timecode`` tag (MOV/MXF/MP4 tmcd), or ``None`` when absent or not a
+    non-drop-frame timecode (a drop-frame ``;`` one is ignored with a warning: our
+    headers count non-drop-frame)."""
+    from .. import events
+    from ..exr_attrs import parse_timecode
+
+    text = (stream.metadata or {}).get("timecode") or (container.metadata or {}).get("timecode")
+    if not text:
+        return None
+    try:
+        parse_timecode(text)
+    except ValueError as e:
+        events.warning(f"{container.name}: source timecode ignored ({e}); the header timecode counts from "
+                       f"the frame number", file=container.name)
+        return None
+    return text.strip()

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import contract, events
+from .. import contract, events, exr_attrs
 from ..decomposer import (  # noqa: F401  (re-exported: the names' former home)
     DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, FALLBACK_METALLIC, FALLBACK_ROUGHNESS, MIN_RESOLUTION,
     SKY_CONFIDENCE, Decomposer, albedo_detail_transfer,
@@ -237,6 +237,9 @@ def decompose(input_path: os.PathLike, out_dir: os.PathLike, *, progress: events
         handles: ``--handles N``: the first and last N frames of the range written are
             handles: the manifest's ``cut`` gives ``in``/``out`` inside them, each
             frame's header ``handle`` says whether it is one. Default 0.
+        timecode: ``--timecode HH:MM:SS:FF``: the non-drop-frame timecode of the source's
+            first frame (``ValueError`` otherwise); default: a movie's own ``timecode``
+            tag, else the header's ``timeCode`` counts from the frame number.
         passes: optional passes, comma-separated (``--passes vector,position``):
             motion vectors in Blender's ``Vector`` convention from DIS optical flow, the
             ``Position`` pass (:mod:`backend.extra_passes`). Enters the settings hash.
@@ -301,6 +304,10 @@ def run_decompose(request: DecomposeRequest, *, progress: events.Progress = None
         src = footage()  # input errors before model loading
         with src:
             info = src.info
+            if r.timecode is not None:  # --timecode: the first frame's, over the movie's tag
+                info.timecode = r.timecode
+            if info.timecode is not None:
+                exr_attrs.parse_timecode(info.timecode, info.fps)  # frames < the rate, before any work
             dec = Decomposer(r.estimator, sar=float(info.sar), **r.decomposer_options())
             plan = dec.plan(info.width, info.height)
             _warn_capped_resolution(r.processing_resolution, dec, r.estimator, info)

@@ -122,6 +122,9 @@ def _add_studio_arguments(p) -> None:
     p.add_argument("--start-frame", type=int, default=None, metavar="N",
                    help="a movie's first frame number (e.g. 1001 for a studio plate): file names, --frames and "
                         "the header timecode count from it (default 1; image sequences keep their file numbers)")
+    p.add_argument("--timecode", default=None, metavar="HH:MM:SS:FF",
+                   help="the timecode of the source's first frame (non-drop-frame); default: the movie's "
+                        "own timecode tag when it has one, else counted from the frame number")
     p.add_argument("--handles", type=int, default=0, metavar="N",
                    help="the first and last N frames written are handles: the manifest's 'cut' gives the "
                         "cut in/out inside them and each frame's header says whether it is a handle")
@@ -152,6 +155,7 @@ def kwargs(args) -> dict:
         warmup=getattr(args, "warmup", None), manifest_part=getattr(args, "manifest_part", False),
         depth_anchors=getattr(args, "depth_anchors", None),
         start_frame=getattr(args, "start_frame", None), handles=getattr(args, "handles", 0),
+        timecode=getattr(args, "timecode", None),
         passes=getattr(args, "passes", None), layout=getattr(args, "layout", None),
         working_space=getattr(args, "working_space", None),
     )

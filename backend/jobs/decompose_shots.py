@@ -70,6 +70,8 @@ class _Shot:
                 "sar": f"{info.sar.numerator}/{info.sar.denominator}", "rotation": info.rotation,
                 "fps": f"{info.fps.numerator}/{info.fps.denominator}",
                 **({"handle": not self.cut[0] <= number <= self.cut[1]} if self.cut else {}),
+                **({"timecode_start": info.timecode, "timecode_frame": (info.frame_numbers() or [1])[0]}
+                   if info.timecode else {}),
                 **({"data_window": info.windows[0], "display_window": info.windows[1]} if info.windows else {}),
                 **({"layout": self.layout} if self.layout != "gbuffer" else {}),
                 **({"working_space": self.working_space} if self.working_space != "lin_rec709_scene" else {})}
@@ -86,7 +88,9 @@ class _Shot:
                            f"smaller --processing-resolution or close other programs",
                            frame=number, file=sf.path) from e
         except Exception as e:
-            raise JobError(f"estimator {self.estimator!r} failed on {sf.path} (frame {number}): "
+            est = _raised_in_estimator(e) or str(e).startswith("estimator ")
+            who = f"estimator {self.estimator!r}" if est else "decompose (not the estimator)"
+            raise JobError(f"{who} failed on {sf.path} (frame {number}): "
                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                            frame=number, file=sf.path) from e
 
@@ -109,20 +113,27 @@ class _Shot:
         return self.decomposer.report.manifest_fields()
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
+        vector = "vector" in self.passes
+
         def wanted():
+            """``(number, frame, written)``; with ``vector`` also the frames just before
+            and after the range (when the clip has them), for the flow only."""
             for sf in self.src:
                 number = sf.number
                 if self.warm_from is not None and self.warm_from <= number < self.first:
                     if self.warm_needed:  # warmup: temporal state only, never written
                         self.compute(sf, number)
-                    continue
                 if number < self.first:
+                    if vector and number == self.first - 1:
+                        yield number, sf, False
                     continue
                 if self.last is not None and number > self.last:
+                    if vector and number == self.last + 1:
+                        yield number, sf, False
                     break
-                yield number, sf
+                yield number, sf, True
 
-        for number, sf, prev, nxt in _paired(wanted(), "vector" in self.passes):
+        for number, sf, prev, nxt in _paired(wanted(), vector):
             yield number, self._work(sf, number, prev, nxt)
 
     def _work(self, sf, number: int, prev=None, nxt=None):
@@ -185,7 +196,8 @@ class _MultiViewShot(_Shot):
         def wanted(n: int) -> bool:
             return n >= self.first and (self.last is None or n <= self.last)
 
-        yield from _lagging_tasks(self, self.mv.stream(frames(self.src), wanted), frames)
+        lag = 1 if "vector" in self.passes else 0  # _paired holds one frame back
+        yield from _lagging_tasks(self, self.mv.stream(frames(self.src), wanted, lag=lag), frames)
 
 
 @dataclass
@@ -207,11 +219,11 @@ class _WindowedShot(_Shot):
         out["depth_window"] = self.decomposer.estimator.current_window
         return out
 
-    def _frames(self, src):
+    def _frames(self, src, margin: int = 0):
         for sf in src:
-            if sf.number < self.first:
+            if sf.number < self.first - margin:
                 continue
-            if self.last is not None and sf.number > self.last:
+            if self.last is not None and sf.number > self.last + margin:
                 break
             yield sf.number, sf
 
@@ -235,7 +247,8 @@ class _WindowedShot(_Shot):
         yield from est.finish()
 
     def tasks(self) -> Iterator[Tuple[int, Any]]:
-        yield from _lagging_tasks(self, self._complete(), self._frames)
+        margin = 1 if "vector" in self.passes else 0  # the flow's neighbours beyond the range
+        yield from _lagging_tasks(self, self._complete(), lambda src: self._frames(src, margin))
 
 
 def _lagging_tasks(shot, numbers: Iterator[int], frames) -> Iterator[Tuple[int, Any]]:
@@ -244,43 +257,68 @@ def _lagging_tasks(shot, numbers: Iterator[int], frames) -> Iterator[Tuple[int, 
     (``shot.reopen()``, filtered by ``frames(src) -> (number, frame)``) gives each frame in
     full when its number comes, so no full frame waits in memory.
 
+    With ``--passes vector`` the frames the lagging decoder passes over (the one before
+    the range among them) and the one after the last number also go to :func:`_paired`,
+    as the flow's neighbours (never written).
+
     Raises:
         JobError: the second decoder ended before a number came (the footage changed).
     """
+    vector = "vector" in shot.passes
+
     def full(lag):
         for number in numbers:
             for n, sf in lag:
                 if n == number:
                     break
+                if vector and n == number - 1:
+                    yield n, sf, False
             else:  # the second decoder ended early: the footage changed under us
                 raise JobError(f"{shot.src.info.path}: frame {number} could not be decoded a second time",
                                frame=number, file=shot.src.info.path)
-            yield number, sf
+            yield number, sf, True
+        if vector:
+            after = next(lag, None)
+            if after is not None:
+                yield after[0], after[1], False
 
     with shot.reopen() as lag_src:
         for number, sf, prev, nxt in _paired(full(frames(lag_src)), "vector" in shot.passes):
             yield number, shot._work(sf, number, prev, nxt)
 
 
+def _raised_in_estimator(e: BaseException) -> bool:
+    """Whether ``e`` was raised inside an estimator: the traceback passes through a module
+    of ``backend/estimators`` (the estimator itself, or what it called)."""
+    import traceback
+
+    mark = os.sep + "backend" + os.sep + "estimators" + os.sep
+    return any(mark in f.filename for f in traceback.extract_tb(e.__traceback__))
+
+
 def _paired(items, neighbours: bool):
-    """``(number, frame)`` -> ``(number, frame, previous rgb, next rgb)``, the neighbours'
-    ``H x W x 3`` scene-linear frames when their numbers are adjacent (else ``None``);
-    with ``neighbours`` off, ``None`` and no lookahead. Holds one frame ahead."""
+    """``(number, frame, written)`` -> ``(number, frame, previous rgb, next rgb)`` for the
+    frames to write, the neighbours' ``H x W x 3`` scene-linear frames when their numbers
+    are adjacent (else ``None``); frames not written (just outside the range) serve as
+    neighbours only. With ``neighbours`` off, ``None`` and no lookahead. Holds one frame
+    ahead."""
     if not neighbours:
-        for n, sf in items:
-            yield n, sf, None, None
+        for n, sf, written in items:
+            if written:
+                yield n, sf, None, None
         return
-    pending = None  # (number, frame, previous rgb)
-    for n, sf in items:
+    pending = None  # (number, frame, written, previous rgb)
+    for n, sf, written in items:
         prev_rgb = None
         if pending is not None:
-            pn, psf, pprev = pending
+            pn, psf, pwritten, pprev = pending
             adjacent = n == pn + 1
-            yield pn, psf, pprev, (sf.rgb if adjacent else None)
+            if pwritten:
+                yield pn, psf, pprev, (sf.rgb if adjacent else None)
             prev_rgb = psf.rgb if adjacent else None
-        pending = (n, sf, prev_rgb)
-    if pending is not None:
-        yield (*pending, None)
+        pending = (n, sf, written, prev_rgb)
+    if pending is not None and pending[2]:
+        yield pending[0], pending[1], pending[3], None
 
 
 def _windows_summary(result: JobResult, estimator) -> None:

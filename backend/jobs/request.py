@@ -188,6 +188,7 @@ class DecomposeRequest(_Request):
     precision: Optional[str] = None
     start_frame: Optional[int] = None
     handles: int = 0
+    timecode: Optional[str] = None
     passes: Optional[str] = None
     layout: str = "gbuffer"
     working_space: str = "rec709"
@@ -232,6 +233,10 @@ class DecomposeRequest(_Request):
             raise ValueError(f"--start-frame {self.start_frame!r}: expected a frame number >= 0")
         if not isinstance(self.handles, int) or isinstance(self.handles, bool) or self.handles < 0:
             raise ValueError(f"--handles {self.handles!r}: must be an integer >= 0")
+        if self.timecode is not None:
+            from ..exr_attrs import parse_timecode
+
+            parse_timecode(self.timecode)
         self.extra_passes()
         layouts.check(self.layout)
         exr_colour.working_space(self.working_space)
@@ -296,6 +301,8 @@ class DecomposeRequest(_Request):
         out: Dict[str, Any] = {}
         if self.start_frame is not None:
             out["start_frame"] = self.start_frame
+        if self.timecode is not None:
+            out["timecode"] = self.timecode
         if self.extra_passes():
             out["passes"] = list(self.extra_passes())
         if self.layout != "gbuffer":

@@ -358,12 +358,33 @@ class RestyleJob:
         return {
             HEADER + "prompt": look.prompt,
             HEADER + "looks": look.info.get("looks", []),
-            HEADER + "renderer": look.renderer.settings(),
+            HEADER + "renderer": self._renderer_record(n),
             HEADER + "settings_hash": shash,
             HEADER + "input_hash": self.input_for(n) or "",
             HEADER + "source_frame": str(path.name),
             contract.HEADER_PREFIX + "contract_version": contract.CONTRACT_VERSION,
         }
+
+    def _renderer_record(self, n: int) -> Dict[str, Any]:
+        """The renderer's settings as this frame used them: a renderer with a fallback
+        field of view (``fov_y_deg``) shades with the G-buffer's ``intrinsics`` when the
+        frame has them, so the record gives those (``camera: "gbuffer intrinsics"``,
+        ``fov_y_deg: null``) instead of an unused default."""
+        rec = dict(self.look.renderer.settings())
+        if "fov_y_deg" not in rec:
+            return rec
+        src = self.inputs.all_files.get(n)
+        try:
+            k = contract.read_meta(src).get("intrinsics") if src is not None else None
+        except (contract.ContractError, OSError):
+            k = None
+        from ..renderers import shading
+
+        if k is not None and shading.intrinsics_for(1, 1, k) == tuple(float(x) for x in k):
+            rec.update(fov_y_deg=None, camera="gbuffer intrinsics", intrinsics=[float(x) for x in k])
+        else:
+            rec["camera"] = "fov_y_deg"
+        return rec
 
     def _attributes(self, n: int, shape) -> Dict[str, Any]:
         """The input G-buffer frame's camera, lens, rate and timecode as OpenEXR standard

@@ -224,32 +224,40 @@ class MultiViewShot:
         self._fuse = True
 
     # ------------------------------------------------------------------ streaming
-    def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool]) -> Iterator[int]:
+    def stream(self, frames: Iterable[Tuple[int, Any]], wanted: Callable[[int], bool],
+               lag: int = 0) -> Iterator[int]:
         """Feed ``(number, source_frame)`` in order (a *leading* decoder); yields the
         numbers of the wanted frames once every frame within ``window`` after them has
         been seen (or the footage ended), so :meth:`compute` can then run for them with
         the full frame from a second, lagging decoder. Only small grey views are kept:
-        ``2 * window + 1`` of them, so memory does not grow with the window's full
-        frames or the clip's length."""
+        ``2 * window + 1 + lag`` of them, so memory does not grow with the window's full
+        frames or the clip's length. ``lag``: how many yielded numbers the caller may
+        still :meth:`compute` after asking for the next one (``--passes vector`` holds
+        one frame back for its next neighbour): their views and neighbours stay. The
+        views of the last frames stay after the stream ends."""
         w = self.options.window
         pending: Deque[int] = deque()
+        done: Deque[int] = deque(maxlen=lag + 1)
         for number, sf in frames:
             self.views[number] = self._view(number, sf)
             if wanted(number):
                 pending.append(number)
             while pending and pending[0] + w <= number:
-                yield pending.popleft()
-                self._evict(pending[0] if pending else number)
+                done.append(pending.popleft())
+                yield done[-1]
+                self._evict(done[0])
         while pending:
-            yield pending.popleft()
-            self._evict(pending[0] if pending else math.inf)
+            done.append(pending.popleft())
+            yield done[-1]
+            self._evict(done[0])
 
     def width(self, cam: Camera) -> int:
         """The processing width for frames of ``cam``'s size (never upsampled)."""
         return min(self.options.processing_width, cam.width)
 
-    def _evict(self, next_number: float) -> None:
-        for n in [n for n in self.views if n < next_number - self.options.window]:
+    def _evict(self, oldest: float) -> None:
+        """Drop the views no frame from ``oldest`` on needs (they lie more than ``window`` before it)."""
+        for n in [n for n in self.views if n < oldest - self.options.window]:
             del self.views[n]
 
     def _view(self, number: int, sf) -> _View:
@@ -263,13 +271,19 @@ class MultiViewShot:
         return _View(number, cam_u.scaled(w, h), resize(grey, (w, h), "area"))
 
     # ------------------------------------------------------------------ per frame
+    def _others(self, number: int) -> List[_View]:
+        """The views with a camera within ``window`` frames of ``number`` (not its own):
+        the window, however many more views :meth:`stream` still holds."""
+        w = self.options.window
+        return [v for n, v in self.views.items() if n != number and abs(n - number) <= w and v.camera is not None]
+
     def neighbours(self, number: int, depth: float) -> List[_View]:
         """Up to K views from the window: the nearest in time whose parallax (a point at
         ``depth`` against infinity, in processing pixels) reaches the target, then, if
         too few do, those with the most parallax above the minimum."""
         opts = self.options
         ref = self.views[number].camera
-        cands = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+        cands = sorted(self._others(number),
                        key=lambda v: (abs(v.number - number), v.number))
         par = {v.number: parallax_px(ref, v.camera, depth, math.inf) for v in cands}
         out = [v for v in cands if par[v.number] >= opts.target_parallax_px][:opts.neighbours]
@@ -319,7 +333,7 @@ class MultiViewShot:
         rng = self.ranges.from_file(ref)
         if rng is not None:
             return rng
-        others = sorted((v for n, v in self.views.items() if n != number and v.camera is not None),
+        others = sorted(self._others(number),
                         key=lambda v: (abs(v.number - number), v.number))
         rng = RangeFinder.from_features(self._features(self.views[number]), ref,
                                         [(self._features(v), v.camera) for v in others])

@@ -61,7 +61,7 @@ from .surfaces import SNOW_ALBEDO, _depth_up, _surface_edits, snow_cover, snow_c
 
 F32 = np.float32
 #: bump when the shading code changes the output for the same parameters (resume hash)
-RENDER_VERSION = 6
+RENDER_VERSION = 5
 #: version of the differential plate (issue 39; in the resume hash of runs with no look or a reference)
 PLATE_VERSION = 1
 ALBEDO_EPS = 0.02
@@ -168,8 +168,11 @@ class EmbeddedRenderer(Renderer):
         ``{"plate": PLATE_VERSION}`` (the edited plate only, issue 39: no shader number
         is used, and the restyle job's resume hash tells it from the old relight)."""
         looks = read_prompt(prompt, self) if looks is None else tuple(looks)
-        params = ({"plate": PLATE_VERSION} if not looks and not self.overrides
-                  else self.params(prompt, looks).to_json())
+        if not looks and not self.overrides:
+            params = {"plate": PLATE_VERSION}
+        else:
+            lp = self.params(prompt, looks)
+            params = {**lp.to_json(), **_revisions(lp)}
         return {"prompt": prompt, "looks": [lk.to_json() for lk in looks], "params": params}
 
     def render(self, frame: GBufferFrame, prompt: str, *, frame_index: int = 0,
@@ -392,6 +395,19 @@ def _plate_layers(plate: np.ndarray, frame: GBufferFrame, ray_len: np.ndarray) -
     return RenderLayers(rgb=rgb, surface=plate, diffuse=plate, specular=np.zeros_like(plate),
                         transmittance=np.ones((3, h, w), dtype=F32), sky=d.sky,
                         distance_m=(d.ray_unit * d.fog_scale).astype(F32))
+
+
+#: revisions of parts of the shader that changed since RENDER_VERSION 5: each enters a
+#: look's parameters (and so the resume hash) only when that part is in use, so folders of
+#: looks that did not change still resume and the others re-render
+#: (night: the flat-frame tone curve; caustics: flattened on steep depth; snow: guided cover)
+LOOK_REVISIONS = {"night": 2, "caustics": 2, "snow": 2}
+
+
+def _revisions(p: LookParams) -> Dict[str, int]:
+    """The :data:`LOOK_REVISIONS` of the parts ``p`` uses, as ``{"<part>_revision": n}``."""
+    used = {"night": p.night_gamma != 1.0, "caustics": p.caustics > 0, "snow": p.snow > 0}
+    return {f"{k}_revision": v for k, v in LOOK_REVISIONS.items() if used[k]}
 
 
 def _check_shapes(frame: GBufferFrame, reference: Optional[GBufferFrame]) -> None:
