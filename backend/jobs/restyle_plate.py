@@ -33,7 +33,7 @@ EXR_NAME = "plate_lighting.exr"
 
 def recorded_reference(gbuffer_dir: Path, gb_manifest: Mapping[str, Any], reference_dir: Optional[os.PathLike],
                        renderer, first_frame: Optional[Path] = None,
-                       files: Optional[Mapping[int, Path]] = None) -> Optional[Path]:
+                       files: Optional[Mapping[int, Path]] = None, later: Optional[list] = None) -> Optional[Path]:
     """The reference folder to use: ``reference_dir`` when given, else the manifest's
     ``edited_from`` when that folder exists (the restyle manifest's ``input.reference_dir``
     says so). Otherwise ``None``, and **one** ``warning`` whenever the unedited passes are
@@ -43,6 +43,8 @@ def recorded_reference(gbuffer_dir: Path, gb_manifest: Mapping[str, Any], refere
 
     Args:
         files: the frames to render (``{number: path}``); ``None``: ``first_frame`` only.
+        later: when given, the warning's text is appended to it instead of emitted (the
+            job emits it after its input checks, so refused input gets one line only).
     """
     if reference_dir is not None or not getattr(renderer, "accepts_reference", False):
         return Path(reference_dir) if reference_dir is not None else None
@@ -53,10 +55,14 @@ def recorded_reference(gbuffer_dir: Path, gb_manifest: Mapping[str, Any], refere
                       ({0: first_frame} if first_frame is not None else {}))
     if why is None:
         return None  # a decompose / export-scene folder as its job wrote it: these are the unedited passes
-    events.warning(f"G-buffer folder {gbuffer_dir}: its unedited passes are unknown ({why}); no --reference was "
-                   "given: the passes are taken as unedited, so material edits in them have no effect: they "
-                   "cannot act locally (the output is the footage plus lights and looks); pass --reference UNEDITED_FOLDER (the folder "
-                   "decompose or export-scene wrote)", file=gbuffer_dir)
+    text = (f"G-buffer folder {gbuffer_dir}: its unedited passes are unknown ({why}); no --reference was "
+            "given: the passes are taken as unedited, so material edits in them have no effect: they "
+            "cannot act locally (the output is the footage plus lights and looks); pass --reference UNEDITED_FOLDER "
+            "(the folder decompose or export-scene wrote)")
+    if later is not None:
+        later.append(text)
+    else:
+        events.warning(text, file=gbuffer_dir)
     return None
 
 
