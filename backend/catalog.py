@@ -7,8 +7,9 @@ models, a GPU), its ``state`` in words and ``ready``, and the plugin's declared 
 a name cannot run (``None`` when it can), so a job is refused before anything runs.
 
 Checks are cheap: packages by ``importlib.util.find_spec`` (nothing imported), models by
-the presence of a snapshot in the Hugging Face cache layout of the models folder
-(``models--org--name/snapshots/<rev>/`` with ``model_index.json`` or ``config.json``),
+the presence of the snapshot ``refs/main`` names in the Hugging Face cache layout of the
+models folder (``models--org--name/snapshots/<rev>/`` with ``model_index.json`` or
+``config.json``; :mod:`backend.hub_cache`),
 never the network. The models folder is ``cache_dir`` when given, else
 ``$GBUFFER_EDITOR_MODEL_DIR``, ``$HF_HUB_CACHE``, or huggingface_hub's default cache.
 """
@@ -48,22 +49,19 @@ def models_folder(cache_dir: Optional[os.PathLike] = None) -> Optional[Path]:
 
 
 def model_present(repo_id: str, cache_dir: Optional[os.PathLike] = None, marker: Optional[str] = None) -> bool:
-    """Whether a snapshot of ``repo_id`` with a config (or, given ``marker``, that file, e.g.
-    ``onnx/model.onnx``) is in the models folder or bundled in the zip (``models/`` at the
+    """Whether the snapshot ``refs/main`` names (:func:`backend.hub_cache.cached_snapshot`,
+    the look-up the loaders use) holds a config (or, given ``marker``, that file, e.g.
+    ``onnx/model.onnx``), in the models folder or bundled in the zip (``models/`` at the
     extension's root)."""
+    from .hub_cache import cached_snapshot
+
     bundled = Path(__file__).resolve().parent.parent / "models"  # a release zip's (--with-models)
     for folder in (models_folder(cache_dir), bundled):
-        if folder is None:
+        snap = cached_snapshot(folder, repo_id)
+        if snap is None:
             continue
-        snaps = folder / ("models--" + repo_id.replace("/", "--")) / "snapshots"
-        try:
-            if marker and any((s / marker).exists() for s in snaps.iterdir()):
-                return True
-            if not marker and any((s / "model_index.json").exists() or (s / "config.json").exists()
-                                  for s in snaps.iterdir()):
-                return True
-        except OSError:
-            pass
+        if any((snap / m).exists() for m in ((marker,) if marker else ("model_index.json", "config.json"))):
+            return True
     return False
 
 
@@ -147,7 +145,8 @@ def readiness(kind: str, name: str, cache_dir: Optional[os.PathLike] = None, **k
         parts.append(f"{len(pk)} package{'s' if len(pk) > 1 else ''} missing: install in {PACKAGES_WHERE}")
         names.append("packages: " + ", ".join(pk))
     if md:
-        parts.append(f"{len(md)} model{'s' if len(md) > 1 else ''} missing: download in {MODELS_WHERE}")
+        parts.append(f"{len(md)} model{'s' if len(md) > 1 else ''} missing: download in {MODELS_WHERE} "
+                     f"or `python -m backend models download {name}`")
         names.append("models: " + ", ".join(md))
     return f"{kind} '{name}' cannot run: " + "; ".join(parts) + "\n" + "\n".join(names)
 

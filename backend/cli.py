@@ -28,8 +28,8 @@ from typing import List, Optional
 from . import events
 
 #: modules (relative to this package) that provide ``add_parser(subparsers)``
-SUBCOMMANDS = [".jobs.decompose_cli", ".jobs.restyle_cli", ".jobs.request_cli", ".jobs.metrics_cli", ".jobs.solve_cli",
-               ".jobs.stmap_cli", ".farm.cli"]
+SUBCOMMANDS = [".jobs.decompose_cli", ".jobs.restyle_cli", ".jobs.request_cli", ".jobs.metrics_cli",
+               ".jobs.solve_cli", ".jobs.stmap_cli", ".farm.cli", ".jobs.models_cli"]
 
 
 def _wrap(text: str, indent: str = "  ") -> str:
@@ -268,6 +268,11 @@ def json_stdout(force_json: bool = False):
         os.close(real)
 
 
+def _command(argv: List[str]) -> Optional[str]:
+    """The subcommand named in ``argv`` (its first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Optional[List[str]] = None, cancel=None) -> int:
     """Parse ``argv`` and run the subcommand; returns the process exit code.
 
@@ -276,11 +281,12 @@ def main(argv: Optional[List[str]] = None, cancel=None) -> int:
     by a signal that came while loading (``python -m backend`` installs its handler
     first thing); a job then stops before its first frame with ``cancelled``.
     """
-    # the command line never reaches a model hub: models load from the local models folder
-    # (the Hugging Face cache) only; downloads are an explicit step (huggingface-cli
-    # download, or Blender's Preferences > Models)
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    # the jobs never reach a model hub: models load from the local models folder (the
+    # Hugging Face cache) only; downloads are the explicit step `python -m backend models
+    # download` (or Blender's Preferences > Models), the one command left online
+    if _command(sys.argv[1:] if argv is None else argv) != "models":
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
     from .jobs.runner import SignalCancel
 
     parser = build_parser()

@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from . import contract, geometry, sky as sky_mod, temporal
+from .depth_edges import EdgeSettings, display_guide, edge_settings, refine_depth
 from .estimators.base import PROVENANCE_PASSES, Estimator, EstimatorOutput, get_estimator
 from .footage import fit_long_side
 from .imaging import resize
@@ -249,6 +250,9 @@ class Decomposer:
         sar: sample (pixel) aspect ratio of the frames.
         albedo_detail: restore the source's fine detail in an albedo estimated below
             full size (:func:`albedo_detail_transfer`).
+        depth_edges: refine the full-size depth so its discontinuities lie on the frame's
+            edges (:func:`backend.depth_edges.refine_depth`; issue 33). Default off
+            (:func:`backend.jobs.decompose.decompose` turns it on for measured depth).
         detect_sky: add the sky found by :func:`backend.sky.detect_sky` on the full frame
             to the estimator's no-surface mask (Confidence 0, depth far, normal (0, 0, 1)).
 
@@ -262,7 +266,7 @@ class Decomposer:
                  stabilize: bool = False, strength: float = DEFAULT_STRENGTH,
                  hfov_deg: float = geometry.DEFAULT_HFOV_DEG,
                  intrinsics: Optional[Tuple[float, float, float, float]] = None, sar: float = 1.0,
-                 albedo_detail: bool = True, detect_sky: bool = True):
+                 albedo_detail: bool = True, detect_sky: bool = True, depth_edges: bool = False):
         self._check_options(processing_resolution=processing_resolution, stabilize=stabilize,
                             strength=strength, hfov_deg=hfov_deg)
         if isinstance(estimator, Estimator):
@@ -281,6 +285,8 @@ class Decomposer:
         self.intrinsics = None if intrinsics is None else tuple(map(float, intrinsics))
         self.sar = float(sar)
         self.albedo_detail = bool(albedo_detail)
+        #: :class:`backend.depth_edges.EdgeSettings` of the edge refinement, ``None``: off
+        self.depth_edges = EdgeSettings() if depth_edges else None
         self.detect_sky = bool(detect_sky)
         #: the last frame's full-size sky mask from :mod:`backend.sky` (``None``: none found / off)
         self.last_sky: Optional[np.ndarray] = None
@@ -332,7 +338,8 @@ class Decomposer:
         return {"estimator": self.estimator.settings(), "max_size": self.resolution,
                 "stabilize": self.stabilize, "strength": self.strength if self.stabilize else None,
                 "hfov_deg": self.hfov_deg, "intrinsics": None if self.intrinsics is None else list(self.intrinsics),
-                **({} if self.detect_sky else {"detect_sky": False})}
+                **({} if self.detect_sky else {"detect_sky": False}),
+                **({} if self.depth_edges is None else {"depth_edges": edge_settings(self.depth_edges)})}
 
     @property
     def last_number(self) -> Optional[int]:
@@ -369,7 +376,7 @@ class Decomposer:
 
     # ------------------------------------------------------------------ per frame
     def frame(self, rgb: np.ndarray, *, alpha: Optional[np.ndarray] = None, number: Optional[int] = None,
-              meta: Optional[Dict[str, Any]] = None) -> contract.GBufferFrame:
+              meta: Optional[Dict[str, Any]] = None, refine_edges: bool = True) -> contract.GBufferFrame:
         """G-buffers of one frame.
 
         Args:
@@ -379,6 +386,8 @@ class Decomposer:
                 previous one starts a new shot (:meth:`reset`). ``None``: follows.
             meta: extra header attributes (source path, frame index, timestamp ...),
                 merged over the ones computed here.
+            refine_edges: apply :attr:`depth_edges` (when set); ``False`` for a caller
+                that replaces the depth anyway (the multi-view shot refines its own).
 
         Returns:
             :class:`backend.contract.GBufferFrame` at ``H x W`` (see the contract for
@@ -408,6 +417,8 @@ class Decomposer:
         surface = None if out.confidence is None else out.confidence > SKY_CONFIDENCE
         passes, near, far = self._passes(out, small, plan, surface)
         full = self._full_size(passes, out, surface, rgb, small, plan, near, far)
+        if refine_edges and self.depth_edges is not None:
+            full["depth"] = self.edge_refined(full["depth"], rgb, full["confidence"], near, far)
         alpha_f = alpha if alpha is not None else np.ones((H, W), np.float32)
         # Combined: premultiplied alpha (the OpenEXR / Blender convention), stored as
         # half: clamp to [0, 65504] so HDR input stays finite
@@ -547,6 +558,14 @@ class Decomposer:
         prev = _resample(full, plan.proc_width, plan.proc_height)  # as seed()
         self._aligner.reset(prev, mask)
         return prev, (np.ones(prev.shape, bool) if mask is None else mask)
+
+    def edge_refined(self, depth: np.ndarray, rgb: np.ndarray, confidence: Optional[np.ndarray],
+                      near: float, far: float) -> np.ndarray:
+        """Full-size depth with its edges on the frame's (:mod:`backend.depth_edges`); sky
+        (Confidence 0) neither moves nor votes. Normals stay the estimator's."""
+        mask = None if confidence is None else confidence > 0
+        out = refine_depth(depth, display_guide(rgb), None, mask, self.depth_edges)
+        return np.clip(out, near, far).astype(np.float32)
 
     def _normals(self, out: EstimatorOutput, depth: np.ndarray, intr, surface) -> np.ndarray:
         if out.normal is None:

@@ -15,6 +15,8 @@ on this run for comparison. Timings on the shared 2-core machine are noisy.
 
     .venv/bin/python benchmarks/multiview_job.py [--frames N]   # table + results/multiview_job.json
     .venv/bin/python benchmarks/multiview_job.py --fusion       # results/multiview_job_fusion.json
+    .venv/bin/python benchmarks/multiview_job.py --edges        # results/multiview_job_edges.json (issue 33:
+                                                                # K=4 at 480 without / with, twice, alternating)
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ def child(spec: dict) -> dict:
     decompose(spec["shot"], spec["out"], cameras=spec["cams"], frames=spec.get("frames"),
               multiview={"neighbours": spec["k"], "processing_width": spec["width"],
                          "densify": spec.get("densify", False)},
-              mesh=spec.get("mesh"),
+              mesh=spec.get("mesh"), depth_edges=spec.get("depth_edges", True),
               progress=lambda e: times.append(time.perf_counter()) if e["event"] == "progress" else None)
     wall = time.perf_counter() - t0
     steady = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
@@ -76,6 +78,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=12, help="frames per run (default 12; the long row doubles it)")
     ap.add_argument("--fusion", action="store_true", help="only the issue-24 rows (densify, TSDF mesh)")
+    ap.add_argument("--edges", action="store_true",
+                    help="only K=4 at 480, with and without the depth-edge refinement (issue 33)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mvjob_"))
     shot = make_shot(tmp, 2 * args.frames)
@@ -84,12 +88,15 @@ def main() -> int:
                (4, 640, 1, False), (4, 480, 2, False)]
     if args.fusion:
         configs = [(4, 480, 1, False), (4, 480, 1, True), (4, 480, 2, True)]
-    for k, width, mult, fusion in configs:
+    edges_off = [False] * len(configs)
+    if args.edges:
+        configs, edges_off = [(4, 480, 1, False)] * 4, [True, False, True, False]
+    for (k, width, mult, fusion), no_edges in zip(configs, edges_off):
         n = args.frames * mult
-        tag = f"{k}_{width}_{n}_{int(fusion)}"
+        tag = f"{k}_{width}_{n}_{int(fusion)}_{int(no_edges)}_{len(rows)}"
         spec = {"shot": str(shot), "cams": str(tmp / "cams.json"), "out": str(tmp / f"out_{tag}"),
                 "k": k, "width": width, "frames": f"1-{n}", "densify": fusion,
-                "mesh": str(tmp / f"mesh_{tag}.ply") if fusion else None}
+                "mesh": str(tmp / f"mesh_{tag}.ply") if fusion else None, "depth_edges": not no_edges}
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                            text=True, env=env, cwd=str(ROOT))
@@ -97,19 +104,21 @@ def main() -> int:
             print(p.stderr, file=sys.stderr)
             return 1
         row = {"neighbours": k, "processing_width": width, "frame": "x".join(map(str, SIZE)), "clip_frames": n,
-               "densify_and_mesh": fusion}
+               "densify_and_mesh": fusion, "depth_edges": not no_edges}
         row.update(json.loads(p.stdout.strip().splitlines()[-1]))
         rows.append(row)
         print(f"K={k} width={width} frames={n} fusion={fusion}: {row['steady_fps']:.2f} fps steady, "
               f"{row['whole_job_fps']:.2f} whole job, peak {row['peak_rss_mib']:.0f} MiB", flush=True)
     doc = {"benchmark": "multiview_job", "cores": os.cpu_count(), "rows": rows,
            "note": "a machine shared by several sessions (2 cores): timings are noisy"}
-    out = OUT.with_name("multiview_job_fusion.json") if args.fusion else OUT
+    out = OUT.with_name("multiview_job_fusion.json") if args.fusion else \
+        OUT.with_name("multiview_job_edges.json") if args.edges else OUT
     out.write_text(json.dumps(doc, indent=1))
-    print("\n| K | processing width | clip frames | densify + mesh | steady fps | whole-job fps | peak RSS MiB |"
-          "\n|---|---|---|---|---|---|---|")
+    print("\n| K | processing width | clip frames | densify + mesh | depth edges | steady fps | whole-job fps | "
+          "peak RSS MiB |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['neighbours']} | {r['processing_width']} | {r['clip_frames']} | {r['densify_and_mesh']} | "
+              f"{r['depth_edges']} | "
               f"{r['steady_fps']:.2f} | {r['whole_job_fps']:.2f} | {r['peak_rss_mib']:.0f} |")
     print(f"\nwrote {out}")
     return 0

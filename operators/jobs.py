@@ -44,9 +44,10 @@ def idle_settings(cls, context):
     return s
 
 
-def brief(message: str, limit: int = 160) -> str:
+def brief(message: str, limit: int = 160, headless: Optional[bool] = None) -> str:
     """A short first line of ``message`` for Blender's report (which truncates long text);
-    the full text stays in the Status panel (``scene.gbuffer_editor.status``) and the log."""
+    the full text stays in the Status panel (``scene.gbuffer_editor.status``) and the log.
+    ``headless`` (default: ``bpy.app.background``, no panels) points at the log instead."""
     text = (message or "").strip()
     line = text.splitlines()[0] if text else ""
     if len(line) <= limit and line == text:
@@ -60,6 +61,8 @@ def brief(message: str, limit: int = 160) -> str:
         line = line[: cut + 1]
     elif len(line) > limit:
         line = line[:limit].rstrip() + "..."
+    if bpy.app.background if headless is None else headless:  # blender -b: there is no Status panel
+        return f"{line} (full message in the log{': ' + log[7:] if log else ''})"
     return f"{line} (full message in the Status panel){log}"
 
 

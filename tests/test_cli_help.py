@@ -114,13 +114,17 @@ def test_missing_model_is_named_with_where_to_get_it(tmp_path):
     msg = readiness("estimator", "marigold", cache_dir=tmp_path)
     first, names = msg.splitlines()
     assert first.startswith("estimator 'marigold' cannot run: ")
-    assert first.endswith("3 models missing: download in Preferences > Add-ons > G-Buffer Editor > Models")
-    assert "Preferences > Add-ons > G-Buffer Editor > Models" in first and len(first) < 160
+    assert first.endswith("3 models missing: download in Preferences > Add-ons > G-Buffer Editor > Models "
+                          "or `python -m backend models download marigold`")
+    assert len(first) < 160
     assert "prs-eth/marigold-depth-v1-1" in names
-    # a snapshot with a config counts as present
+    # a snapshot with a config counts as present once refs/main names it (as huggingface_hub resolves it)
     snap = tmp_path / "models--prs-eth--marigold-depth-v1-1" / "snapshots" / "abc"
     snap.mkdir(parents=True)
     (snap / "model_index.json").write_text("{}")
+    assert "marigold-depth-v1-1" in readiness("estimator", "marigold", cache_dir=tmp_path)
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text("abc")
     assert "marigold-depth-v1-1" not in (readiness("estimator", "marigold", cache_dir=tmp_path) or "")
     assert readiness("renderer", "controlnet", cache_dir=tmp_path).startswith("renderer 'controlnet' cannot run")
     with pytest.raises(ValueError):

@@ -233,6 +233,7 @@ def test_frames_past_the_end(tmp_path, footage):
     warn = [e["message"] for e in events(r.stdout) if e["event"] == "warning"]
     # b holds frames 15-16 of 16: restyle carries its complete: false through (issue 27)
     assert len(warn) == 2 and "clipped to 16-16" in warn[0] and "is not complete (frames 1-14 missing)" in warn[1]
+    assert warn[1].startswith("restyled all 1 frame(s) asked for; ")  # issue 37: those are all there
 
 
 # ------------------------------------------------ 5. --max-size

@@ -165,3 +165,91 @@ def test_marigold_first_download(tmp_path):
     assert set(fr.meta["models"]) >= {"prs-eth/marigold-depth-v1-1", "prs-eth/marigold-normals-v1-1",
                                       "prs-eth/marigold-iid-appearance-v1-1"}
     assert fr.meta["provenance"]["albedo"] == "estimated"
+
+
+#: the provider lists onnxruntime reports: a CPU build, a macOS build (CoreML first), onnxruntime-gpu
+PROVIDER_LISTS = {"cpu": ["CPUExecutionProvider"],
+                  "coreml": ["CoreMLExecutionProvider", "CPUExecutionProvider"],
+                  "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+
+
+def _downloaded(repo, spec_key):
+    """The published files ``python -m backend models download KEY`` (and the add-on's
+    download) fetches: the model spec's patterns over the hub's listing."""
+    from fnmatch import fnmatch
+
+    from backend.model_store import find_specs
+
+    (spec,) = find_specs([spec_key])
+    return sorted(p for p in PUB[repo]["files"] if any(fnmatch(p, a) for a in spec.allow))
+
+
+@pytest.mark.parametrize("platform", sorted(PROVIDER_LISTS))
+def test_every_onnx_model_on_every_provider_list(tmp_path, monkeypatch, platform):
+    """Issue 37: ``variant="auto"`` on a CPU build, a CoreML-first (macOS) and a CUDA-first
+    build, offline, for every ONNX model: with only what the download / ``--with-models``
+    / the readiness check provide (the fp32 file), every platform loads fp32 and is ready;
+    with the whole repository downloaded (fp16 present), a GPU-first list takes fp16.
+    onnxruntime here is a CPU build: the GPU provider lists are what a Mac's or a CUDA
+    build reports (patched in), and the session itself runs on the CPU (onnxruntime
+    skips a provider it lacks)."""
+    import onnxruntime
+
+    from backend import catalog
+    from backend.estimators.onnx_depth import MODELS, DepthAnythingEstimator
+    from backend.estimators.video_depth import VIDEO_MODELS, VideoDepthAnythingEstimator
+
+    assert set(MODELS) | set(VIDEO_MODELS) == {"depth-anything-v2-small", "video-depth-anything-small"}
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: list(PROVIDER_LISTS[platform]))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gpu = platform != "cpu"
+    rgb = np.random.default_rng(0).random((56, 84, 3), dtype=np.float32)
+
+    # Depth Anything V2 Small: what the download fetches, then the whole repository
+    key, repo = "depth-anything-v2-small", "onnx-community/depth-anything-v2-small"
+    spec = MODELS[key]
+    fetched = _downloaded(repo, key)
+    assert fetched == sorted([spec.files["fp32"], *spec.extra_files])  # = what --with-models bundles
+    fp32 = odu.export_replica(tmp_path / "r" / "model.onnx", 56, 84)
+    fp16 = odu.export_replica(tmp_path / "r" / "model_fp16.onnx", 56, 84, fp16=True)
+    made = {spec.files["fp32"]: fp32, spec.files["fp16"]: fp16}
+    commit = hub.full_commit(repo, PUB[repo]["revision"])
+    for layout, files in (("downloaded", fetched), ("whole repository", sorted(PUB[repo]["files"]))):
+        cache = tmp_path / layout.replace(" ", "_")
+        hub.lay_out(cache, repo, commit, {p: made.get(p, hub.placeholder(repo, p)) for p in files})
+        assert catalog.readiness("estimator", key, cache_dir=cache) is None
+        est = DepthAnythingEstimator(cache_dir=cache, materials="none")
+        want = "fp16" if gpu and layout == "whole repository" else "fp32"
+        assert (est.providers[0], est.variant) == (PROVIDER_LISTS[platform][0], want), layout
+        assert est.input_dtype == (np.float16 if want == "fp16" else np.float32)
+        assert est.predict(rgb).depth.shape == (56, 84)
+
+    # Video Depth Anything Small: the export docs/models.md describes (fp32 only), on every platform
+    vrepo = VIDEO_MODELS["video-depth-anything-small"].repo_id
+    cache = tmp_path / "video"
+    hub.lay_out(cache, vrepo, "local", {"onnx/model.onnx": odu.export_video_replica(
+        tmp_path / "v.onnx", 56, 98, frames=4, fixed=True)})
+    assert catalog.readiness("estimator", "video-depth-anything-small", cache_dir=cache) is None
+    vest = VideoDepthAnythingEstimator(cache_dir=cache, materials="none")
+    assert (vest.providers[0], vest.variant) == (PROVIDER_LISTS[platform][0], "fp32")
+    assert vest.predict(rgb).depth.shape == (56, 84)
+
+
+def test_cuda_device_with_a_cpu_onnxruntime_falls_back_with_one_warning(tmp_path):
+    """Issue 37 item 2: Device = CUDA (natural for the torch models) with the CPU build of
+    onnxruntime this machine has: the decompose runs on the CPU, with one warning."""
+    import onnxruntime
+
+    assert "CUDAExecutionProvider" not in onnxruntime.get_available_providers()
+    repo = "onnx-community/depth-anything-v2-small"
+    cache = tmp_path / "hub"
+    hub.lay_out(cache, repo, hub.full_commit(repo, PUB[repo]["revision"]),
+                {"onnx/model.onnx": odu.export_replica(tmp_path / "m.onnx", 56, 84), "config.json": b"{}\n"})
+    out = tmp_path / "gb"
+    proc = run_cli("decompose", _clip(tmp_path / "clip.mp4"), "--out", out, "--estimator",
+                   "depth-anything-v2-small", "--estimator-option", "device=cuda", env=_env(cache))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ev = events(proc.stdout)
+    warns = [e["message"] for e in ev if e["event"] == "warning" and "device" in e["message"]]
+    assert len(warns) == 1 and "'cuda'" in warns[0] and "on the CPU" in warns[0], warns
+    assert ev[-1]["event"] == "done" and len(list(out.glob("gbuffer_*.exr"))) == 3

@@ -67,11 +67,13 @@ def test_bad_options_missing_and_mismatched_models(models, tmp_path):
             Flux2KleinRenderer(**bad)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ModelNotAvailable, match=r"FLUX\.2-klein-4B.*Preferences > Add-ons > G-Buffer Editor > Models"):
+    with pytest.raises(ModelNotAvailable, match=r"FLUX\.2-klein-4B.*python -m backend models download flux2-klein.*Preferences > Add-ons > G-Buffer Editor > Models"):
         _renderer(empty).describe("x")
     # another model's files under the FLUX.2 repo's name
     other = tmp_path / "other" / "models--black-forest-labs--FLUX.2-klein-4B" / "snapshots" / "abc"
     other.mkdir(parents=True)
+    (other.parents[1] / "refs").mkdir()
+    (other.parents[1] / "refs" / "main").write_text("abc")  # the snapshot refs/main names, as a download leaves it
     (other / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionPipeline"}))
     with pytest.raises(ModelMismatch, match="StableDiffusionPipeline.*not a FLUX.2 \\[klein\\].*Flux2KleinPipeline"):
         _renderer(tmp_path / "other").describe("x")

@@ -142,7 +142,7 @@ def test_loads_from_hf_cache_offline(tiny_models, tmp_path, monkeypatch):
                             device="cpu", cache_dir=str(cache), local_files_only=True)
     assert est.models == {"prs-eth/marigold-depth-v1-1": commit}
     assert est.predict(_frame(9, 11)).depth.shape == (9, 11)
-    with pytest.raises(MarigoldError, match="is not in the models folder .*huggingface-cli download prs-eth/not-there"):
+    with pytest.raises(MarigoldError, match="is not in the models folder .*`python -m backend models download marigold`"):
         MarigoldEstimator(depth="prs-eth/not-there", normals=None, intrinsics=None, device="cpu",
                           cache_dir=str(cache), local_files_only=True)
 

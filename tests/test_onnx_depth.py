@@ -102,12 +102,14 @@ def test_provider_choice():
     assert select_providers("cpu", ["CUDAExecutionProvider", "CPUExecutionProvider"]) == ["CPUExecutionProvider"]
     assert select_providers("mps", ["CoreMLExecutionProvider", "CPUExecutionProvider"])[0] == \
         "CoreMLExecutionProvider"
-    with pytest.raises(ValueError, match="only CPUExecutionProvider"):
-        select_providers("cuda", ["CPUExecutionProvider"])
+    with pytest.raises(ValueError, match="one of auto, cpu, cuda"):
+        select_providers("tpu", ["CPUExecutionProvider"])
     from backend.estimators.onnx_depth import choose_variant
 
-    assert choose_variant(SPEC, "auto", ["CUDAExecutionProvider", "CPUExecutionProvider"]) == "fp16"
-    assert choose_variant(SPEC, "auto", ["CPUExecutionProvider"]) == "fp32"
+    gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert choose_variant(SPEC, "auto", gpu, present=("fp32", "fp16")) == "fp16"
+    assert choose_variant(SPEC, "auto", gpu, present=("fp32",)) == "fp32"  # issue 37: fp16 only when there
+    assert choose_variant(SPEC, "auto", ["CPUExecutionProvider"], present=("fp32", "fp16")) == "fp32"
     assert choose_variant(SPEC, "int8", ["CPUExecutionProvider"]) == "int8"
 
 

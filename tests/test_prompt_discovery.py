@@ -47,6 +47,8 @@ def test_typos_get_the_nearest_known_word_in_one_short_line():
     assert "Did you mean 'fog' for 'foog', 'night' for 'nite'?" in first
     assert "--renderer controlnet" in str(e) and "mist" in str(e)  # details after the line
     assert suggest("cyberpunk") is None
+    # issue 37: "sunny" is as close to "snowy" as "nite" to "night", but means the opposite
+    assert suggest("sunny") is None and suggest("Sunny") is None and suggest("snowwy") == "snowy"
 
 
 def test_cli_prints_one_line_then_the_vocabulary(tmp_path):

@@ -59,3 +59,24 @@ def test_readme_is_a_front_page_whose_links_resolve():
     assert links
     missing = [link for link in links if not link.startswith("http") and not (REPO / link).exists()]
     assert missing == []
+
+
+def test_docs_agree_on_lists_download_command_and_interpreter():
+    """Issue 37: docs/api.md's example comments list what is registered; every doc that
+    says how to download a model names `python -m backend models download` (not `hf
+    download` / `huggingface-cli download`); README names the interpreter for the CLI."""
+    import ast
+
+    import backend
+
+    api = (REPO / "docs" / "api.md").read_text()
+    for fn in ("list_estimators", "list_renderers"):
+        m = re.search(rf"backend\.{fn}\(\)\s+# (\[.*\])", api)
+        assert m and ast.literal_eval(m.group(1)) == getattr(backend, fn)(), fn
+    docs = {p.name: p.read_text() for p in [REPO / "README.md", *(REPO / "docs").glob("*.md")]}
+    for name, text in docs.items():
+        assert "huggingface-cli download" not in text and "hf download" not in text, name
+    assert "python -m backend models download" in docs["cli.md"] + docs["backends.md"]
+    readme = docs["README.md"]
+    assert ".venv/bin/python -m backend" in readme and "192 px" in readme
+    assert "at the clip's full size" not in readme

@@ -621,14 +621,14 @@ def test_cli_never_reaches_the_model_hub(tmp_path):
     env = cli_env(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT="http://127.0.0.1:9")
     env.pop("HF_HUB_OFFLINE", None)
     env.pop("TRANSFORMERS_OFFLINE", None)
-    for args, model in ((("decompose", src, "--out", tmp_path / "o1", "--estimator", "marigold"),
-                         "prs-eth/marigold-depth-v1-1"),
-                        (("restyle", gb, "--prompt", "a castle", "--out", tmp_path / "o2", "--renderer",
-                          "controlnet"), "lllyasviel/control_v11f1p_sd15_depth")):
+    for args, model, user in ((("decompose", src, "--out", tmp_path / "o1", "--estimator", "marigold"),
+                               "prs-eth/marigold-depth-v1-1", "marigold"),
+                              (("restyle", gb, "--prompt", "a castle", "--out", tmp_path / "o2", "--renderer",
+                                "controlnet"), "lllyasviel/control_v11f1p_sd15_depth", "controlnet")):
         p = subprocess.run(cli_cmd(*args), env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 1, p.stderr
         err = [x for x in p.stderr.splitlines() if x.startswith("error:")][-1]
-        assert f"{model!r} is not in the models folder" in err and f"huggingface-cli download {model}" in err
+        assert f"{model!r} is not in the models folder" in err and f"`python -m backend models download {user}`" in err
         assert "config.json" not in err and "127.0.0.1" not in p.stderr and "onnect" not in p.stderr
 
 

@@ -214,13 +214,34 @@ def test_padding_and_temporal_length_crop_back_exactly(cache):
     outs = r.render_window(frames, PROMPT)
     assert len(outs) == 3 and all(o.shape == (30, 44, 3) and o.dtype == np.float32 for o in outs)
     assert all(np.all(np.isfinite(o)) and o.min() >= 0 and o.max() <= 1 for o in outs)
-    assert r.last_info == {"processing_size": [48, 32], "window_frames": 5}
+    assert r.last_info == {"processing_size": [48, 32], "window_frames": 5, "flow_shift": 3.0}
     # deterministic for a fixed seed; another seed gives another result
     assert all(np.array_equal(a, b) for a, b in zip(outs, r.render_window(frames, PROMPT)))
     other = WanVaceRenderer(**_opts(cache, seed=4)).render_window(frames, PROMPT)
     assert not np.array_equal(other[0], outs[0])
     # the per-frame entry point is a window of one, same size back
     assert r.render(frames[0], PROMPT).shape == (30, 44, 3)
+
+
+def test_flow_shift_follows_the_size_as_diffusers_example(cache):
+    """Issue 37 item 3: 3.0 at 480p and below, 5.0 above (diffusers' Wan example), on the
+    replica: the scheduler the pipeline runs is rebuilt with that shift, which changes
+    the frames; an explicit ``flow_shift`` wins."""
+    from backend.renderers.wan_vace import flow_shift_for
+
+    assert flow_shift_for(480, 832) == 3.0 and flow_shift_for(720, 1280) == 5.0 and flow_shift_for(496, 496) == 5.0
+    big = sphere_frames(496, 496, 1, x0=-0.4, step=0.2)
+    r = WanVaceRenderer(**_opts(cache, steps=2))  # one step goes sigma 1 -> 0 whatever the shift
+    out5 = r.render_window(big, PROMPT)[0]
+    assert r.last_info["flow_shift"] == 5.0 and r._pipe.scheduler.config["flow_shift"] == 5.0
+    r.render_window(sphere_frames(32, 48, 1), PROMPT)  # back at a small size: 480p's shift again
+    assert r._pipe.scheduler.config["flow_shift"] == 3.0
+    r3 = WanVaceRenderer(**_opts(cache, steps=2, flow_shift=3.0))
+    assert r3.settings()["flow_shift"] == 3.0 and r.settings()["flow_shift"] == "auto"
+    out3 = r3.render_window(big, PROMPT)[0]
+    assert r3.last_info["flow_shift"] == 3.0 and not np.array_equal(out3, out5)
+    with pytest.raises(ValueError, match="flow_shift"):
+        WanVaceRenderer(**_opts(cache, flow_shift="fast"))
 
 
 def test_prompt_too_long_is_truncated_with_a_warning_and_empty_warns(cache):

@@ -115,7 +115,7 @@ def _fetch_model(spec, files: Sequence[str], models_from) -> Dict[str, Path]:
     folder) or downloaded into the user's Hugging Face cache."""
     sys.path.insert(0, str(REPO))
     try:
-        from backend.estimators.onnx_depth import cached_file
+        from backend.hub_cache import cached_file
     finally:
         sys.path.remove(str(REPO))
     got = {}

@@ -54,6 +54,7 @@ import numpy as np
 
 from ..colour import linear_to_srgb, srgb_to_linear
 from ..errors import require_packages
+from ..hub_cache import download_hint
 from .base import Estimator, EstimatorOutput
 
 log = logging.getLogger(__name__)
@@ -119,9 +120,8 @@ def resolve_model(model: str, *, revision: Optional[str] = None, local_files_onl
         except Exception as e:
             if offline:
                 raise MarigoldError(
-                    f"model {model!r} is not in the models folder (the Hugging Face cache); download it with "
-                    f"`huggingface-cli download {model}` or in Blender's Preferences > Models, or pass a "
-                    f"local folder") from e
+                    f"model {model!r} is not in the models folder (the Hugging Face cache); "
+                    f"{download_hint('marigold')}, or pass a local folder") from e
             why = " ".join(str(e).split())  # one line: the CLI reports only a message's first line
             raise MarigoldError(f"Marigold model {model!r} not available (download failed: {type(e).__name__}: "
                                 f"{why}). Pass a local folder.") from e

@@ -31,7 +31,8 @@ Running
 -------
 onnxruntime with the best execution provider the installed build has: CUDA, CoreML,
 DirectML, else CPU (:func:`select_providers`). ``variant="auto"`` takes the fp16 file
-on a GPU provider and the fp32 file on the CPU (fp16 is slower on CPUs; ``int8`` and
+on a GPU provider when that file is already in the models folder (a download fetches
+fp32 only), else the fp32 file (fp16 is slower on CPUs; ``int8`` and
 ``uint8`` are the published dynamically quantized files with signed / unsigned 8-bit
 weights, smaller and on some CPUs faster).
 
@@ -75,6 +76,7 @@ import numpy as np
 from ..colour import linear_to_srgb
 from ..errors import JobError
 from ..imaging import resize
+from ..hub_cache import cached_file, download_hint
 from ..model.encoding import disparity_to_depth
 from .base import Estimator, EstimatorOutput
 
@@ -91,9 +93,15 @@ _GPU_PROVIDERS = PROVIDER_PREFERENCE[:3]
 #: Hugging Face cache folder at the extension's root, read before the models folder
 BUNDLED_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 
-#: where the user gets a missing model (the add-on's preferences)
-GET_IT = ("download it in Blender (Edit > Preferences > Add-ons > G-Buffer Editor > Models, "
-          "with online access on and offline mode off) or run once with network access")
+
+
+def get_it(model: "DepthModel") -> str:
+    """Where the user gets ``model``: ``python -m backend models download KEY`` or the
+    add-on's Preferences > Models (:func:`backend.hub_cache.download_hint`); for a model
+    with no published ONNX file, the export in docs/models.md."""
+    if not model.published:
+        return "export it again (docs/models.md) into the models folder"
+    return download_hint(model.key)
 
 
 class DepthModelError(JobError):
@@ -195,15 +203,16 @@ def select_providers(device: Optional[str] = None, available: Optional[Sequence[
 
     Args:
         device: ``None``/``auto`` = the best available; ``cpu``; ``cuda`` / ``coreml`` (``mps``,
-            the add-on's Apple setting) / ``directml`` (``dml``) = that one (error when the
-            installed onnxruntime lacks it).
+            the add-on's Apple setting) / ``directml`` (``dml``) = that one; when the
+            installed onnxruntime lacks it (a CPU-only build with Device = CUDA, natural for
+            the torch models), the CPU, with one ``warning`` event per process and device.
         available: the providers to choose from (default: ``onnxruntime.get_available_providers()``).
 
     Returns:
         provider names, e.g. ``["CUDAExecutionProvider", "CPUExecutionProvider"]``.
 
     Raises:
-        ValueError: an unknown device, or one this onnxruntime build does not have.
+        ValueError: an unknown device.
     """
     if available is None:
         import onnxruntime as ort
@@ -221,18 +230,42 @@ def select_providers(device: Optional[str] = None, available: Optional[Sequence[
     if want is None:
         raise ValueError(f"device {device!r}: one of auto, cpu, cuda, coreml, directml")
     if want not in available:
-        raise ValueError(f"device {device!r}: this onnxruntime has only {', '.join(available)} "
-                         "(install onnxruntime-gpu / onnxruntime-directml for a GPU)")
+        if dev not in _WARNED:
+            _WARNED.add(dev)
+            from .. import events
+
+            events.warning(f"device {device!r}: this onnxruntime has only {', '.join(available)}; running "
+                           "the ONNX depth model on the CPU (install onnxruntime-gpu / onnxruntime-directml "
+                           "for a GPU)")
+        return ["CPUExecutionProvider"]
     return [want, "CPUExecutionProvider"]
 
 
-def choose_variant(model: DepthModel, variant: str, providers: Sequence[str]) -> str:
-    """``auto`` -> ``fp16`` on a GPU provider (when published), else ``fp32``; other
-    values are checked and returned."""
+#: devices already warned about (:func:`select_providers` warns once per process and device)
+_WARNED: set = set()
+
+
+def choose_variant(model: DepthModel, variant: str, providers: Sequence[str], present: Sequence[str] = ()) -> str:
+    """``auto`` -> ``fp16`` on a GPU provider when the fp16 file is already in the models
+    folder (``present``: the variants whose files are there), else ``fp32`` (what the
+    download, ``--with-models`` and the readiness checks provide: an offline Mac with
+    CoreML runs the fp32 file it has instead of failing on, or silently downloading, the
+    fp16 one); other values are checked and returned."""
     if variant in (None, "", "auto"):
-        return "fp16" if providers and providers[0] in _GPU_PROVIDERS and "fp16" in model.files else "fp32"
+        gpu = bool(providers) and providers[0] in _GPU_PROVIDERS
+        return "fp16" if gpu and "fp16" in model.files and "fp16" in present else "fp32"
     model.file(variant)
     return variant
+
+
+def local_variants(model: DepthModel, cache_dir: Optional[os.PathLike] = None,
+                   revision: Optional[str] = None) -> List[str]:
+    """The variants of ``model`` whose files are in the zip's bundled models or the models
+    folder (``cache_dir``, default :func:`default_cache_dir`); no network."""
+    folder = Path(cache_dir) if cache_dir else default_cache_dir()
+    return [v for v, f in model.files.items()
+            if cached_file(BUNDLED_MODELS_DIR, model.repo_id, f, revision)
+            or cached_file(folder, model.repo_id, f, revision)]
 
 
 # ---------------------------------------------------------------------------- files
@@ -257,19 +290,6 @@ def default_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
-def cached_file(cache_dir: os.PathLike, repo_id: str, filename: str, revision: Optional[str] = None
-                ) -> Optional[Path]:
-    """A file of ``repo_id`` in a Hugging Face cache folder, read from the cache layout
-    (``models--<org>--<name>/refs/<revision>`` -> ``snapshots/<commit>/<filename>``), or
-    ``None``. Never touches the network. ``revision`` may be a branch or a commit."""
-    repo = Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
-    rev = revision or "main"
-    ref = repo / "refs" / rev
-    commit = ref.read_text().strip() if ref.is_file() else rev
-    path = repo / "snapshots" / commit / filename
-    return path if path.is_file() else None
-
-
 def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.PathLike] = None,
                  local_files_only: Optional[bool] = None, revision: Optional[str] = None) -> Path:
     """Local path of ``filename`` of ``model``'s repository, downloading it when allowed.
@@ -277,7 +297,7 @@ def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.Pat
     A copy bundled in the release zip (:data:`BUNDLED_MODELS_DIR`) is used first.
     Uses ``huggingface_hub.hf_hub_download`` (``local_files_only`` when offline, see
     :func:`offline_requested`); without ``huggingface_hub``, reads the cache layout
-    (:func:`cached_file`), offline only.
+    (:func:`backend.hub_cache.cached_file`), offline only.
 
     Raises:
         DepthModelError: not in the models folder while offline; the download failed
@@ -305,9 +325,9 @@ def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.Pat
             return hit
         if offline:
             raise DepthModelError(f"{what} is not in the models folder {folder} and downloads are off: "
-                                  f"{GET_IT}") from None
+                                  f"{get_it(model)}") from None
         raise DepthModelError(f"{what} is not in the models folder {folder}, and downloading it needs the "
-                              f"huggingface_hub package, which this Python lacks: {GET_IT}") from None
+                              f"huggingface_hub package, which this Python lacks: {get_it(model)}") from None
     try:
         return Path(hf_hub_download(model.repo_id, filename, revision=revision, cache_dir=str(folder),
                                     local_files_only=offline))
@@ -316,12 +336,12 @@ def resolve_file(model: DepthModel, filename: str, *, cache_dir: Optional[os.Pat
         if offline:
             raise DepthModelError(f"{what} is not in the models folder {folder} and downloads are off "
                                   f"(offline mode, Blender's online access off, or HF_HUB_OFFLINE set): "
-                                  f"{GET_IT}") from e
+                                  f"{get_it(model)}") from e
         if isinstance(e, PermissionError) or "Permission denied" in why or "Read-only" in why:
             raise DepthModelError(f"{what}: cannot write to the models folder {folder} ({why}); choose a "
                                   "writable Model Folder in the add-on preferences (or set HF_HUB_CACHE)") from e
         raise DepthModelError(f"{what}: download into {folder} failed ({why}); nothing was kept from the "
-                              f"failed attempt: check the network and retry, or {GET_IT}") from e
+                              f"failed attempt: check the network and retry, or {get_it(model)}") from e
 
 
 def snapshot_revision(path: Path) -> str:
@@ -357,7 +377,7 @@ def open_session(model: DepthModel, path: Path, providers: Sequence[str], thread
     except Exception as e:  # noqa: BLE001
         why = " ".join(str(e).split())[:200]
         raise DepthModelError(f"{what} is not a readable ONNX model (truncated or corrupt: {why}); delete "
-                              f"it and {GET_IT}") from e
+                              f"it and {get_it(model)}") from e
     ins = {i.name: i for i in session.get_inputs()}
     outs = {o.name: o for o in session.get_outputs()}
     i, o = ins.get(model.input_name), outs.get(model.output_name)
@@ -370,7 +390,7 @@ def open_session(model: DepthModel, path: Path, providers: Sequence[str], thread
         lay_in, lay_out = ("[N, 3, H, W]", "[N, H, W]") if r == 4 else ("[N, T, 3, H, W]", "[N, T, H, W]")
         raise DepthModelError(
             f"{what} is not a {model.label} export: it has inputs [{sig(ins)}] and outputs [{sig(outs)}], "
-            f"expected {model.input_name} {lay_in} -> {model.output_name} {lay_out}; delete it and {GET_IT}")
+            f"expected {model.input_name} {lay_in} -> {model.output_name} {lay_out}; delete it and {get_it(model)}")
     return session
 
 
@@ -407,7 +427,8 @@ class DepthAnythingEstimator(Estimator):
     Args:
         model: registry key (:data:`MODELS`), default ``depth-anything-v2-small``, or a
             :class:`DepthModel`.
-        variant: ``auto`` (fp16 on a GPU provider, else fp32), ``fp32``, ``fp16``, ``int8``
+        variant: ``auto`` (fp16 on a GPU provider when its file is in the models folder,
+            else fp32), ``fp32``, ``fp16``, ``int8``
             (``onnx/model_int8.onnx``), ``uint8`` (``onnx/model_quantized.onnx``).
         model_file: an ONNX file to use instead of the models folder (no download).
         cache_dir: the models folder (a Hugging Face cache); default ``HF_HUB_CACHE``.
@@ -451,7 +472,8 @@ class DepthAnythingEstimator(Estimator):
         if fit == "frame":
             self.default_resolution = self.input_size
         self.providers = select_providers(device)
-        self.variant = choose_variant(self.spec, variant, self.providers)
+        present = () if model_file else local_variants(self.spec, cache_dir, revision)
+        self.variant = choose_variant(self.spec, variant, self.providers, present)
         if model_file:
             path = Path(model_file).expanduser()
             if not path.is_file():

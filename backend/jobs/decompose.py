@@ -192,6 +192,10 @@ def decompose(input_path: os.PathLike, out_dir: os.PathLike, *, progress: events
             (refused otherwise); see :func:`backend.jobs.outputs.check_previous_outputs`.
         albedo_detail: restore the source's fine detail in an albedo estimated below
             full size (:func:`backend.decomposer.albedo_detail_transfer`).
+        depth_edges: refine the depth at full size so its edges lie on the frame's
+            (:mod:`backend.depth_edges`). ``None`` (default) or ``False``: off; ``True``: on
+            (opt-in: its results on real footage are mixed, benchmarks/results/pot_test.md;
+            it costs about 0.4 CPU-s per 960x540 frame).
         cameras: a camera file (our JSON, or a COLMAP text model folder; see
             ``docs/cameras.md``): depth is then measured from parallax and fused with the
             estimator's (:mod:`backend.multiview.shot`); frames without a camera, or

@@ -79,6 +79,12 @@ def add_parser(subparsers, name: str = "decompose", help: str = "footage -> G-bu
     p.add_argument("--no-albedo-detail", dest="albedo_detail", action="store_false",
                    help="keep the estimator's upsampled albedo as is (default: restore the "
                         "source's fine detail in it when the estimator ran below full size)")
+    edges = p.add_mutually_exclusive_group()
+    edges.add_argument("--depth-edges", dest="depth_edges", action="store_true", default=None,
+                       help="refine the depth at full size so its edges lie on the frame's edges "
+                            "(opt-in, default off: mixed results on real footage; docs/decompose.md)")
+    edges.add_argument("--no-depth-edges", dest="depth_edges", action="store_false",
+                       help="keep the depth as estimated or measured")
     p.add_argument("--hfov", type=float, default=geometry.DEFAULT_HFOV_DEG,
                    help="assumed horizontal field of view in degrees (default: %(default)s)")
     add_farm_chunk_args(p)
@@ -147,6 +153,7 @@ def kwargs(args) -> dict:
         processing_resolution=args.processing_resolution, device=args.device,
         stabilize=args.stabilize, strength=args.stabilize_strength,
         colorspace=args.colorspace, hfov_deg=args.hfov, albedo_detail=args.albedo_detail,
+        depth_edges=args.depth_edges,
         overwrite=args.overwrite, cameras=args.cameras, mesh=getattr(args, "mesh", None),
         camera=getattr(args, "camera", "none"),
         multiview={"neighbours": args.mv_neighbours, "window": args.mv_window,

@@ -203,7 +203,7 @@ class FrameRun:
             self.pending.append(_InFlight(number, final, tmp, dict(info.info),
                                           self.writer.submit(_write_and_checksum, info.write, tmp),
                                           t1, self.done))
-            self.drain(keep=1)  # at most one frame in flight: memory stays flat
+            self.drain(keep=1 if info.overlap else 0)  # at most one frame in flight: memory stays flat
             return
         try:
             self.drain()

@@ -83,6 +83,9 @@ class Deferred:
 
     write: Callable[[], Optional[Dict[str, Any]]]
     info: Dict[str, Any] = field(default_factory=dict)
+    #: ``False``: write this frame before the next one is computed (large frames, whose
+    #: write buffers would otherwise add to the next frame's peak memory; issue 37)
+    overlap: bool = True
 
 
 def _reraise(e: BaseException, number: int, final: Path, written: int) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .. import contract, geometry
 from ..decomposer import DEFAULT_ESTIMATOR, DEFAULT_STRENGTH, Decomposer
+from ..depth_edges import edge_settings
 from ..renderers.base import DEFAULT_RENDERER
 
 #: version of the request JSON file (``"request_version"``); a newer file is refused
@@ -177,6 +178,7 @@ class DecomposeRequest(_Request):
     colorspace: Optional[str] = None
     hfov_deg: float = geometry.DEFAULT_HFOV_DEG
     albedo_detail: bool = True
+    depth_edges: Optional[bool] = None
     overwrite: bool = False
     cameras: Optional[str] = None
     camera: str = "none"
@@ -251,7 +253,13 @@ class DecomposeRequest(_Request):
         """Keyword options of :class:`backend.decomposer.Decomposer` from this request."""
         return dict(processing_resolution=self.processing_resolution, stabilize=self.stabilize,
                     strength=self.strength, hfov_deg=self.hfov_deg, albedo_detail=self.albedo_detail,
-                    estimator_options=self.estimator_options, device=self.device)
+                    estimator_options=self.estimator_options, device=self.device, depth_edges=self.edges_on())
+
+    def edges_on(self) -> bool:
+        """``depth_edges`` resolved: ``None`` = off (opt-in: on phone_office with cameras it
+        shrinks the halo and the desk holes but lowers the pot's correct occlusion 78 -> 70 %,
+        and it worsens filled pixels on the ray-cast dolly; benchmarks/results/pot_test.md)."""
+        return bool(self.depth_edges)
 
     def settings(self, dec, plan, info, *, anchors: Optional[str] = None,
                  cameras: Optional[Dict[str, Any]] = None, cut: Optional[list] = None) -> Dict[str, Any]:
@@ -280,6 +288,8 @@ class DecomposeRequest(_Request):
             "albedo_detail": bool(self.albedo_detail) and plan.downscaled,
             "source": {"path": info.path, "width": info.width, "height": info.height, "n_frames": info.n_frames},
         }
+        if dec.depth_edges is not None:  # absent when off: older folders keep resuming
+            block["depth_edges"] = edge_settings(dec.depth_edges)
         if getattr(dec, "detect_sky", False):
             # the sky detector changes every frame's passes: a folder written without it
             # is refused on resume (written with other settings), never continued mixed

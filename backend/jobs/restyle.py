@@ -57,7 +57,7 @@ from ..look_match import ColourStats, LookMatch, reference_stats
 from .restyle_files import (HEADER, LOOK_MATCH_NAME, MP4_NAME, OUT_PREFIX, PREVIEW_DIR, flicker_metric,
     output_path, preview_path, read_input_hash, read_manifest_entry, read_settings_hash, _mean_rgb, _ranges,
     _source_fps)
-from .restyle_frames import _Measured, _Previews, _Reader, _Rendered
+from .restyle_frames import PREFETCH_MAX_PIXELS, _Measured, _Previews, _Reader, _Rendered
 from .request import RestyleRequest
 from .restyle_plate import recorded_reference, shot_lighting, write_lighting
 from .restyle_settings import RestyleInputs, RestyleLook
@@ -307,7 +307,8 @@ class RestyleJob:
             rgb = self._windows.frame(n)
         else:
             rgb = self.look.render(got.frame, n, path, self._time_s(n, got.frame), prev, got.reference)
-        self._last = _Rendered(n, rgb)  # unmatched: what temporal renderers continue from
+        # unmatched: what temporal renderers continue from (only they: a 4K frame is 95 MB)
+        self._last = _Rendered(n, rgb) if self.look.renderer.uses_previous_output else None
         if self._ref_stats is not None:
             rgb = self._look_matcher(rgb).apply(rgb)
         entry = {"source": path.name, "mean_rgb": _mean_rgb(rgb)}
@@ -318,10 +319,12 @@ class RestyleJob:
             entry["windows"] = [[self._windows.numbers[s], self._windows.numbers[e - 1]]
                                 for s, e in (self._windows.spans[k] for k in self._windows.windows_of(n))]
         frame = got.frame
+        h, w = frame.shape
         alpha = frame.combined[..., 3] if frame.combined.shape[2] == 4 else None
         header = self._header(path, shash, n)
         header[HEADER + "manifest_entry"] = dict(entry)  # a resume after a hard kill records it whole
-        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, header, frame.combined), entry)
+        return Deferred(functools.partial(self._write, n, tmp_path, rgb, alpha, header, frame.combined), entry,
+                        overlap=h * w <= PREFETCH_MAX_PIXELS)
 
     def _render_window(self, numbers: List[int]) -> List[np.ndarray]:
         """Read and check input frames ``numbers`` and render them as one window."""
@@ -414,7 +417,9 @@ class RestyleJob:
         # previews from the values as stored (half float, premultiplied): a frame's
         # preview is the same whether rendered now or rebuilt from its EXR on a resume
         a = np.ones(rgb.shape[:2], np.float32) if alpha is None else np.clip(alpha, 0.0, 1.0)
-        stored = contract.half_to_float32(contract.to_half(np.clip(rgb * a[..., None], 0.0, 65000.0)))
+        stored = rgb * a[..., None]
+        np.clip(stored, 0.0, 65000.0, out=stored)  # in place: one full-size temporary fewer
+        stored = contract.half_to_float32(contract.to_half(stored))
         sha = self._previews.add(n, stored)
         more = {"companions": {f"{PREVIEW_DIR}/{preview_path(self.out_dir, n).name}": sha}} if sha else {}
         if self.flicker:

@@ -33,6 +33,10 @@ class _InputFrame:
     odd: Dict[str, str] = field(default_factory=dict)  # out-of-range values: what -> how many, range
 
 
+#: frames above this many pixels are not read ahead (1440p and larger)
+PREFETCH_MAX_PIXELS = 2560 * 1440 - 1
+
+
 class _Reader:
     """Reads input frames on the I/O pool, one frame ahead of rendering."""
 
@@ -68,16 +72,25 @@ class _Reader:
             raise JobError(f"frame {n}: {e}", frame=n, file=path) from e
 
     def get(self, n: int) -> _InputFrame:
-        """Frame ``n`` (prefetched when it was next), and start reading the one after."""
+        """Frame ``n`` (prefetched when it was next), and start reading the one after,
+        unless frames are larger than :data:`PREFETCH_MAX_PIXELS` (a 4K G-buffer frame is
+        445 MB in memory: reading ahead would hold two; issue 37)."""
         fut = self.pending.pop(n, None)
+        got = fut.result() if fut is not None else self.read(n)
+        h, w = got.frame.shape
+        if h * w > PREFETCH_MAX_PIXELS:
+            from ..memory import map_large_blocks
+
+            map_large_blocks()  # freed planes leave the process at once (backend.memory)
         nxt = self.following.get(n)
-        if nxt is not None and nxt not in self.pending:
+        if nxt is not None and nxt not in self.pending and h * w <= PREFETCH_MAX_PIXELS:
             self.pending[nxt] = self.pool.submit(self.read, nxt)
-        return fut.result() if fut is not None else self.read(n)
+        return got
 
     def cancel(self) -> None:
         for fut in self.pending.values():
             fut.cancel()
+        self.pending.clear()
 
 
 class _Previews:

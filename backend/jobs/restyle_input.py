@@ -167,9 +167,11 @@ def check_input(gbuffer_dir: Path, files: Mapping[int, Path], gb_manifest: Mappi
         complete = None  # warned already
     if complete is False:
         missing = f" (frames {state['frames_missing']} missing)" if state["frames_missing"] else ""
-        events.warning(f"G-buffer folder {gbuffer_dir} is not complete{missing}: its manifest says complete: "
-                       f"false (a cancelled, failed or partial decompose, or farm chunks not merged yet); "
-                       f"the restyle is marked incomplete too (input_complete: false)", file=gbuffer_dir)
+        # issue 37: the frames restyled are all there; say what is missing without suggesting they are not
+        events.warning(f"restyled all {len(files)} frame(s) asked for; G-buffer folder {gbuffer_dir} is not "
+                       f"complete{missing}: it holds part of the shot (decomposed with a frame range, cancelled "
+                       f"or failed, or farm chunks not merged yet), so the restyle is marked as part of the shot "
+                       f"too (input_complete: false)", file=gbuffer_dir)
     return state
 
 

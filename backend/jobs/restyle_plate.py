@@ -118,13 +118,32 @@ def shot_lighting(renderer, all_files: Mapping[int, Path], ref_files: Mapping[in
     for n in pick:
         path = ref_files.get(n, all_files[n])
         try:
-            frames.append(contract.read_frame(path))
+            frames.append(_fit_grid(contract.read_frame(path)))
             used.append(n)
         except Exception:  # noqa: BLE001 - unreadable: rendering that frame reports it
             continue
     lighting = estimate_plate_lighting(frames, used)
     renderer.plate_lighting = lighting
     return lighting
+
+
+def _fit_grid(frame: contract.GBufferFrame) -> contract.GBufferFrame:
+    """``frame`` on the regular grid the lighting fit samples (every ``step``-th pixel,
+    ``step`` as :func:`~backend.renderers.differential.estimate_plate_lighting` takes it
+    at full size), so the fit frames are not all held at full size (issue 37: five 4K
+    frames are 2.2 GB); the fit then samples every pixel of it, the same pixels."""
+    import dataclasses
+    import math
+
+    from ..renderers.differential import FIT_SAMPLES
+
+    h, w = frame.shape
+    step = max(1, int(math.sqrt(h * w / FIT_SAMPLES)))
+    if step == 1:
+        return frame
+    arrays = {f.name: np.ascontiguousarray(getattr(frame, f.name)[::step, ::step])
+              for f in dataclasses.fields(frame) if isinstance(getattr(frame, f.name), np.ndarray)}
+    return dataclasses.replace(frame, **arrays)
 
 
 def write_lighting(out_dir: Path, lighting) -> dict:

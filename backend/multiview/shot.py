@@ -50,6 +50,7 @@ import numpy as np
 from .. import contract, events, geometry
 from ..colour import linear_to_srgb
 from ..decomposer import SKY_CONFIDENCE, Decomposer
+from ..depth_edges import refine_depth
 from ..imaging import resize
 from .cameras import Camera
 from .densify import densify_planes, upsample_densified
@@ -295,7 +296,8 @@ class MultiViewShot:
         """G-buffers of frame ``number`` (its view and its neighbours' must be in the
         window: call from the loop over :meth:`stream`)."""
         self.decomposer.reset()
-        prior = self.decomposer.frame(sf.rgb, alpha=sf.alpha, number=number, meta=meta)
+        # the prior's own edge refinement only where it is kept (a fallback)
+        prior = self.decomposer.frame(sf.rgb, alpha=sf.alpha, number=number, meta=meta, refine_edges=False)
         self.report = MultiViewReport()
         cam = self.camera_for(number, sf.path)
         if cam is None:
@@ -378,6 +380,12 @@ class MultiViewShot:
                        _residual_gain(fused, prior_map, space, opts.confidence_threshold))
         self.report.prior_rank_corr = round(fused.prior_rank_corr, 4)
         self.report.prior_trust = round(fused.prior_trust, 4)
+        if self.decomposer.depth_edges is not None:  # issue 33: depth edges on the frame's edges
+            # votes: Confidence^2 (held-out blocks of boat.mp4: median |log error| near depth
+            # edges 0.054 with Confidence, 0.050 with its square; benchmarks/depth_edges_tune.py)
+            # measured pixels vote but keep their measurement
+            fused.depth = refine_depth(fused.depth, np.clip(rgb_u[..., :3], 0, 1), fused.confidence ** 2, None,
+                                       self.decomposer.depth_edges, fixed=fused.measured)
         if self._fuse or opts.surface:
             self._integrate(fused.depth, fused.confidence, cam_u)
         if opts.surface and self.fusion is not None:
@@ -562,6 +570,9 @@ class MultiViewShot:
         self._prev = None
         events.warning(f"frame {number}: {reason}; using the single-image depth", frame=number, file=file)
         prior.meta["depth_source"] = "single-image"
+        if self.decomposer.depth_edges is not None:
+            prior.depth = self.decomposer.edge_refined(prior.depth, prior.combined[..., :3], prior.confidence,
+                                                        prior.meta["depth_near"], prior.meta["depth_far"])
         cam = self.camera_for(number, file) if number is not None else None
         if cam is not None:
             prior.meta.update(self._camera_meta(cam))

@@ -52,6 +52,7 @@ import numpy as np
 from ..errors import require_packages
 from ..contract import GBufferFrame, surface_mask
 from ..imaging import resize
+from ..hub_cache import COMMAND, download_hint
 from .base import Renderer, read_prompt
 from .prompt import Look
 
@@ -81,12 +82,12 @@ def _not_available(what: str, model: str, local: bool, e: Exception) -> ModelNot
     """The error for a failed ``from_pretrained`` of ``what`` (e.g. "base model")."""
     if local and not Path(os.path.expanduser(model)).is_dir():
         return ModelNotAvailable(
-            f"{what} {model!r} is not in the models folder (the Hugging Face cache); download it with "
-            f"`huggingface-cli download {model}` or in Blender's Preferences > Models, or pass a local folder")
+            f"{what} {model!r} is not in the models folder (the Hugging Face cache); "
+            f"{download_hint('controlnet')}, or pass a local folder")
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
     return ModelNotAvailable(
         f"cannot load {what} {model!r} (local_files_only={local}): {reason}. Download it first "
-        f"(huggingface-cli download {model}) or pass a local folder.")
+        f"(`{COMMAND} controlnet`) or pass a local folder.")
 
 
 def _offline() -> bool:

@@ -333,6 +333,7 @@ class EmbeddedRenderer(Renderer):
         else:
             shading = irr
         diffuse = diff_col * shading
+        del diff_col, s_src, src_albedo, detail, alpha, lam, key_term, irr  # freed early (issue 37: 4K memory)
         ref_y = F32(2.0) * n_dot_v * ny - view[1]  # y of the mirror direction
         env = sh.hemisphere(ref_y, sky_c, gnd_c)
 
@@ -341,6 +342,7 @@ class EmbeddedRenderer(Renderer):
         if p.sky_fill_amount > 0:
             a = p.sky_fill_amount
             sky_rgb = sky_rgb * F32(1.0 - a) + sh.col(np.asarray(p.sky_fill) * a)
+        del src, plate
         n_dot_v_env = n_dot_v
         if p.reflections > 0:
             # glossy surfaces reflect the relit frame itself, not only the sky/ground
@@ -353,6 +355,10 @@ class EmbeddedRenderer(Renderer):
         if sky.any():
             diffuse[:, sky] = 0.0
             specular[:, sky] = 0.0
+
+        # free the shading inputs the media step no longer needs (issue 37: 4K memory)
+        del albedo, normal, rough, metal, f0, spec_k, shading, env, ref_y, sky_rgb
+        del n_dot_v, n_dot_v_env, ny_depth, cover
 
         # --- media and post ------------------------------------------------------------------
         out = surface

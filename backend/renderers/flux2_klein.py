@@ -85,6 +85,7 @@ import numpy as np
 from .. import events
 from ..errors import InputError, JobError, require_packages
 from ..contract import GBufferFrame
+from ..hub_cache import download_hint
 from .base import Renderer, read_prompt
 from .controlnet import ModelNotAvailable, torch_device
 from .prompt import Look
@@ -108,22 +109,11 @@ class ModelMismatch(InputError):
 
 
 def _snapshot(repo_id: str, models_dir: Optional[Path]) -> Optional[Path]:
-    """The snapshot folder of ``repo_id`` in a Hugging Face cache (``refs/main`` first)."""
-    if models_dir is None:
-        return None
-    root = Path(models_dir) / ("models--" + repo_id.replace("/", "--"))
-    snaps = root / "snapshots"
-    try:
-        ref = (root / "refs" / "main").read_text().strip()
-        if ref and (snaps / ref).is_dir():
-            return snaps / ref
-    except OSError:
-        pass
-    try:
-        found = sorted((p for p in snaps.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-    except OSError:
-        return None
-    return found[-1] if found else None
+    """The snapshot folder of ``repo_id`` that ``refs/main`` names in the models folder
+    (:func:`backend.hub_cache.cached_snapshot`), or ``None``."""
+    from ..hub_cache import cached_snapshot
+
+    return cached_snapshot(models_dir, repo_id)
 
 
 def check_model_folder(folder: Path, model: str) -> None:
@@ -302,9 +292,8 @@ class Flux2KleinRenderer(Renderer):
         snap = _snapshot(self.model, self.models_dir)
         if snap is None:
             raise ModelNotAvailable(
-                f"FLUX.2 [klein] model {self.model!r} is not in the models folder ({self.models_dir}); download "
-                f"it in Blender's Preferences > Add-ons > G-Buffer Editor > Models (or `huggingface-cli download "
-                f"{self.model} --cache-dir <models folder>`), or pass a local folder with --option model=DIR")
+                f"FLUX.2 [klein] model {self.model!r} is not in the models folder ({self.models_dir}); "
+                f"{download_hint('flux2-klein')}, or pass a local folder with --option model=DIR")
         return snap
 
     def _load(self):

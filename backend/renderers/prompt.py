@@ -230,10 +230,19 @@ STRONG_WORD = {"relight": "strong", "fog": "dense", "rain": "heavy", "snow": "he
                "golden_hour": "strong", "night": "dark", "underwater": "murky"}
 
 
+#: words that spell close to a look word but mean its opposite ("sunny" is 0.6 from
+#: "snowy" and "rainy"): never "corrected" into one (issue 37)
+NO_SUGGESTION = frozenset({"sun", "sunny", "sunshine", "sunlit", "clear", "bright", "daylight", "day", "daytime",
+                           "noon", "midday", "summer", "summery", "warm", "hot", "dry"})
+
+
 def suggest(word: str) -> Optional[str]:
-    """The known word nearest to ``word`` (difflib ratio >= 0.6), or ``None``."""
+    """The known word nearest to ``word`` (difflib ratio >= 0.6), or ``None`` (also for the
+    :data:`NO_SUGGESTION` words, whose nearest spelling is the opposite look)."""
     import difflib
 
+    if word.lower() in NO_SUGGESTION:
+        return None
     known = sorted(set(SYNONYMS) | set(INTENSITY) | set(INTENSIFIERS) | set(LOOK_WORDS))
     found = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.6)
     return found[0] if found else None

@@ -552,9 +552,17 @@ def preview_8bit(rgb: np.ndarray, exposure: float = 1.0) -> np.ndarray:
 
     A soft shoulder above 0.8 (``0.8 + 0.2 * tanh((x - 0.8) / 0.2)``) keeps highlights
     from clipping hard, then the sRGB transfer; evaluated through a lookup table with
-    1/4096 steps (values above 8 map to white; NaN to black).
+    1/4096 steps (values above 8 map to white; NaN to black). Converted in strips of
+    about a million values, so a 4K frame needs no full-size temporaries (issue 37).
     """
-    x = np.asarray(rgb, dtype=F32) * F32(exposure * _PREVIEW_LUT_SCALE)
-    np.fmax(x, F32(0.0), out=x)
-    np.minimum(x, F32(_PREVIEW_LUT_MAX * _PREVIEW_LUT_SCALE), out=x)
-    return _preview_lut()[(x + F32(0.5)).astype(np.int32)]
+    rgb = np.asarray(rgb)
+    out = np.empty(rgb.shape, np.uint8)
+    lut = _preview_lut()
+    rows = max(1, (1 << 20) // max(1, int(np.prod(rgb.shape[1:]))))
+    for y in range(0, rgb.shape[0], rows):
+        x = np.asarray(rgb[y:y + rows], dtype=F32) * F32(exposure * _PREVIEW_LUT_SCALE)
+        np.fmax(x, F32(0.0), out=x)
+        np.minimum(x, F32(_PREVIEW_LUT_MAX * _PREVIEW_LUT_SCALE), out=x)
+        x += F32(0.5)
+        out[y:y + rows] = lut[x.astype(np.int32)]
+    return out

@@ -42,6 +42,10 @@ blends the overlaps (:mod:`backend.jobs.restyle`). Within a window:
   (VAE spatial factor x transformer patch, 16 for Wan2.1) and the window to ``4k + 1``
   frames (the VAE's temporal factor 4) by repeating its last frame; the output is
   cropped back to exactly the input's frames and pixels. Nothing is resized.
+* **Scheduler shift** (``flow_shift``): the flow-matching shift of the sigma schedule.
+  ``auto`` takes diffusers' Wan example values by the padded frame size: 3.0 up to 480p
+  (short side <= 480), 5.0 above (720p); :func:`flow_shift_for`. The model's scheduler
+  is rebuilt from its own config with that shift (``from_config(..., flow_shift=)``).
 
 Colour: Wan works on display-referred sRGB; the reference is encoded with the sRGB
 transfer (clipped to [0, 1]), the output decoded back to scene-linear Rec.709 in [0, 1].
@@ -157,9 +161,9 @@ def check_model_folder(folder: Path, model: str) -> None:
 
 def resolve_model(model: str, cache_dir: Optional[os.PathLike], local: bool) -> Optional[Path]:
     """The local folder of ``model``: the folder itself, or the snapshot of repo id
-    ``model`` in the models folder (``refs/main``, else any snapshot with a
-    ``model_index.json``); ``None`` when not there and ``local`` is false (it may then be
-    downloaded by ``from_pretrained``).
+    ``model`` that ``refs/main`` names in the models folder
+    (:func:`backend.hub_cache.cached_snapshot`); ``None`` when not there and ``local`` is
+    false (it may then be downloaded by ``from_pretrained``).
 
     Raises:
         ModelNotAvailable: not there and ``local`` (one line naming the model and how to
@@ -168,29 +172,27 @@ def resolve_model(model: str, cache_dir: Optional[os.PathLike], local: bool) -> 
     p = Path(os.path.expanduser(model))
     if p.is_dir():
         return p
-    from ..catalog import MODELS_WHERE, models_folder
+    from ..catalog import models_folder
+    from ..hub_cache import cached_snapshot, download_hint
 
     root = models_folder(cache_dir)
-    if root is not None and "/" in model:
-        repo = root / ("models--" + model.replace("/", "--"))
-        snaps = repo / "snapshots"
-        ref = repo / "refs" / "main"
-        try:
-            if ref.is_file() and (snaps / ref.read_text().strip()).is_dir():
-                return snaps / ref.read_text().strip()
-            found = sorted(s for s in snaps.iterdir() if (s / "model_index.json").exists())
-            if found:
-                return found[-1]
-            found = sorted(s for s in snaps.iterdir() if s.is_dir())
-            if found:
-                return found[-1]
-        except OSError:
-            pass
+    snap = cached_snapshot(root, model) if "/" in model else None
+    if snap is not None:
+        return snap
     if local:
-        raise ModelNotAvailable(
-            f"model {model!r} is not in the models folder ({root}); download it in {MODELS_WHERE} "
-            f"or with `huggingface-cli download {model}` (offline: nothing is downloaded)")
+        raise ModelNotAvailable(f"model {model!r} is not in the models folder ({root}); "
+                                f"{download_hint('wan-vace')} (offline: nothing is downloaded)")
     return None
+
+
+#: diffusers' Wan example (``flow_shift = 5.0  # 5.0 for 720P, 3.0 for 480P``)
+FLOW_SHIFT_480P, FLOW_SHIFT_720P = 3.0, 5.0
+
+
+def flow_shift_for(height: int, width: int) -> float:
+    """The scheduler shift for a ``height x width`` (padded) video: 3.0 at 480p and below
+    (short side <= 480 px), 5.0 above, as diffusers' Wan examples set it."""
+    return FLOW_SHIFT_480P if min(int(height), int(width)) <= 480 else FLOW_SHIFT_720P
 
 
 class WanVaceRenderer(Renderer):
@@ -230,7 +232,7 @@ class WanVaceRenderer(Renderer):
                  negative_prompt: str = DEFAULT_NEGATIVE, max_sequence_length: int = 512,
                  cpu_offload: bool = False, vae_tiling: bool = False, vae_slicing: bool = False,
                  dtype: str = "auto", local_files_only: Optional[bool] = None,
-                 cache_dir: Optional[str] = None):
+                 cache_dir: Optional[str] = None, flow_shift: Any = "auto"):
         if control not in CONTROLS:
             raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
         if reference not in REFERENCES:
@@ -246,6 +248,14 @@ class WanVaceRenderer(Renderer):
             raise ValueError(f"max_sequence_length must be >= 1, got {max_sequence_length}")
         if dtype not in ("auto", "float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be auto, float32, float16 or bfloat16, got {dtype!r}")
+        if flow_shift not in ("auto", None, ""):
+            try:
+                flow_shift = float(flow_shift)
+            except (TypeError, ValueError):
+                raise ValueError(f"flow_shift must be auto or a number > 0, got {flow_shift!r}") from None
+            if not flow_shift > 0:
+                raise ValueError(f"flow_shift must be auto or a number > 0, got {flow_shift!r}")
+        self.flow_shift = "auto" if flow_shift in ("auto", None, "") else flow_shift
         require_packages("the wan-vace renderer", "torch", "diffusers", "transformers")
         from ..precision import resolve_dtype
 
@@ -271,7 +281,7 @@ class WanVaceRenderer(Renderer):
                 "guidance_scale": self.guidance_scale, "strength": self.strength, "control": self.control,
                 "reference": self.reference, "window": self.window, "overlap": self.window_overlap,
                 "negative_prompt": self.negative_prompt, "max_sequence_length": self.max_sequence_length,
-                "dtype": self.dtype_name}
+                "dtype": self.dtype_name, "flow_shift": self.flow_shift}
 
     def describe(self, prompt: str, looks: Optional[Sequence[Look]] = None) -> Dict[str, object]:
         """Loads the model (a missing or mismatched one fails before any output) and
@@ -333,6 +343,18 @@ class WanVaceRenderer(Renderer):
             pipe.vae.enable_slicing()
         pipe.set_progress_bar_config(disable=True)
         self._pipe, self._device, self._dtype, self._folder = pipe, device, dtype, folder
+
+    def _set_flow_shift(self, height: int, width: int) -> Optional[float]:
+        """Rebuild the pipeline's scheduler from its config with the shift for this size
+        (:func:`flow_shift_for`, or the ``flow_shift`` option); returns the shift in use
+        (``None`` for a scheduler without one)."""
+        sched = self._pipe.scheduler
+        if "flow_shift" not in sched.config:
+            return None
+        shift = flow_shift_for(height, width) if self.flow_shift == "auto" else float(self.flow_shift)
+        if float(sched.config["flow_shift"]) != shift:
+            self._pipe.scheduler = type(sched).from_config(sched.config, flow_shift=shift)
+        return shift
 
     def spatial_multiple(self) -> int:
         """Pixels both frame sides are padded to a multiple of (VAE spatial factor x patch)."""
@@ -445,6 +467,7 @@ class WanVaceRenderer(Renderer):
         generator = torch.Generator(device=gen_device).manual_seed(self.seed)
         emb = self._prompt_embeds(prompt)
         neg = self._prompt_embeds(self.negative_prompt, warn=False) if self.guidance_scale > 1.0 else None
+        shift = self._set_flow_shift(ph, pw)
         what = f"a window of {n_real} frames at {w}x{h} (padded to {n_frames} frames at {pw}x{ph})"
         try:
             with torch.no_grad():
@@ -463,5 +486,5 @@ class WanVaceRenderer(Renderer):
         out = np.asarray(out, dtype=np.float32)[:n_real, :h, :w]
         out = np.nan_to_num(out, nan=0.0, posinf=1.0, neginf=0.0)
         rgb = np.clip(srgb_to_linear(np.clip(out, 0.0, 1.0)), 0.0, 1.0).astype(np.float32)
-        self.last_info = {"processing_size": [pw, ph], "window_frames": n_frames}
+        self.last_info = {"processing_size": [pw, ph], "window_frames": n_frames, "flow_shift": shift}
         return [np.ascontiguousarray(f) for f in rgb]
