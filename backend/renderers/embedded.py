@@ -356,7 +356,9 @@ class EmbeddedRenderer(Renderer):
             diffuse[:, sky] = 0.0
             specular[:, sky] = 0.0
 
-        # free the shading inputs the media step no longer needs (issue 37: 4K memory)
+        # free the shading inputs the media step no longer needs (issue 37: 4K memory);
+        # the added lights (issue 39) still shade the look's surfaces
+        lit_surfaces = (albedo, rough, metal) if self.light_rig is not None else None
         del albedo, normal, rough, metal, f0, spec_k, shading, env, ref_y, sky_rgb
         del n_dot_v, n_dot_v_env, ny_depth, cover
 
@@ -373,7 +375,8 @@ class EmbeddedRenderer(Renderer):
             trans = trans * t_fog
         # LIGHTS HOOK under a look (issue 39): the look re-lit the plate's own light; the
         # added lights shine on the look's surfaces, through its media, then its post
-        out = self._add_lights(out, frame, frame_index, intr, look=(albedo, rough, metal, trans))
+        if lit_surfaces is not None:
+            out = self._add_lights(out, frame, frame_index, intr, look=(*lit_surfaces, trans))
         if p.rain_streaks > 0:
             streaks = _rain_streaks(h, w, frame_index, time_s)
             out = out + sh.col(np.asarray(p.fog_color) * 0.25 * p.rain_streaks * level) * streaks
