@@ -199,6 +199,8 @@ class JobController:
         #: warnings from the add-on's own steps (e.g. the startup cube hidden), shown
         #: with the workers' ones at the end
         self.notes: List[str] = []
+        #: what the job did, added to its "done" line (e.g. the lights a restyle took)
+        self.summary = ""
 
     @property
     def scene(self):
@@ -228,7 +230,7 @@ class JobController:
     def _advance(self) -> None:
         self.index += 1
         if self.step is None:
-            self._end(worker_mod.DONE, f"{self.label}: done{self._warning_text()}")
+            self._end(worker_mod.DONE, f"{self.label}: done{self.summary}{self._warning_text()}")
             return
         try:
             self.step.start(self)

@@ -254,12 +254,13 @@ def restyle_job(
         raise ValueError("restyle needs edited_dir or gbuffer_dir")
     # restyle_NNN/restyle.log next to result/ (operator), else inside the --out folder (CLI)
     log = (result_dir.parent if result_dir.name == RESULT_DIR else result_dir) / "restyle.log"
+    notes: List[str] = []
     if scene.gbuffer_editor.use_scene_lights:  # issue 39: Blender's lights relight the plate
         # the unedited frames carry the headers (camera); the edited ones do not exist yet
         unedited = gbuffer_dir or scene.gbuffer_editor.gbuffer_dir or compositor.gbuffer_folder(
             compositor.find_tree(scene))
         extra += ["--lights", str(write_scene_lights(scene, Path(bpy.path.abspath(str(unedited))),
-                                                     result_dir.parent / "lights.json"))]
+                                                     result_dir.parent / "lights.json", notes))]
     if renderer:
         extra = ["--renderer", renderer] + extra
     request = backend_args.request_from_cli("restyle", [source, "--prompt", prompt, "--out", result_dir, *extra],
@@ -278,15 +279,22 @@ def restyle_job(
             s.preview_pass = compositor.RESULT_PASS  # the Preview list says what the backdrop shows
 
     steps.append(CallStep("Loading result", _load))
-    return JobController(scene, "Restyle", steps)
+    ctl = JobController(scene, "Restyle", steps)
+    if notes:  # the lights taken (status line), then the skipped ones as warnings
+        ctl.summary, ctl.notes[:0] = f" ({notes[0]})", notes[1:]
+    return ctl
 
 
-def write_scene_lights(scene, gbuffer_dir: Path, path: Path) -> Path:
+def write_scene_lights(scene, gbuffer_dir: Path, path: Path, notes: Optional[List[str]] = None) -> Path:
     """Write the scene's lights (:func:`..addon.scene.lights.scene_lights`) for the
     G-buffer frames the scene's frame range shows, keyed by G-buffer file number, to
     ``path`` (in the new restyle_NNN folder: never over a user's file). World space when
     the G-buffer frames carry a camera (scene export, camera-tracked decompose), else
-    relative to the scene camera.
+    relative to the scene camera. Lights that lit the plate (the scene export's
+    ``settings.lights``) and Blender's startup default light are skipped.
+
+    ``notes`` (when given) receives "Scene Lights: KEY, RIM" (the lights taken), then one
+    warning per light skipped or not carried over.
 
     Raises:
         JobFailed: no light that renders, or neither a solved nor a scene camera.
@@ -311,11 +319,16 @@ def write_scene_lights(scene, gbuffer_dir: Path, path: Path) -> Path:
         solved = frame_camera(contract.read_meta(files[frames[0] - start + 1 + offset])) is not None
     except Exception:
         solved = False
+    man = contract.read_manifest(gbuffer_dir)
+    plate_lights = (man.get("settings") or {}).get("lights") or [] if man.get("job") == "scene_export" else []
     try:
         doc = scene_lights(scene, frames, space="world" if solved else "camera",
-                           numbers=[f - start + 1 + offset for f in frames])
+                           numbers=[f - start + 1 + offset for f in frames], plate_lights=plate_lights)
     except ValueError as e:
         raise JobFailed(f"Scene Lights: {e}") from e
+    if notes is not None:
+        notes.append("Scene Lights: " + ", ".join(doc["taken"]))
+        notes.extend(f"Scene Lights: {w}" for w in doc["warnings"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
     return path

@@ -89,5 +89,14 @@ def write_sequence(folder: Path, frames: Iterable[contract.GBufferFrame], *, fir
 
 def make_gbuffers(folder: Path, n: int = 3, h: int = 48, w: int = 64, kind: str = "relative") -> Path:
     """The restyle tests' input: ``n`` sphere frames (moving right, 24 fps) and a manifest."""
-    return write_sequence(folder, sphere_frames(h, w, n, kind=kind, fps=24.0),
-                          manifest={"source": {"fps": "24"}})
+    return decompose_manifest(write_sequence(folder, sphere_frames(h, w, n, kind=kind, fps=24.0)))
+
+
+def decompose_manifest(folder: Path) -> Path:
+    """Write ``folder/manifest.json`` as decompose writes it for the frames on disk (job,
+    24 fps source, each frame listed with its size: restyle takes them as the unedited
+    passes, issue 39). Returns ``folder``."""
+    rows = [{"frame": k, "file": p.name, "bytes": p.stat().st_size}
+            for k, p in sorted(contract.list_frames(folder).items())]
+    contract.write_manifest(folder, {"job": "decompose", "source": {"fps": "24"}, "frames": rows})
+    return folder

@@ -26,7 +26,12 @@ def test_restyle_with_scene_lights_adds_the_scene_light(scene, tmp_path):  # noq
     scene.frame_end = 1
     out = tmp_path / "gb"
     assert _export(scene, directory=str(out), load_compositor=True) == {"FINISHED"}
-    scene.objects["export_sun"].hide_render = True  # it lit the plate already: not added again
+    # export_sun lit the plate (the export's manifest records it): skipped, with a warning;
+    # so is Blender's startup default light (issue 39 trial: it was added silently)
+    default = bpy.data.objects.new("Light", bpy.data.lights.new("Light", "POINT"))
+    default.data.energy = 1000.0
+    default.location = (4.0762, 1.0055, 5.9039)
+    scene.collection.objects.link(default)
     # the plane is 5 m in front of the camera (camera at the origin looking down -Z);
     # a 500 W point light 2 m in front of the camera on its axis: 3 m above the plane
     pt = bpy.data.objects.new("key", bpy.data.lights.new("key", "POINT"))
@@ -34,15 +39,20 @@ def test_restyle_with_scene_lights_adds_the_scene_light(scene, tmp_path):  # noq
     pt.data.shadow_soft_size = 0.0
     pt.location = (0.0, 0.0, -2.0)
     scene.collection.objects.link(pt)
-    results = {}
+    results, messages = {}, {}
     for name, on in (("plain", False), ("lit", True)):
         scene.gbuffer_editor.use_scene_lights = on
         run = tmp_path / name
         ctl = restyle.restyle_job(scene, run / "result", prompt="", renderer="embedded", gbuffer_dir=out)
         assert ctl.run_blocking() == worker.DONE, ctl.message
         results[name] = read_rgba_exr(run / "result" / "restyle_0001.exr")[..., :3]
+        messages[name] = ctl.message
     doc = json.loads((tmp_path / "lit" / "lights.json").read_text())
-    assert doc["space"] == "world" and [lt["name"] for lt in doc["lights"]] == ["key"]
+    assert doc["space"] == "world" and [lt["name"] for lt in doc["lights"]] == ["key"] == doc["taken"]
+    assert {sk["name"] for sk in doc["skipped"]} == {"export_sun", default.name}
+    assert "Restyle: done (Scene Lights: key)" in messages["lit"], messages
+    assert any("'export_sun' not added" in w and "in the plate already" in w for w in ctl.warnings), ctl.warnings
+    assert any(f"{default.name!r} not added" in w and "startup default light" in w for w in ctl.warnings), ctl.warnings
     assert not (tmp_path / "plain" / "lights.json").exists()
     gain = float((results["lit"] - results["plain"])[H // 2 - 2:H // 2 + 2, W // 2 - 2:W // 2 + 2].mean())
     # what the backend computes for the same light given in camera space (the world -> camera

@@ -27,7 +27,7 @@ from backend.jobs.runner import JobError
 from cli_util import REPO, cli_cmd, cli_env, events, run_cli, start_cli
 from decompose_util import register_tiny
 from footage_util import gradient_rgb, write_image
-from gbuffer_util import make_gbuffers
+from gbuffer_util import decompose_manifest, make_gbuffers
 
 from reliability_util import sha256_of as _sha, tiny_decompose as _dec, write_sequence as _sequence
 
@@ -450,6 +450,7 @@ def test_out_of_range_gbuffer_values_are_reported_not_rendered_silently(tmp_path
     f.normal[4:6, :] = 0.0
     f.albedo[10:12] = 5.0
     contract.write_frame(contract.frame_path(gb, 2), f, validate=False)
+    decompose_manifest(gb)  # as an exporter wrote them (not an edit of decompose's frames)
     got = []
     res = restyle(gb, tmp_path / "rs", "fog", progress=got.append)
     assert sorted(res.written) == [1, 2, 3]

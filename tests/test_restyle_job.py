@@ -1,6 +1,7 @@
 """Restyle job and CLI: outputs, metadata, previews, resume, cancel, safety, errors."""
 import io
 import json
+import shutil
 import signal
 import time
 
@@ -14,7 +15,7 @@ from backend.renderers.embedded import EmbeddedRenderer
 from backend.renderers.prompt import PromptError
 from backend.renderers.synthetic import sphere_scene
 from cli_util import events, last_event, run_cli, start_cli
-from gbuffer_util import make_gbuffers
+from gbuffer_util import decompose_manifest, make_gbuffers
 
 F32 = np.float32
 
@@ -370,6 +371,7 @@ def test_gap_in_frame_numbers_warns(tmp_path):
     gb = make_gbuffers(tmp_path / "gb", n=5)
     contract.frame_path(gb, 2).unlink()
     contract.frame_path(gb, 4).unlink()
+    decompose_manifest(gb)  # a sequence with gaps, as decompose lists it
     s = io.StringIO()
     res = restyle(gb, tmp_path / "out", "dense fog", stream=s, frames="1-5")
     assert res.written == [1, 3, 5]
@@ -438,3 +440,28 @@ def test_no_mp4_overwrite_does_not_list_the_removed_mp4(tmp_path):
     man = contract.read_manifest(out)
     assert not (out / "preview.mp4").exists()
     assert "preview_mp4" not in man and "preview.mp4" not in man["outputs"] and man["complete"] is True
+
+
+def test_unknown_unedited_passes_are_warned_once_with_what_to_do(gb, tmp_path):
+    """Issue 39 trial: an edited folder with no --reference and no recorded source gave
+    the footage back with only 'no manifest.json (deleted?)'. Whenever the unedited passes
+    are unknown, one warning says the passes are taken as unedited and what to pass."""
+    def warned(folder, out):
+        s = io.StringIO()
+        restyle(folder, tmp_path / out, "", stream=s, mp4=False)
+        return [e["message"] for e in events(s) if e["event"] == "warning"]
+
+    said = "taken as unedited, so material edits in them have no effect"
+    assert not any(said in w for w in warned(gb, "as_written"))  # decompose's folder as written
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    for n, p in contract.list_frames(gb).items():  # edited by a script, decompose's headers kept
+        f = contract.read_frame(p)
+        f.roughness[10:20, 10:30] = 0.05  # a box edit (changes the file size)
+        contract.write_frame(contract.frame_path(edited, n), f)
+    got = [w for w in warned(edited, "no_manifest") if said in w]
+    assert len(got) == 1 and "--reference UNEDITED_FOLDER" in got[0] and "no manifest.json" in got[0], got
+    # edited in place: the manifest's sizes no longer match
+    shutil.copy(gb / "manifest.json", edited / "manifest.json")
+    got = [w for w in warned(edited, "in_place") if said in w]
+    assert len(got) == 1 and "is not the file decompose wrote" in got[0], got

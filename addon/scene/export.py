@@ -367,7 +367,7 @@ class ExportManifest:
     * ``job``: ``"scene_export"``; ``contract_version``; ``passes``;
     * ``settings``: scene, .blend, camera, view layer, rendered ``resolution``
       ``[width, height]``, Cycles ``samples`` and ``denoise``, ``motion_blur_steps``,
-      Blender version;
+      Blender version, ``lights`` (the names of the lights that render: they lit the plate);
     * ``frames``: one row per file, by scene frame: ``frame``, ``file``, ``depth_near``,
       ``depth_far``, ``intrinsics`` (``[fx, fy, cx, cy]`` in pixels, ``None`` for
       non-perspective cameras), ``camera_matrix_world``, ``timestamp``;
@@ -408,6 +408,10 @@ class ExportManifest:
                 "denoise": bool(s.cycles.use_denoising),
                 "motion_blur_steps": int(motion_blur_steps),
                 "blender": bpy.app.version_string,
+                # the lights that render these frames: they are in the plate (a relight
+                # with Scene Lights skips them, issue 39)
+                "lights": sorted(ob.name for ob in s.objects if ob.type == "LIGHT" and not ob.hide_render
+                                 and ob.visible_get(view_layer=renderer.view_layer)),
             },
         }
 

@@ -7,8 +7,12 @@ colour, power (``energy * 2^exposure``, Blender's units), position, direction
 (the object's -Z), ``axis_u`` (its +X), sizes times the object's scale, spot cone and
 blend, sun angle, each evaluated at every frame asked for (so keyframed, driven or
 parented lights animate: one keyframe per frame). Every light that renders is
-*added* to the footage: lights that already lit the plate (a scene export's own lights)
-must be disabled in renders first, or they count twice. ``space="world"`` writes Blender world
+*added* to the footage, except lights that likely already lit the plate, which are
+skipped with a warning naming each (issue 39 trial): the lights a scene export recorded
+as rendering its frames (``plate_lights``; they are in the plate, adding them again
+counts them twice) and Blender's startup default light (``Light``, a 1000 W point light
+at its factory place, unanimated: nobody placed it to relight the shot; move it or
+change its power and it is taken). The result names the lights taken and skipped. ``space="world"`` writes Blender world
 coordinates (use with G-buffers that carry the scene or solved camera); ``"camera"``
 writes them relative to ``camera`` (default the scene camera) at each frame.
 
@@ -25,6 +29,32 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import bpy
 
 KINDS = {"POINT": "point", "SPOT": "spot", "AREA": "area", "SUN": "sun"}
+#: Blender's startup scene's light: "Light", a 1000 W point light at this world location
+STARTUP_LIGHT_POWER = 1000.0
+STARTUP_LIGHT_LOCATION = (4.0762, 1.0055, 5.9039)
+
+
+def startup_default(ob) -> bool:
+    """``ob`` is Blender's startup default light as the factory scene has it: named
+    ``Light`` (or ``Light.001``...), a 1000 W point light at its factory location (within
+    1 mm), not animated."""
+    d = ob.data
+    if ob.name.split(".")[0] != "Light" or d.type != "POINT" or abs(float(d.energy) - STARTUP_LIGHT_POWER) > 1e-3:
+        return False
+    if ob.animation_data is not None or getattr(d, "animation_data", None) is not None:
+        return False
+    loc = ob.location if ob.parent is None else ob.matrix_world.translation  # (matrix_world lags a new object)
+    return max(abs(float(loc[i]) - STARTUP_LIGHT_LOCATION[i]) for i in range(3)) < 1e-3
+
+
+def _skip_reason(ob, plate_lights) -> str:
+    """Why ``ob`` is not taken ('' : it is)."""
+    if ob.name in plate_lights:
+        return "it rendered the scene export's frames, so it is in the plate already (adding it would count it twice)"
+    if startup_default(ob):
+        return ("Blender's startup default light (1000 W point at its factory place): likely not placed for "
+                "this shot; move it or change its power to use it")
+    return ""
 
 
 def _vec(v) -> List[float]:
@@ -80,7 +110,8 @@ def _warnings(ob) -> List[str]:
 
 
 def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = "world",
-                 camera=None, numbers: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+                 camera=None, numbers: Optional[Sequence[int]] = None,
+                 plate_lights: Iterable[str] = ()) -> Dict[str, Any]:
     """The scene's rendering lights as a ``gbuffer-lights`` document (a dict for ``json.dump``).
 
     Args:
@@ -91,13 +122,17 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
             ``camera``, default ``scene.camera``, at each frame).
         numbers: the G-buffer frame number of each of ``frames`` (what the keyframes
             are written with; default the scene frames themselves).
+        plate_lights: names of lights that lit the plate (a scene export's manifest
+            ``settings.lights``): skipped, with a warning.
 
     Returns:
-        ``{"format", "version", "space", "lights": [...], "warnings": [...]}``; the
-        current frame is restored afterwards.
+        ``{"format", "version", "space", "lights": [...], "warnings": [...], "taken":
+        [names], "skipped": [{"name", "reason"}]}``; the current frame is restored
+        afterwards. Each skipped light also has a line in ``warnings``.
 
     Raises:
-        ValueError: an unknown ``space``; ``camera`` space without a camera; no light.
+        ValueError: an unknown ``space``; ``camera`` space without a camera; no light,
+            or none left after skipping (naming the skipped ones and why).
     """
     if space not in ("world", "camera"):
         raise ValueError(f"space must be 'world' or 'camera', got {space!r}")
@@ -109,6 +144,13 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
            and ob.visible_get(view_layer=layer)]
     if not obs:
         raise ValueError(f"scene {scene.name!r} has no point, spot, area or sun light that renders")
+    plate_lights = set(plate_lights)
+    skipped = [{"name": ob.name, "reason": _skip_reason(ob, plate_lights)} for ob in obs]
+    skipped = [sk for sk in skipped if sk["reason"]]
+    obs = [ob for ob in obs if ob.name not in {sk["name"] for sk in skipped}]
+    skip_lines = [f"light {sk['name']!r} not added: {sk['reason']}" for sk in skipped]
+    if not obs:
+        raise ValueError(f"scene {scene.name!r}: no light to add; " + "; ".join(skip_lines))
     frames = list(frames) if frames is not None else list(range(scene.frame_start, scene.frame_end + 1))
     numbers = list(numbers) if numbers is not None else frames
     if len(numbers) != len(frames):
@@ -123,7 +165,7 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
                 per[ob.name].append(dict(_light_values(ob, cam_inv), frame=int(num)))
     finally:
         scene.frame_set(old[0], subframe=old[1])
-    lights, warnings = [], []
+    lights, warnings = [], list(skip_lines)
     for ob in obs:
         entry: Dict[str, Any] = {"name": ob.name, "type": KINDS[ob.data.type]}
         if not getattr(ob.data, "use_shadow", True):
@@ -138,4 +180,5 @@ def scene_lights(scene, frames: Optional[Iterable[int]] = None, *, space: str = 
             entry["keyframes"] = keys
         lights.append(entry)
         warnings += _warnings(ob)
-    return {"format": "gbuffer-lights", "version": 1, "space": space, "lights": lights, "warnings": warnings}
+    return {"format": "gbuffer-lights", "version": 1, "space": space, "lights": lights, "warnings": warnings,
+            "taken": [lt["name"] for lt in lights], "skipped": skipped}

@@ -212,6 +212,8 @@ class RestyleJob:
         inp = self.inputs  # refused: a folder being written, a header contradicting its file, the footage
         self._input_state = check_input(inp.gbuffer_dir, inp.files, self.gb_manifest, self.out_dir,
                                         inp.reference_dir, inp.ref_files, inp.all_files)
+        for text in getattr(self, "later_warnings", ()):  # the unedited passes unknown (restyle_plate)
+            events.warning(text, file=inp.gbuffer_dir)
         pdir = Path(self.out_dir) / PREVIEW_DIR
         if self.previews and (pdir.is_symlink() or (pdir.exists() and not pdir.is_dir())):
             # a link would send our PNGs (and their clean-up) into someone else's folder,
@@ -564,12 +566,15 @@ def run_restyle(request: RestyleRequest, *, progress: events.Progress = None,
         inputs = RestyleInputs.scan(r.gbuffer_dir, Path(r.out), r.frames, r.reference_dir)
         rig = _load_lights(r.lights, inputs) if r.lights is not None else None
         look = RestyleLook.create(r.prompt, r.renderer, r.renderer_options, lights=rig)
+        later: list = []  # warned after the input checks (refused input: one line)
         if r.reference_dir is None:  # the folder it was edited from, when recorded (issue 39)
             ref = recorded_reference(inputs.gbuffer_dir, contract.read_manifest(inputs.gbuffer_dir), None,
-                                     look.renderer, inputs.files[inputs.first])
+                                     look.renderer, inputs.files[inputs.first], inputs.files, later)
             if ref is not None:
                 inputs = RestyleInputs.scan(r.gbuffer_dir, Path(r.out), r.frames, ref)
-        return RestyleJob(inputs, look, r).run(overwrite=r.overwrite, cancel=cancel)
+        job = RestyleJob(inputs, look, r)
+        job.later_warnings = later
+        return job.run(overwrite=r.overwrite, cancel=cancel)
 
 
 def _load_lights(path: os.PathLike, inputs: RestyleInputs):

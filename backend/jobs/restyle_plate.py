@@ -2,10 +2,11 @@
 
 * :func:`recorded_reference`: an edited G-buffer folder written by the add-on records the
   folder it was edited from (``manifest.json`` ``edited_from``); restyle uses it as the
-  reference when ``--reference`` is not given. When that folder is gone, or the frames
-  say they were edited (header ``gbuffer/edited``) and nothing records their source,
-  edits cannot be told from the estimate: a ``warning`` says so (the output is then the
-  footage plus lights and looks: nothing can act locally).
+  reference when ``--reference`` is not given. Whenever the unedited passes are unknown
+  (that folder is gone; the frames say they were edited and nothing records their
+  source; no manifest; a frame whose size is not what decompose / export-scene wrote)
+  one ``warning`` says the passes are taken as unedited, so material edits in them have
+  no effect, and to pass ``--reference UNEDITED_FOLDER``.
 * :func:`shot_lighting`: the plate's lighting (:class:`backend.renderers.differential.
   PlateLighting`), fitted once per shot on up to ``FIT_FRAMES`` frames spread over the
   whole folder (the unedited ones when there is a reference), so every frame and every
@@ -32,28 +33,76 @@ EXR_NAME = "plate_lighting.exr"
 
 
 def recorded_reference(gbuffer_dir: Path, gb_manifest: Mapping[str, Any], reference_dir: Optional[os.PathLike],
-                       renderer, first_frame: Optional[Path] = None) -> Optional[Path]:
+                       renderer, first_frame: Optional[Path] = None,
+                       files: Optional[Mapping[int, Path]] = None, later: Optional[list] = None) -> Optional[Path]:
     """The reference folder to use: ``reference_dir`` when given, else the manifest's
-    ``edited_from`` when that folder exists (the restyle manifest's ``input.reference_dir`` says so); ``None`` with a
-    ``warning`` when the folder is not a plain decompose output and nothing says where its
-    unedited passes are. Renderers that take no reference: ``reference_dir`` as given."""
+    ``edited_from`` when that folder exists (the restyle manifest's ``input.reference_dir``
+    says so). Otherwise ``None``, and **one** ``warning`` whenever the unedited passes are
+    unknown (:func:`why_unknown`: the folder is not, frame for frame, what a decompose or
+    scene export wrote): its passes are taken as unedited, so material edits in them have
+    no effect. Renderers that take no reference: ``reference_dir`` as given.
+
+    Args:
+        files: the frames to render (``{number: path}``); ``None``: ``first_frame`` only.
+        later: when given, the warning's text is appended to it instead of emitted (the
+            job emits it after its input checks, so refused input gets one line only).
+    """
     if reference_dir is not None or not getattr(renderer, "accepts_reference", False):
         return Path(reference_dir) if reference_dir is not None else None
     src = gb_manifest.get("edited_from")
     if isinstance(src, str) and src and Path(src).is_dir() and Path(src).resolve() != gbuffer_dir.resolve():
         return Path(src)
-    if not src:
-        if not _frames_say_edited(first_frame):
-            # a decompose / export-scene folder as written, or one with no manifest: nothing
-            # says it was edited (other tools' edits cannot be detected; docs/restyle.md)
-            return None
-        why = "its frames say they were edited (gbuffer/edited) but it records no source (manifest edited_from)"
+    why = why_unknown(gb_manifest, files if files is not None else
+                      ({0: first_frame} if first_frame is not None else {}))
+    if why is None:
+        return None  # a decompose / export-scene folder as its job wrote it: these are the unedited passes
+    text = (f"G-buffer folder {gbuffer_dir}: its unedited passes are unknown ({why}); no --reference was "
+            "given: the passes are taken as unedited, so material edits in them have no effect: they "
+            "cannot act locally (the output is the footage plus lights and looks); pass --reference UNEDITED_FOLDER "
+            "(the folder decompose or export-scene wrote)")
+    if later is not None:
+        later.append(text)
     else:
-        why = f"its recorded source {src} (manifest edited_from) is not a folder any more"
-    events.warning(f"G-buffer folder {gbuffer_dir} has no --reference and {why}: material edits in it cannot "
-                   "be told from the estimated passes, so they cannot act locally and are not applied (the output "
-                   "is the footage plus lights and looks); pass --reference the unedited G-buffer folder",
-                   file=gbuffer_dir)
+        events.warning(text, file=gbuffer_dir)
+    return None
+
+
+#: jobs whose output folder holds unedited passes as written (manifest ``job``)
+UNEDITED_JOBS = ("decompose", "scene_export")
+
+
+def why_unknown(gb_manifest: Mapping[str, Any], files: Mapping[int, Path]) -> Optional[str]:
+    """Why the folder's frames cannot be taken as its unedited passes, ``None`` when they
+    can: a manifest of a decompose or scene export lists every frame with the size it
+    wrote and the file on disk has that size (a scene export records no size: listed is
+    enough), and no frame header says it was edited. A size check (no hash), so it costs
+    nothing; an edit that keeps every file's size to the byte is not caught."""
+    src = gb_manifest.get("edited_from")
+    if isinstance(src, str) and src:
+        return f"its recorded source {src} (manifest edited_from) is not a folder any more"
+    for n, path in sorted(files.items())[:1]:
+        if _frames_say_edited(path):
+            return f"{path.name} says it was edited (gbuffer/edited) but nothing records its source"
+    if not gb_manifest:
+        return "no manifest.json says which job wrote it"
+    job = gb_manifest.get("job")
+    if job not in UNEDITED_JOBS:
+        return f"its manifest.json is from job {job!r}, not decompose or export-scene"
+    sizes: dict = {}
+    for e in gb_manifest.get("frames") or ():
+        try:
+            sizes[int(e["frame"])] = int(e["bytes"]) if e.get("bytes") is not None else None
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    for n, path in sorted(files.items()):
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue  # missing: reading the frame reports it
+        if n not in sizes:
+            return f"manifest.json does not list {path.name}"
+        if sizes[n] is not None and sizes[n] != size:
+            return f"{path.name} is not the file {job} wrote (manifest.json lists {sizes[n]} bytes, it has {size})"
     return None
 
 

@@ -224,17 +224,23 @@ class EmbeddedRenderer(Renderer):
         plate, _mask = differential_plate(frame, reference, lighting, view, ssr)
         return plate
 
-    def _add_lights(self, plate: np.ndarray, frame: GBufferFrame, frame_index: int, intr) -> np.ndarray:
-        """Lights placed by the artist (``self.light_rig``), added to the plate: the one
-        place the renderer calls :func:`.lights.light_contribution` (H x W x 3 radiance,
-        may be negative; ``frame_number`` = the G-buffer frame number, ``frame_index + 1``
-        as the restyle job passes ``n - 1``). No rig: the plate as it is."""
+    def _add_lights(self, plate: np.ndarray, frame: GBufferFrame, frame_index: int, intr,
+                    look: Optional[tuple] = None) -> np.ndarray:
+        """Lights placed by the artist (``self.light_rig``) added to ``plate`` (3 x H x W):
+        the one place the renderer calls :func:`.lights.light_contribution` (``frame_number``
+        = the G-buffer frame number, ``frame_index + 1`` as the restyle job passes ``n - 1``).
+        No look: onto the edited plate. Under a look, ``look = (albedo, roughness, metallic,
+        transmittance)``: on the look's surfaces (wet, snow), times the medium's
+        transmittance, before the look's post (:func:`.lights.light_under_look`). Clamped
+        at 0. No rig: ``plate`` as it is."""
         if self.light_rig is None:
             return plate
-        from .lights import light_contribution  # the lights branch's module
+        from .lights import light_contribution, light_under_look
 
-        add = light_contribution(frame, self.light_rig, frame_number=frame_index + 1,
-                                 intrinsics=sh.intrinsics_for(*frame.shape, intr, self.fov_y_deg))
+        k = sh.intrinsics_for(*frame.shape, intr, self.fov_y_deg)
+        if look is not None:
+            return light_under_look(plate, frame, self.light_rig, frame_index + 1, k, *look)
+        add = light_contribution(frame, self.light_rig, frame_number=frame_index + 1, intrinsics=k)
         return np.maximum(plate + sh.chw(add), F32(0.0))
 
     # -- implementation ---------------------------------------------------------------
@@ -261,8 +267,8 @@ class EmbeddedRenderer(Renderer):
 
         # --- 0. the plate: the footage, edits acting through their difference, lights ------
         plate = self._edited_plate(frame, reference, view, intr)
-        plate = self._add_lights(plate, frame, frame_index, intr)  # LIGHTS HOOK (issue 39 item 4)
         if prompt is None or (isinstance(prompt, str) and not read_prompt(prompt, self) and not self.overrides):
+            plate = self._add_lights(plate, frame, frame_index, intr)  # LIGHTS HOOK, no look (issue 39)
             return _plate_layers(plate, frame, ray_len)
         p = prompt if isinstance(prompt, LookParams) else self.params(prompt)
         reference = None  # the plate carries the edits now: the looks shade it as it is
@@ -350,7 +356,9 @@ class EmbeddedRenderer(Renderer):
             diffuse[:, sky] = 0.0
             specular[:, sky] = 0.0
 
-        # free the shading inputs the media step no longer needs (issue 37: 4K memory)
+        # free the shading inputs the media step no longer needs (issue 37: 4K memory);
+        # the added lights (issue 39) still shade the look's surfaces
+        lit_surfaces = (albedo, rough, metal) if self.light_rig is not None else None
         del albedo, normal, rough, metal, f0, spec_k, shading, env, ref_y, sky_rgb
         del n_dot_v, n_dot_v_env, ny_depth, cover
 
@@ -365,6 +373,10 @@ class EmbeddedRenderer(Renderer):
         if p.fog_tau > 0:
             out, t_fog = _fog(out, p, planar, ray_len, view, dist_fog, lf, key_dir)
             trans = trans * t_fog
+        # LIGHTS HOOK under a look (issue 39): the look re-lit the plate's own light; the
+        # added lights shine on the look's surfaces, through its media, then its post
+        if lit_surfaces is not None:
+            out = self._add_lights(out, frame, frame_index, intr, look=(*lit_surfaces, trans))
         if p.rain_streaks > 0:
             streaks = _rain_streaks(h, w, frame_index, time_s)
             out = out + sh.col(np.asarray(p.fog_color) * 0.25 * p.rain_streaks * level) * streaks

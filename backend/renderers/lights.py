@@ -27,6 +27,7 @@ bounce (:func:`glossy_bounce`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import List, Optional, Sequence, Tuple
 
@@ -69,6 +70,13 @@ SHADOW_FILTER_FRACTION = 0.015
 SHADOW_FILTER_MIN = 3
 #: specular lobes widen by this times the tangent of the emitter's angular radius (_widened)
 LOBE_WIDEN = 0.5
+#: occluder weight from Confidence: an occluder casts no shadow at or below CONF_LO, a full
+#: one at or above CONF_HI (linear in between); chosen on phone_office.mp4 (embedded
+#: estimator: its window corner's wrong near depth has Confidence ~0.7, the objects 0.9+)
+CONF_LO, CONF_HI = 0.75, 0.95
+#: the edge-aware visibility filter (guided by the frame, He et al. 2010): radius as a
+#: fraction of the frame's short side (2 px at least) and eps on the guide (sRGB-like luma)
+GUIDED_FRACTION, GUIDED_EPS = 0.02, 0.004
 #: roughness is clamped to at least this (a perfect mirror has no finite highlight)
 MIN_ROUGHNESS = 0.03
 #: the mirror ray's ground fallback ramps in as the reflected direction goes below the
@@ -256,8 +264,9 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
                       k: Tuple[float, float, float, float], target: Optional[np.ndarray],
                       direction: np.ndarray, *, steps: Optional[int] = None,
                       thickness: Optional[float] = None, bias: Optional[float] = None,
-                      width_factor: Optional[float] = None, occluder: Optional[np.ndarray] = None) -> np.ndarray:
-    """Hard shadows traced in the depth buffer (a screen-space ray march toward the light).
+                      occluder: Optional[np.ndarray] = None,
+                      weight: Optional[np.ndarray] = None) -> np.ndarray:
+    """Shadows traced in the depth buffer (a screen-space ray march toward the light).
 
     From each point ``p`` toward the light (to ``target``, or along ``direction`` for a
     sun, as far as twice the farthest depth), clipped in front of the camera and to the
@@ -281,10 +290,14 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
         p: 3 x N camera-space points; ``pix``: their ``(row, col)`` indices.
         k: ``(fx, fy, cx, cy)``. ``target``: (3,) light position or ``None`` (sun).
         direction: (3,) unit direction from the surface toward a sun (unused with target).
-        occluder: H x W :func:`occluder_thickness` (computed when ``None``).
+        occluder: H x W :func:`occluder_thickness` (computed when ``None``; zeros: every
+            occluder ``thickness`` deep, as for an estimated depth).
+        weight: H x W float32 in [0, 1], how opaque each pixel is as an occluder
+            (:func:`occluder_weight`: its Confidence); ``None``: 1.
 
     Returns:
-        N float32 in {0, 1}: 1 lit, 0 in shadow.
+        N float32 in [0, 1]: 1 lit, 0 in shadow (1 - the largest weight of an occluder
+        on the ray; {0, 1} with ``weight`` None).
     """
     steps = SHADOW_STEPS if steps is None else steps
     thickness = SHADOW_THICKNESS if thickness is None else thickness
@@ -306,7 +319,6 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     u0, v0 = fx * p[0] / z0 + cx, cy - fy * p[1] / z0
     u1, v1 = fx * e[0] / z1 + cx, cy - fy * e[1] / z1
     iz0, iz1 = F32(1.0) / z0, F32(1.0) / z1
-    occluded = np.zeros(p.shape[1], bool)
     r0, c0 = pix
     # the buffer padded with one ring of "no surface": samples outside the frame read it
     padded = np.full((h + 2, w + 2), np.inf, F32)
@@ -315,8 +327,14 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
     # each pixel's assumed depth: the larger of a fraction of its depth and its width
     tpad = np.zeros((h + 2, w + 2), F32)
     tpad[1:-1, 1:-1] = np.maximum(F32(thickness) * np.where(sky, F32(0.0), buf),
-                                  occluder_thickness(depth, sky, fx, width_factor) if occluder is None else occluder)
+                                  occluder_thickness(depth, sky, fx) if occluder is None else occluder)
     tflat = tpad.ravel()
+    wflat = None
+    if weight is not None:
+        wpad = np.zeros((h + 2, w + 2), F32)
+        wpad[1:-1, 1:-1] = np.clip(weight, 0.0, 1.0)
+        wflat = wpad.ravel()
+    occ = np.zeros(p.shape[1], F32)
     du, dv, diz = u1 - u0, v1 - v0, iz1 - iz0
     # samples closer than 2 px to the start pixel are its own surface: skipped
     s_min = F32(2.0) / np.maximum(np.sqrt(du * du + dv * dv), F32(1e-6))
@@ -347,16 +365,73 @@ def shadow_visibility(depth: np.ndarray, sky: np.ndarray, p: np.ndarray, pix: Tu
         d = flat[vi]
         behind = z - d
         thick = np.maximum(tflat[vi], np.abs(z - prev_z))
-        occluded |= (behind > F32(bias) * z) & (behind < thick) & (s >= s_min)
+        hit = (behind > F32(bias) * z) & (behind < thick) & (s >= s_min)
+        if wflat is None:
+            occ[hit] = 1.0
+        else:
+            np.maximum(occ, np.where(hit, wflat[vi], F32(0.0)), out=occ)
         prev_z = z
-    return (~occluded).astype(F32)
+    return F32(1.0) - occ
+
+
+def depth_trusted(frame: contract.GBufferFrame) -> bool:
+    """The depth is not an estimate: the header's ``provenance.depth`` is not
+    ``estimated`` (a scene export's exact depth, a measured one; no provenance: trusted)."""
+    prov = (frame.meta or {}).get("provenance")
+    return not (isinstance(prov, dict) and prov.get("depth") == "estimated")
+
+
+def occluder_weight(frame: contract.GBufferFrame) -> Optional[np.ndarray]:
+    """How opaque each pixel is as a shadow caster (H x W float32 in [0, 1]), ``None``
+    when every pixel is (no Confidence pass, or Confidence >= :data:`CONF_HI` everywhere):
+    ``(Confidence - CONF_LO) / (CONF_HI - CONF_LO)`` clipped, so only confident geometry
+    casts hard shadows (an estimator's wrong near depth at a window corner, Confidence
+    ~0.7 on phone_office.mp4, cast a shadow over the whole desk)."""
+    conf = frame.confidence
+    if conf is None:
+        return None
+    c = np.asarray(conf, F32)
+    if float(c.min()) >= CONF_HI:
+        return None
+    return np.clip((c - F32(CONF_LO)) * F32(1.0 / (CONF_HI - CONF_LO)), 0.0, 1.0).astype(F32)
+
+
+def frame_guide(frame: contract.GBufferFrame) -> np.ndarray:
+    """The frame as the visibility filter's guide: luminance of the straight Combined,
+    to the power 1/2.2 (H x W float32, about [0, 1])."""
+    from .differential import straight
+
+    rgb = straight(frame.combined)
+    lum = F32(0.2126) * rgb[0] + F32(0.7152) * rgb[1] + F32(0.0722) * rgb[2]
+    return np.power(np.clip(lum, 0.0, 4.0), F32(1.0 / 2.2)).astype(F32)
+
+
+def guided_filter(guide: np.ndarray, src: np.ndarray, radius: int, eps: float) -> np.ndarray:
+    """He, Sun & Tang 2010's guided filter of ``src`` by ``guide`` (both H x W float32):
+    smooths ``src`` where the guide is flat and keeps its steps where the guide has an
+    edge (a shadow's edge that follows an object's outline stays sharp)."""
+    import cv2
+
+    k = (2 * radius + 1, 2 * radius + 1)
+
+    def box(a):
+        return cv2.boxFilter(a, -1, k, borderType=cv2.BORDER_REFLECT)
+
+    mg, ms = box(guide), box(src)
+    var = box(guide * guide) - mg * mg
+    a = (box(guide * src) - mg * ms) / (var + F32(eps))
+    b = ms - a * mg
+    return (box(a) * guide + box(b)).astype(F32)
 
 
 def shadow_filter(vis: np.ndarray, valid: np.ndarray, rows: np.ndarray, cols: np.ndarray,
-                  shape: Tuple[int, int]) -> np.ndarray:
+                  shape: Tuple[int, int], guide: Optional[np.ndarray] = None) -> np.ndarray:
     """Average the jittered shadow samples of :func:`shadow_visibility` over a small
     window (normalised box filter over the ``valid`` pixels; ``SHADOW_FILTER_FRACTION`` of
-    the frame's short side, at least 3 px, odd). Returns ``vis`` filtered (N, float32),
+    the frame's short side, at least 3 px, odd), then, with a ``guide`` (H x W, the frame:
+    :func:`frame_guide`), smooth it edge-aware (:func:`guided_filter`, radius
+    ``GUIDED_FRACTION`` of the short side): the stipple a depth-buffer trace leaves goes,
+    edges that follow the frame's stay. Returns ``vis`` filtered (N, float32, [0, 1]),
     ``valid`` pixels only (the others keep their value)."""
     import cv2
 
@@ -368,8 +443,14 @@ def shadow_filter(vis: np.ndarray, valid: np.ndarray, rows: np.ndarray, cols: np
     den[rows[valid], cols[valid]] = 1.0
     num = cv2.blur(num, (ksz, ksz), borderType=cv2.BORDER_CONSTANT)
     den = cv2.blur(den, (ksz, ksz), borderType=cv2.BORDER_CONSTANT)
+    dense = num / np.maximum(den, F32(1e-6))
+    if guide is not None:
+        inside = den > 0  # pixels outside every window: no sample near, taken as lit
+        dense = np.where(inside, dense, F32(1.0))
+        rad = max(2, int(round(min(h, w) * GUIDED_FRACTION)))
+        dense = np.clip(guided_filter(guide.astype(F32), dense.astype(F32), rad, GUIDED_EPS), 0.0, 1.0)
     out = vis.copy()
-    out[valid] = num[rows[valid], cols[valid]] / np.maximum(den[rows[valid], cols[valid]], F32(1e-6))
+    out[valid] = dense[rows[valid], cols[valid]]
     return out
 
 
@@ -423,7 +504,15 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     f0 = F32(0.04) * (F32(1.0) - metal) + albedo * metal
     kd, ms = _bsdf_terms(nv, albedo, f0, rough, metal)
     acc = np.zeros((3, rows.size), F32)
-    occ = occluder_thickness(depth, ~surf, k[0]) if shadows else None  # once per frame
+    # shadows from untrustworthy depth (issue 39 trial): occluders weighted by Confidence,
+    # an estimated depth's surfaces taken as thin (no width-based thickness), and the
+    # visibility smoothed edge-aware, guided by the frame
+    trusted = depth_trusted(frame)
+    occ = None
+    if shadows:  # once per frame
+        occ = occluder_thickness(depth, ~surf, k[0]) if trusted else np.zeros(depth.shape, F32)
+    trace = dict(occluder=occ, weight=occluder_weight(frame))
+    guide = None if trusted else frame_guide(frame)
     for st in live:
         shared = None  # an area light's emitters share one soft shadow (AREA_SHADOW_GRID^2 rays)
         grid = max(1, int(AREA_GRID if area_grid is None else area_grid))
@@ -436,15 +525,15 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
                 if st.type == "area":
                     if shared is None:
                         shared = _area_shadow(st, depth, surf, p, (rows, cols), k,
-                                              AREA_SHADOW_STEPS if steps is None else steps, occ)
+                                              AREA_SHADOW_STEPS if steps is None else steps, trace, guide)
                     vis = shared
                 else:
                     front = lit & ((n * l).sum(0) > 0)
                     vis = np.zeros(rows.size, F32)
                     if front.any():
                         vis[front] = shadow_visibility(depth, ~surf, p[:, front], (rows[front], cols[front]), k,
-                                                       target, -st.direction, steps=steps, occluder=occ)
-                        vis = shadow_filter(vis, front, rows, cols, depth.shape)
+                                                       target, -st.direction, steps=steps, **trace)
+                        vis = shadow_filter(vis, front, rows, cols, depth.shape, guide)
                 rad = rad * vis
             acc += rad * st.color.astype(F32)[:, None]
     out[:, rows, cols] = acc
@@ -453,8 +542,29 @@ def light_contribution(frame: contract.GBufferFrame, rig: LightRig, *, frame_num
     return sh.hwc(out)
 
 
+def light_under_look(out: np.ndarray, frame: contract.GBufferFrame, rig: LightRig, frame_number: int,
+                     k: Sequence[float], albedo: np.ndarray, rough: np.ndarray, metal: np.ndarray,
+                     trans: np.ndarray) -> np.ndarray:
+    """The added lights under a look (issue 39): ``max(out + T * L, 0)`` (3 x H x W).
+
+    ``out`` is the look's frame after its media, before its particles and post (the
+    plate's own light re-lit by the look: night darkens it); ``L`` the lights' radiance
+    (:func:`light_contribution`) on the look's surfaces (``albedo`` 3 x H x W, ``rough``,
+    ``metal`` H x W: wet, darker, smoother under rain, white under snow); ``T`` the
+    medium's transmittance (3 x H x W: fog, water) between the surface and the camera.
+    The look's post (saturation, tint, exposure, the night tone curve) then grades it
+    with the rest of the frame, as a camera would: an added lamp keeps its power at night
+    instead of being darkened with the plate's daylight. Not modelled: the light's
+    in-scattering in fog or water (no glow or beam), the water's depth blur on it."""
+    lit = dataclasses.replace(frame, albedo=sh.hwc(albedo), roughness=np.asarray(rough, F32),
+                              metallic=np.asarray(metal, F32))
+    add = sh.chw(light_contribution(lit, rig, frame_number=frame_number, intrinsics=tuple(k)))
+    return np.maximum(out + add * trans, F32(0.0))
+
+
 def _area_shadow(st: LightState, depth: np.ndarray, surf: np.ndarray, p: np.ndarray,
-                 pix: Tuple[np.ndarray, np.ndarray], k, steps: Optional[int], occ: np.ndarray) -> np.ndarray:
+                 pix: Tuple[np.ndarray, np.ndarray], k, steps: Optional[int], trace: dict,
+                 guide: Optional[np.ndarray] = None) -> np.ndarray:
     """An area light's visibility (N, in [0, 1]): the mean of hard shadows traced to
     ``AREA_SHADOW_GRID^2`` points spread over its shape, a penumbra of that many steps."""
     pts = _area_points(st, AREA_SHADOW_GRID)
@@ -463,8 +573,8 @@ def _area_shadow(st: LightState, depth: np.ndarray, surf: np.ndarray, p: np.ndar
         front = ((q.astype(F32)[:, None] - p) * -st.direction.astype(F32)[:, None]).sum(0) > 0  # lit side
         if front.any():
             vis[front] += shadow_visibility(depth, ~surf, p[:, front], (pix[0][front], pix[1][front]), k, q,
-                                            -st.direction, steps=steps, occluder=occ)
-    return shadow_filter(vis * F32(1.0 / len(pts)), np.ones(p.shape[1], bool), pix[0], pix[1], depth.shape)
+                                            -st.direction, steps=steps, **trace)
+    return shadow_filter(vis * F32(1.0 / len(pts)), np.ones(p.shape[1], bool), pix[0], pix[1], depth.shape, guide)
 
 
 def _up(frame: contract.GBufferFrame) -> np.ndarray:
