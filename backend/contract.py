@@ -37,7 +37,7 @@ import numpy as np
 
 from .errors import InputError
 from . import arguments as args
-from .input_files import native_path, refuse_special
+from .input_files import check_write_target, native_path, refuse_special
 from .extra_passes import EXTRA_PASSES
 from .header_text import TEXT_KEYS, decode_header_value, encode_header_value, utf8  # noqa: F401
 
@@ -191,9 +191,11 @@ def atomic_path(path: os.PathLike, prefix: Optional[str] = None):
 
     The rename is atomic on one file system, so readers see either the old file or the
     complete new one. On any exception the temporary file is removed and the exception
-    propagates (``OSError`` for a full disk or an unwritable folder).
+    propagates (``OSError`` for a full disk or an unwritable folder). A missing folder or
+    a FIFO, device, socket, folder or symbolic link at ``path`` is refused first
+    (:func:`backend.input_files.check_write_target`: InputError), never replaced.
     """
-    path = Path(path)
+    path = check_write_target(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix or (".tmp_" + path.stem), suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
@@ -383,6 +385,8 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
 
     Raises:
         ContractError: invalid frame.
+        ArgumentError: the folder is missing, or ``path`` is a FIFO, device, socket,
+            folder or symbolic link (never replaced; one line naming it).
         OSError: the folder is not writable or the disk is full; no partial file is left.
     """
     import OpenEXR
@@ -392,7 +396,7 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
     exr_threads()
     if validate:
         frame.validate()
-    path = Path(path)
+    path = check_write_target(path, "the frame", args.ArgumentError)
     parts = _parts(frame)
     file_args = parts if isinstance(parts, tuple) else (parts,)  # (header, channels): one unnamed part
     if not atomic:

