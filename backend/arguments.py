@@ -31,16 +31,29 @@ import numpy as np
 from .errors import InputError
 
 
+#: largest whole number any argument or option takes (a 64-bit integer)
+INT64_MAX = (1 << 63) - 1
+
+
 class ArgumentError(InputError, TypeError):
     """A public function's argument of the wrong type or value (one line naming it).
     Both a ``ValueError`` (the CLI's exit code 2) and a ``TypeError``."""
 
 
 def _got(value: Any) -> str:
+    text = short_repr(value)
+    return f"{text} ({type(value).__name__})"
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters; a huge integer as its digit count (its
+    ``repr`` can fail past Python's digit limit, and a 700-digit line helps nobody)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 64:
+        return f"<a {len(str(abs(value))) if abs(value).bit_length() < 10000 else 'many'}-digit integer>"
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    return text
 
 
 def whole_number(name: str, value: Any, *, minimum: Optional[int] = None, none: bool = True) -> Optional[int]:
@@ -54,6 +67,8 @@ def whole_number(name: str, value: Any, *, minimum: Optional[int] = None, none: 
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ArgumentError(f"{name} must be a whole number (int), got {_got(value)}")
     value = int(value)
+    if abs(value) > INT64_MAX:  # a 700-digit number was an OverflowError deep inside (issue 36)
+        raise ArgumentError(f"{name} must be a whole number within +-{INT64_MAX}, got {_got(value)}")
     if minimum is not None and value < minimum:
         raise ArgumentError(f"{name} must be >= {minimum}, got {value}")
     return value
@@ -69,7 +84,10 @@ def real_number(name: str, value: Any, *, none: bool = False) -> Optional[float]
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ArgumentError(f"{name} must be a number, got {_got(value)}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int past 1.8e308 (issue 36)
+        raise ArgumentError(f"{name} must be finite, got {_got(value)}") from None
     if not np.isfinite(value):
         raise ArgumentError(f"{name} must be finite, got {value}")
     return value

@@ -95,3 +95,34 @@ def test_a_socket_as_the_run_lock_is_refused(tmp_path, monkeypatch):
     finally:
         s.close()
     assert not list(out.glob("gbuffer_*.exr"))
+
+
+HUGE = "9" * 700
+
+
+def test_huge_integers_in_options_are_one_line():
+    from backend.jobs.options import key_value
+
+    for flag in ("--option", "--estimator-option"):
+        with pytest.raises(ValueError, match="exposure must be a finite number") as e:
+            key_value(f"exposure={HUGE}", flag)
+        assert len(str(e.value)) < 200 and flag in str(e.value)
+    assert key_value("max_size=64", "--estimator-option") == ("max_size", 64)
+
+
+def test_huge_numbers_in_requests_are_one_line(tmp_path):
+    import json
+
+    from backend.jobs.request import read_request
+
+    src = _sequence(tmp_path / "seq", range(1, 2))
+    for extra, words in (({"strength": 10 ** 500, "stabilize": True}, "strength must be finite"),
+                         ({"processing_resolution": 10 ** 500}, "processing_resolution"),
+                         ({"estimator_options": {"max_size": 10 ** 500}}, "max_size must be a finite")):
+        p = tmp_path / "req.json"
+        p.write_text(json.dumps(dict({"job": "decompose", "input": str(src), "out": str(tmp_path / "o")},
+                                     **extra)))
+        with pytest.raises(ValueError, match=words) as e:
+            read_request(p)
+        assert len(str(e.value)) < 300 and "\n" not in str(e.value)
+    assert not (tmp_path / "o").exists()

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from typing import Any, Dict, Iterable, Tuple
+
+from ..arguments import INT64_MAX, short_repr
 
 
 def key_value(text: str, flag: str = "--option") -> Tuple[str, Any]:
@@ -22,9 +25,29 @@ def key_value(text: str, flag: str = "--option") -> Tuple[str, Any]:
         value = json.loads(val)
     except ValueError:
         value = val
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{flag} {text!r}: {key.strip()} must be a finite number")
+    if not finite_value(value):
+        raise ValueError(f"{flag} {short_repr(text)}: {key.strip()} must be a finite number "
+                         f"within +-{INT64_MAX}")
     return key.strip().replace("-", "_"), value
+
+
+def finite_value(v: Any) -> bool:
+    """No NaN, infinity or integer past 64 bits anywhere in an option value (numbers,
+    lists, dicts): a 700-digit integer was an OverflowError deep in a job (issue 36)."""
+    if isinstance(v, bool):
+        return True
+    if isinstance(v, numbers.Integral):
+        return abs(int(v)) <= INT64_MAX
+    if isinstance(v, numbers.Real):
+        try:
+            return math.isfinite(float(v))
+        except OverflowError:
+            return False
+    if isinstance(v, (list, tuple)):
+        return all(finite_value(x) for x in v)
+    if isinstance(v, dict):
+        return all(finite_value(x) for x in v.values())
+    return True
 
 
 def key_values(items: Iterable[str], flag: str = "--option") -> Dict[str, Any]:

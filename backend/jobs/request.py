@@ -97,14 +97,11 @@ def _name(field: str) -> str:
 
 
 def _finite_json(v: Any) -> bool:
-    """No NaN or infinity anywhere in an option value (numbers, lists, dicts)."""
-    if isinstance(v, float):
-        return v == v and v not in (float("inf"), float("-inf"))
-    if isinstance(v, (list, tuple)):
-        return all(_finite_json(x) for x in v)
-    if isinstance(v, dict):
-        return all(_finite_json(x) for x in v.values())
-    return True
+    """No NaN, infinity or integer past 64 bits anywhere in an option value (numbers,
+    lists, dicts; :func:`backend.jobs.options.finite_value`)."""
+    from .options import finite_value
+
+    return finite_value(v)
 
 
 def _check_types(req, *, paths=(), flags=(), texts=(), optional_texts=(), mappings=(), whole=()) -> None:
@@ -272,7 +269,8 @@ class DecomposeRequest(_Request):
                              "consistent across frames by construction)")
         for k, v in self.estimator_options.items():  # as the CLI's --estimator-option refuses NaN
             if not _finite_json(v):
-                raise ValueError(f"--estimator-option {k}={v!r}: {k} must be a finite number")
+                raise ValueError(f"--estimator-option {k}={args.short_repr(v)}: {k} must be a finite number "
+                                 f"within +-{args.INT64_MAX}")
         if self.multiview:  # an unknown key was a TypeError deep in the multi-view shot (issue 36)
             from ..multiview.shot import MultiViewOptions
 
@@ -433,7 +431,8 @@ class RestyleRequest(_Request):
         _check_precision(self.precision)
         for k, v in self.renderer_options.items():  # as the CLI's --option refuses NaN (issue 36)
             if not _finite_json(v):
-                raise ValueError(f"--option {k}={v!r}: {k} must be a finite number")
+                raise ValueError(f"--option {k}={args.short_repr(v)}: {k} must be a finite number "
+                                 f"within +-{args.INT64_MAX}")
         if self.match_look is not None and (self.warmup is not None or self.manifest_part):
             raise ValueError("--match-look is not supported in farm chunks (--warmup, --manifest-part) yet: "
                              "each chunk would estimate its own transform")
