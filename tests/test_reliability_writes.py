@@ -126,3 +126,50 @@ def test_huge_numbers_in_requests_are_one_line(tmp_path):
             read_request(p)
         assert len(str(e.value)) < 300 and "\n" not in str(e.value)
     assert not (tmp_path / "o").exists()
+
+
+def test_numpy_scalars_are_taken_by_the_api(tmp_path):
+    import io
+
+    from backend.jobs.request import DecomposeRequest, RestyleRequest
+    from backend.jobs.restyle import restyle
+
+    src = _sequence(tmp_path / "seq", range(1, 3))
+    req = DecomposeRequest(input=str(src), out=str(tmp_path / "o"), processing_resolution=np.int64(64),
+                           handles=np.int64(0), estimator_options={"max_size": np.int32(32)})
+    assert req.processing_resolution == 64 and type(req.processing_resolution) is int
+    assert type(req.estimator_options["max_size"]) is int
+    req.write(tmp_path / "req.json")  # was "int64 is not JSON serializable"
+    r = _dec(src, tmp_path / "gb", processing_resolution=np.int64(64))
+    assert r.written == [1, 2]
+    rr = RestyleRequest(gbuffer_dir=str(tmp_path / "gb"), out=str(tmp_path / "rs"), prompt="fog",
+                        renderer_options={"exposure": np.float32(1)})
+    assert type(rr.renderer_options["exposure"]) is float
+    rr.write(tmp_path / "rreq.json")
+    assert restyle(tmp_path / "gb", tmp_path / "rs", "fog", renderer_options={"exposure": np.float32(1)},
+                   progress=io.StringIO()).written == [1, 2]
+
+
+@pytest.mark.parametrize("value", ["64", True, -3, float("nan"), 1.5])
+def test_resolution_of_refuses_what_is_not_a_resolution(value):
+    import backend
+
+    with pytest.raises(ArgumentError, match="requested"):
+        backend.resolution_of("embedded", value)
+    assert backend.resolution_of("embedded", np.int64(1024)) == 192
+
+
+def test_read_prompt_refuses_a_renderer_that_is_not_one():
+    import backend
+
+    with pytest.raises(ArgumentError, match="renderer must be"):
+        backend.read_prompt("fog", 5)
+
+
+def test_a_refused_argument_leaves_no_output_folder(tmp_path):
+    src = _sequence(tmp_path / "seq", range(1, 2))
+    for kw in ({"processing_resolution": "64"}, {"strength": 10 ** 500, "stabilize": True},
+               {"handles": -1}, {"estimator_options": {"max_size": 10 ** 500}}):
+        with pytest.raises(ValueError):
+            _dec(src, tmp_path / "o", **kw)
+        assert not (tmp_path / "o").exists(), kw

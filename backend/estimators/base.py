@@ -177,7 +177,12 @@ def resolution_of(name: str, requested: Optional[int] = None) -> Optional[int]:
 
     Raises:
         KeyError: unknown name.
+        ArgumentError: ``requested`` not a whole number >= 0 (``0``: full frame; text,
+            ``bool``, NaN and negatives refused, as for ``processing_resolution``).
     """
+    from ..arguments import whole_number
+
+    requested = whole_number("requested", requested, minimum=0)
     factory = ESTIMATORS.factory(name)
     if isinstance(factory, type) and issubclass(factory, Estimator):
         return _resolution(factory.default_resolution, factory.max_resolution, requested)

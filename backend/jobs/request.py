@@ -104,10 +104,28 @@ def _finite_json(v: Any) -> bool:
     return finite_value(v)
 
 
+def _plain(v: Any) -> Any:
+    """``v`` with numpy scalars (``np.int64(64)``, ``np.float32(1)``, ``np.bool_``) as the
+    Python numbers they hold, inside dicts, lists and tuples too, so a request from the
+    Python API writes as JSON and its numbers check like Python's (issue 36)."""
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_plain(x) for x in v)
+    return v
+
+
 def _check_types(req, *, paths=(), flags=(), texts=(), optional_texts=(), mappings=(), whole=()) -> None:
     """The request's fields checked by type before anything else (:mod:`backend.arguments`,
     ``ArgumentError`` naming the keyword argument and its flag: ``out_dir (--out) must be a
-    path ...``); the values' ranges and blank paths are :meth:`_validate`'s. Issue 36, item 5."""
+    path ...``); the values' ranges and blank paths are :meth:`_validate`'s. Issue 36, item 5.
+    Numpy scalars are first made Python numbers (:func:`_plain`)."""
+    for f in dataclasses.fields(req):
+        object.__setattr__(req, f.name, _plain(getattr(req, f.name)))
     for k in paths:
         v = getattr(req, k)
         if v is not None and not isinstance(v, (str, bytes, os.PathLike)):

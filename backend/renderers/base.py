@@ -138,7 +138,8 @@ def read_prompt(prompt: str, renderer: RendererRef = DEFAULT_RENDERER) -> Tuple[
         PromptError: (a ``ValueError``) words outside the vocabulary of a
             closed-vocabulary renderer; the message lists the vocabulary.
         KeyError: an unknown renderer name.
-        ArgumentError: a prompt that is not text (a ``ValueError`` and a ``TypeError``).
+        ArgumentError: a prompt that is not text, or a renderer that is no name,
+            renderer or renderer class (a ``ValueError`` and a ``TypeError``).
     """
     if prompt is not None and not isinstance(prompt, str):
         from ..arguments import ArgumentError
@@ -148,6 +149,11 @@ def read_prompt(prompt: str, renderer: RendererRef = DEFAULT_RENDERER) -> Tuple[
         cls = renderer_class(renderer)
     else:
         cls = renderer if isinstance(renderer, type) else type(renderer)
+    if not hasattr(cls, "free_text_prompt"):  # read_prompt("fog", 5) was an AttributeError (issue 36)
+        from ..arguments import ArgumentError
+
+        raise ArgumentError(f"renderer must be a renderer name, renderer or renderer class, got "
+                            f"{renderer!r} ({type(renderer).__name__})")
     return _parse(prompt or "", bool(cls.free_text_prompt))
 
 
