@@ -173,3 +173,17 @@ def test_a_refused_argument_leaves_no_output_folder(tmp_path):
         with pytest.raises(ValueError):
             _dec(src, tmp_path / "o", **kw)
         assert not (tmp_path / "o").exists(), kw
+
+
+def test_a_huge_estimator_option_on_the_command_line_is_exit_2(tmp_path):
+    import subprocess
+
+    from cli_util import cli_cmd, cli_env
+
+    src = _sequence(tmp_path / "seq", range(1, 2))
+    r = subprocess.run(cli_cmd("decompose", str(src), "--estimator", "tiny", "--out", str(tmp_path / "o"),
+                               "--estimator-option", "max_size=" + HUGE, tiny=True),
+                       env=cli_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "max_size must be a finite number" in r.stderr and len(r.stderr) < 300
+    assert not (tmp_path / "o").exists()
