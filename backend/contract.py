@@ -189,11 +189,9 @@ def default_file_mode() -> int:
 def atomic_path(path: os.PathLike, prefix: Optional[str] = None):
     """Yield a temporary path in ``path``'s folder; on success rename it onto ``path``.
 
-    The rename is atomic on one file system, so readers see either the old file or the
-    complete new one. On any exception the temporary file is removed and the exception
-    propagates (``OSError`` for a full disk or an unwritable folder). A missing folder or
-    a FIFO, device, socket, folder or symbolic link at ``path`` is refused first
-    (:func:`backend.input_files.check_write_target`: InputError), never replaced.
+    Atomic on one file system: readers see the old file or the whole new one. On any
+    exception the temporary file is removed and it propagates (``OSError``: full disk,
+    unwritable folder; InputError: no folder, or no regular file at ``path``, kept).
     """
     path = check_write_target(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix or (".tmp_" + path.stem), suffix=path.suffix, dir=path.parent)
@@ -385,8 +383,7 @@ def write_frame(path: os.PathLike, frame: GBufferFrame, *, validate: bool = True
 
     Raises:
         ContractError: invalid frame.
-        ArgumentError: the folder is missing, or ``path`` is a FIFO, device, socket,
-            folder or symbolic link (never replaced; one line naming it).
+        ArgumentError: no folder, or a FIFO/device/socket/folder/symlink at ``path`` (kept).
         OSError: the folder is not writable or the disk is full; no partial file is left.
     """
     import OpenEXR
