@@ -187,3 +187,13 @@ def test_a_huge_estimator_option_on_the_command_line_is_exit_2(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert "max_size must be a finite number" in r.stderr and len(r.stderr) < 300
     assert not (tmp_path / "o").exists()
+
+
+def test_the_mesh_writer_keeps_a_dangling_symlink(tmp_path):
+    from backend.multiview.tsdf import write_ply
+
+    p = tmp_path / "mesh.ply"
+    p.symlink_to(tmp_path / "elsewhere.ply")
+    with pytest.raises(FileExistsError):
+        write_ply(p, np.zeros((3, 3), np.float32), np.array([[0, 1, 2]]))
+    assert p.is_symlink() and not (tmp_path / "elsewhere.ply").exists()

@@ -214,9 +214,13 @@ class Mp4Encoder:
         """:meth:`close`, then rename the file onto ``path`` with the project's file mode.
 
         Raises:
-            ValueError: no frame was added; OSError: the rename failed.
+            ValueError: no frame was added, or no regular file at ``path`` (a FIFO,
+                socket, folder or symbolic link: kept; issue 36); OSError: the rename failed.
         """
+        from ..input_files import check_write_target
+
         self.close()
+        check_write_target(path, "the movie")
         os.chmod(self.path, contract.default_file_mode())
         os.replace(self.path, path)
         self.path = Path(path)

@@ -316,7 +316,7 @@ def write_ply(path: os.PathLike, vertices: np.ndarray, faces: np.ndarray, commen
         FileExistsError: ``path`` exists (never written over).
     """
     path = Path(path)
-    if path.exists():
+    if os.path.lexists(path):  # a dangling symbolic link too (issue 36)
         raise FileExistsError(f"{path}: exists; the mesh is never written over a file")
     v = np.ascontiguousarray(vertices, "<f4")
     f = np.empty(len(faces), dtype=[("n", "u1"), ("i", "<i4", (3,))])
@@ -331,7 +331,7 @@ def write_ply(path: os.PathLike, vertices: np.ndarray, faces: np.ndarray, commen
             fh.write(("\n".join(head) + "\n").encode("ascii"))
             fh.write(v.tobytes())
             fh.write(f.tobytes())
-        if path.exists():
+        if os.path.lexists(path):
             raise FileExistsError(f"{path}: appeared while writing; the mesh is never written over a file")
         os.replace(tmp, path)
     except BaseException:
