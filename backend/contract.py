@@ -620,18 +620,16 @@ def _find_layered(chans: Dict[str, np.ndarray], name: str, suffixes) -> Optional
 def read_passes(path: os.PathLike, names: Sequence[str]) -> Dict[str, np.ndarray]:
     """Read some passes of an EXR file that may hold only those (e.g. a compositor bake
     of the edited passes), under any layer prefix, either Blender version's layout.
-
-    Args:
-        names: contract pass names (keys of :data:`PASSES`, e.g. ``["Roughness"]``).
+    Args: names: contract pass names (keys of :data:`PASSES`, e.g. ``["Roughness"]``).
 
     Returns:
         Lower-case pass name -> ``float32`` array (``H x W`` or ``H x W x C``, channels as
-        in :data:`PASSES`; ``combined`` without an alpha channel gets alpha 1).
+        in :data:`PASSES`; ``combined`` without alpha gets alpha 1; a colour pass baked as
+        one ``V`` channel, as Blender 4.x writes a Value node's link, is grey).
 
     Raises:
-        ContractError: unreadable file, or one of ``names`` missing (naming file and pass).
-        KeyError: a name that is not a contract pass.
-    """
+        ContractError: unreadable file, or one of ``names`` missing (naming file and pass);
+        KeyError: a name that is not a contract pass."""
     chans, _ = read_channels(path)
     out = {}
     for name in names:
@@ -641,8 +639,10 @@ def read_passes(path: os.PathLike, names: Sequence[str]) -> Dict[str, np.ndarray
             arr3 = _find_pass(chans, name, ("R", "G", "B"))
             if arr3 is not None:
                 arr = np.concatenate([arr3, np.ones_like(arr3[..., :1])], axis=-1)
+        if arr is None and len(suffixes) > 1 and (one := _find_pass(chans, name, ("V",))) is not None:
+            arr = np.repeat(one[..., None], len(suffixes), axis=-1)  # Blender 4.x bakes a Value link as X.V
         if arr is None:
-            raise ContractError(f"{path}: missing pass {name}", file=path)
+            raise ContractError(f"{path}: missing pass {name} (channels: {', '.join(sorted(chans))})", file=path)
         out[name.lower()] = arr
     return out
 
