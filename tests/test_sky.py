@@ -167,3 +167,17 @@ def test_grey_road_does_not_join_a_grey_sky(monkeypatch):
     assert r.mask[125:].mean() < 0.01
     monkeypatch.setattr(sky_mod, "SAME_SKY_MIN_CHROMA", 0.0)  # without the rule the road joins
     assert detect_sky(img).mask[125:].mean() > 0.5
+
+
+@pytest.mark.xfail(strict=True, reason="known false positive: flat blue squares bounded by sharp edges and "
+                   "touching the top edge pass the edge-bounded blue-sky rule, and the same-colour rule "
+                   "joins every other blue square (half the frame marked)")
+def test_a_blue_checker_is_not_sky():
+    """A red/blue checker under a left-to-right light falloff (test_intrinsic's border test)
+    holds no sky: at most 2 % of it may be marked."""
+    h, w = 120, 200
+    yy, xx = np.mgrid[0:h, 0:w]
+    red = ((yy // 20 + xx // 20) % 2) == 0
+    alb = np.where(red[..., None], np.float32([0.6, 0.12, 0.08]), np.float32([0.1, 0.3, 0.5]))
+    rgb = (alb * (0.4 + 0.6 * xx / w)[..., None]).astype(np.float32)
+    assert detect_sky(rgb).mask.mean() <= 0.02
