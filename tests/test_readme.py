@@ -70,9 +70,14 @@ def test_docs_agree_on_lists_download_command_and_interpreter():
     import backend
 
     api = (REPO / "docs" / "api.md").read_text()
-    for fn in ("list_estimators", "list_renderers"):
+    from backend import plugins
+
+    # the built-in plugins: other tests in the same session register test estimators
+    for fn, kind in (("list_estimators", "estimator"), ("list_renderers", "renderer")):
         m = re.search(rf"backend\.{fn}\(\)\s+# (\[.*\])", api)
-        assert m and ast.literal_eval(m.group(1)) == getattr(backend, fn)(), fn
+        builtin = sorted(plugins.builtins(kind))
+        assert m and ast.literal_eval(m.group(1)) == builtin, fn
+        assert set(builtin) <= set(getattr(backend, fn)()), fn
     docs = {p.name: p.read_text() for p in [REPO / "README.md", *(REPO / "docs").glob("*.md")]}
     for name, text in docs.items():
         assert "huggingface-cli download" not in text and "hf download" not in text, name
