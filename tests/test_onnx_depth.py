@@ -300,24 +300,14 @@ def test_without_huggingface_hub_reads_the_cache(replica, monkeypatch):
 
 def test_multiview_uses_the_pretrained_depth_as_prior(tmp_path, monkeypatch):
     """With cameras the pretrained depth is the prior the measured depth is fused with."""
-    from backend.multiview.camera_files import save_cameras_json
-    import cv2
-    from multiview_util import H as MH, W as MW, dolly_cameras, render
+    from multiview_util import H as MH, W as MW, dolly_cameras, write_shot
 
     nh, nw = network_size(MH, MW)
     cache = tmp_path / "cache"
     odu.install_in_cache(cache, SPEC.repo_id, FILE, odu.export_replica(tmp_path / "m.onnx", nh, nw))
     cams = dolly_cameras(n=4, dolly=0.1)
-    seq = tmp_path / "shot"
-    seq.mkdir()
-    depths = []
-    for i, cam in enumerate(cams, 1):
-        grey, depth = render(cam)
-        rgb = np.clip(np.stack([grey, 0.8 * grey + 0.1, 0.6 * grey + 0.2], -1), 0, 1)
-        cv2.imwrite(str(seq / f"shot_{i:04d}.png"), (rgb[..., ::-1] * 255 + 0.5).astype(np.uint8))
-        depths.append(depth)
-    cam_file = tmp_path / "cams.json"
-    save_cameras_json(cam_file, dict(enumerate(cams, 1)), units="metres", depth_range=(3.0, 12.0))
+    seq, cam_file = tmp_path / "shot", tmp_path / "cams.json"
+    depths = write_shot(seq, cams, cam_file)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     decompose(seq, tmp_path / "gb", estimator=NAME, estimator_options={"cache_dir": str(cache)},
               cameras=cam_file, frames="2-3", multiview={"processing_width": 160})
