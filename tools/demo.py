@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     print(f"  G-buffers:     {gb_dir}  ({_count_frames(gb_dir, 'gbuffer_*.exr')} multilayer EXR)")
     for prompt, d in results.items():
         mp4 = sorted(d.glob("*.mp4"))
-        print(f"  {repr(prompt) + ':':<15}{d}  ({_count_frames(d, '*.exr')} EXR, {_count_frames(d, 'preview/*.png')} PNG"
+        print(f"  {repr(prompt) + ':':<15}{d}  ({_count_frames(d, 'restyle_*.exr')} EXR, {_count_frames(d, 'preview/*.png')} PNG"
               f"{', ' + mp4[0].name if mp4 else ''})")
     print(f"  contact sheet: {sheet}")
     print(f"  .blend:        {blend}")
